@@ -1,0 +1,105 @@
+# k25bench - the one build.
+#
+#   make            build build/k25 and build/libk25.a (CPU backend)
+#   make test       install deps, build, run every CMocka test executable
+#   make test-quick the unit tests only (no integration tests)
+#   make demo       install deps, build, run the demo (k25 run on `tiny`)
+#   make asan       AddressSanitizer + UBSan build of the tests, then run them
+#   make CUDA=1     reserved for the CUDA backend (engine/cuda/)
+#   make PORTABLE=1 no -march=native (a binary for other x86-64 machines)
+#
+# Dependencies (Debian packages) come from ci/install-deps.sh, which
+# `make test`, `make demo` and `make asan` call first.
+
+CC       ?= gcc
+BUILD    ?= build
+ifeq ($(PORTABLE),1)
+OPT      ?= -O3
+else
+OPT      ?= -O3 -march=native
+endif
+SAN      ?=
+PKGS     := openblas yaml-0.1 jansson
+# Recursively expanded so pkg-config runs only when a recipe needs it
+# (after install-deps has run).
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
+
+CFLAGS_ALL = -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp $(OPT) $(SAN) -g \
+             -MMD -MP -Iengine -Iharness -Idatasets -I$(BUILD) $(PKG_CFLAGS) $(CFLAGS)
+LDLIBS_ALL = $(SAN) -fopenmp $(PKG_LIBS) -lm -lpthread $(LDLIBS)
+
+ENGINE_SRC  := $(wildcard engine/*.c)
+HARNESS_SRC := $(filter-out harness/main.c,$(wildcard harness/*.c)) $(wildcard datasets/*.c)
+TEST_SRC    := $(wildcard tests/test_*.c)
+
+ENGINE_OBJ  := $(ENGINE_SRC:%.c=$(BUILD)/obj/%.o)
+HARNESS_OBJ := $(HARNESS_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_BIN    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+LIBK25      := $(BUILD)/libk25.a
+LIBHARNESS  := $(BUILD)/libk25harness.a
+K25         := $(BUILD)/k25
+
+.PHONY: all deps test test-quick demo asan clean cuda-note tests-bin
+all: cuda-note $(K25)
+
+cuda-note:
+ifeq ($(CUDA),1)
+	@echo "make CUDA=1: the CUDA backend (engine/cuda/) is not built yet; building the CPU backend only." >&2
+endif
+
+deps:
+	@./ci/install-deps.sh
+
+# Build info recorded in every result's provenance; rewritten only when it changes.
+$(BUILD)/buildinfo.h: FORCE
+	@mkdir -p $(BUILD)
+	@{ echo '#define K25_BUILD_CC "$(shell $(CC) --version | head -n1)"'; \
+	   echo '#define K25_BUILD_CFLAGS "$(strip $(OPT) $(SAN) $(CFLAGS))"'; \
+	   echo '#define K25_BUILD_GIT "$(shell git describe --always --dirty 2>/dev/null || echo unknown)"'; \
+	 } > $@.tmp; cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+FORCE:
+
+$(BUILD)/obj/%.o: %.c | $(BUILD)/buildinfo.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(LIBK25): $(ENGINE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(LIBHARNESS): $(HARNESS_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(K25): $(BUILD)/obj/harness/main.o $(LIBHARNESS) $(LIBK25)
+	$(CC) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/tests/%: tests/%.c $(LIBHARNESS) $(LIBK25) tests/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(LIBHARNESS) $(LIBK25) $(LDLIBS_ALL) -lcmocka
+
+tests-bin: $(K25) $(TEST_BIN)
+
+test: deps
+	@$(MAKE) --no-print-directory tests-bin
+	@K25=$(K25) ./ci/run-tests.sh $(TEST_BIN)
+
+test-quick: deps
+	@$(MAKE) --no-print-directory tests-bin
+	@K25=$(K25) K25_QUICK=1 ./ci/run-tests.sh $(TEST_BIN)
+
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1" \
+	   SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" tests-bin
+	@K25=build-asan/k25 K25_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ./ci/run-tests.sh $(patsubst $(BUILD)/%,build-asan/%,$(TEST_BIN))
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@./ci/demo.sh
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD)/obj $(BUILD)/tests -name '*.d' 2>/dev/null)

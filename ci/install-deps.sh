@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs every Debian package that building, testing and the demo need.
+# Idempotent: when everything is present it only runs dpkg-query and exits
+# in well under a second. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+PKGS=(
+  build-essential pkg-config
+  libopenblas-openmp-dev   # OpenBLAS built with OpenMP: shares one thread pool with our kernels
+  libyaml-dev libjansson-dev libcmocka-dev
+  libhdf5-dev hdf5-tools
+  gnuplot-nox jq
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "install-deps: missing packages (${missing[*]}) and not root; install them or run as root" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+# apt lists may be absent on a fresh image; update only when an install fails.
+if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
+  $SUDO apt-get update -q >/dev/null
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "install-deps: done" >&2

@@ -1,0 +1,58 @@
+/*
+ * internal.h - engine-private declarations shared between engine/ files.
+ * Not installed, not used by harness/ (harness uses k25.h only).
+ */
+#ifndef K25_INTERNAL_H
+#define K25_INTERNAL_H
+
+#include "k25.h"
+
+#include <stdio.h>
+
+/* One decoder layer, weights in HF orientation: W[out][in], row-major. */
+struct k25_layer {
+    float *attn_norm;  /* [dim] */
+    float *wqkv;       /* [(n_heads + 2*n_kv_heads) * head_dim][dim]: q rows, then k, then v */
+    float *wo;         /* [dim][n_heads * head_dim] */
+    float *ffn_norm;   /* [dim] */
+    float *w_gate_up;  /* [2 * ffn_dim][dim]: gate rows, then up rows */
+    float *w_down;     /* [dim][ffn_dim] */
+};
+
+/*
+ * A loaded model.  Every weight buffer is allocated with
+ * k25_alloc(K25_MEM_WEIGHTS, ...) and owned by the model; lm_head aliases
+ * embed when the embeddings are tied (then it is not freed twice).
+ */
+struct k25_model {
+    struct k25_model_shape shape;
+    float *embed;              /* [vocab][dim] */
+    struct k25_layer *layers;  /* [n_layers], k25_alloc'd */
+    float *final_norm;         /* [dim] */
+    float *lm_head;            /* [vocab][dim]; == embed when tied */
+    char source[1100];
+};
+
+/* Allocates every weight buffer of m->shape (zeroed).  0 or K25_ENOMEM. */
+int k25_model_alloc_weights(struct k25_model *m, struct k25_error *err);
+/* Frees the buffers k25_model_alloc_weights made (safe on partial allocs). */
+void k25_model_free_weights(struct k25_model *m);
+
+/*
+ * Real weights from a Hugging Face style directory: reads dir/config.json
+ * (hidden_size, num_hidden_layers, num_attention_heads,
+ * num_key_value_heads, intermediate_size, vocab_size, rope_theta,
+ * rms_norm_eps, tie_word_embeddings, head_dim), then the tensors from
+ * dir/model.safetensors or the shards listed in
+ * dir/model.safetensors.index.json.  fp32, fp16 and bf16 tensors are
+ * converted to fp32.  Fills m->shape and every weight; on failure frees
+ * what it allocated and names the file and tensor in err.
+ */
+int k25_model_load_safetensors(const char *dir, struct k25_model *m, struct k25_error *err);
+
+/* IEEE half and bfloat16 <-> float, exact rounding to nearest even. */
+float k25_fp16_to_fp32(uint16_t h);
+uint16_t k25_fp32_to_fp16(float f);
+float k25_bf16_to_fp32(uint16_t h);
+
+#endif /* K25_INTERNAL_H */

@@ -1,0 +1,333 @@
+/*
+ * k25.h - public interface of libk25, the k25bench reference engine.
+ *
+ * The engine is a Llama-family decoder (RMSNorm, RoPE, grouped-query
+ * attention, SwiGLU) served the way a long-context runtime serves it:
+ * prompts are prefilled in chunks (ChunkedAttention), keys and values live
+ * in a paged KV cache, and a continuous-batching scheduler mixes prefill
+ * chunks with decode steps under a token budget.  The harness (harness/)
+ * drives it; nothing in engine/ depends on harness/.
+ *
+ * Conventions (see shared STYLE.md): functions that can fail return 0 or a
+ * negative K25_E* code and fill a caller-provided struct k25_error.
+ */
+#ifndef K25_H
+#define K25_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define K25_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------- errors */
+
+enum {
+    K25_OK = 0,
+    K25_EINVAL = -1,       /* bad argument or bad value in an input   */
+    K25_ENOMEM = -2,       /* allocation failed or budget exhausted   */
+    K25_EIO = -3,          /* read/write/open failed                  */
+    K25_EFORMAT = -4,      /* malformed file                          */
+    K25_ENOTFOUND = -5,    /* missing file, key, tensor or preset     */
+    K25_ERANGE = -6,       /* value out of its allowed range          */
+    K25_EUNSUPPORTED = -7, /* valid but not supported by this build   */
+    K25_EINTERNAL = -8,    /* should not happen                       */
+};
+
+/*
+ * Where and why something failed.  msg is the full human-readable line,
+ * already prefixed with "FILE:LINE: " and "key 'x': " when those are known;
+ * file/line/field repeat them for programs and tests.
+ */
+struct k25_error {
+    int code;
+    int line;         /* 0 when not known */
+    char file[256];   /* "" when not known */
+    char field[96];   /* key, tensor or field name; "" when not known */
+    char msg[1024];
+};
+
+const char *k25_strerror(int code);
+
+/*
+ * Fills err (if not NULL) and returns code, so callers can write
+ * `return k25_error_set(err, K25_EINVAL, path, line, "key", "...")`.
+ * file may be NULL, line 0, field NULL when not known.
+ */
+int k25_error_set(struct k25_error *err, int code, const char *file, int line,
+                  const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+void k25_error_clear(struct k25_error *err);
+
+/* K25_ASSERT: a broken internal invariant aborts with expression, file, line. */
+void k25_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+#define K25_ASSERT(e) ((e) ? (void)0 : k25_assert_fail(#e, __FILE__, __LINE__))
+
+/* ----------------------------------------------------------------- time */
+
+uint64_t k25_now_ns(void); /* CLOCK_MONOTONIC in nanoseconds */
+
+/* ------------------------------------------------------- memory tracking */
+
+enum k25_mem_cat {
+    K25_MEM_WEIGHTS,
+    K25_MEM_KV,
+    K25_MEM_ACTIVATIONS,
+    K25_MEM_ATTN_SCRATCH,
+    K25_MEM_OTHER,
+    K25_MEM_NCAT
+};
+
+struct k25_mem_stats {
+    int64_t cur_bytes[K25_MEM_NCAT];
+    int64_t peak_bytes[K25_MEM_NCAT];
+    int64_t total_cur_bytes;
+    int64_t total_peak_bytes;
+};
+
+/* 64-byte aligned, zeroed; NULL on failure.  Free with k25_free. */
+void *k25_alloc(enum k25_mem_cat cat, size_t bytes);
+void k25_free(void *p);
+void k25_mem_get(struct k25_mem_stats *out);
+void k25_mem_reset_peak(void); /* peak := current, for every category */
+const char *k25_mem_cat_name(enum k25_mem_cat cat);
+
+/* ------------------------------------------------------------ config */
+
+enum k25_dtype { K25_DTYPE_FP32, K25_DTYPE_FP16, K25_DTYPE_INT8, K25_DTYPE_INT4 };
+enum k25_hint { K25_HINT_AUTO, K25_HINT_LEGAL_DOC, K25_HINT_PLAIN_TEXT };
+enum k25_log_level { K25_LOG_OFF, K25_LOG_INFO, K25_LOG_DEBUG };
+
+/*
+ * The engine's settings.  k25_config_init fills the defaults of DESIGN.md
+ * §2; a YAML file and CLI flags override them (CLI wins, applied last).
+ * Plain struct: the caller holds it, no heap memory inside.
+ */
+struct k25_config {
+    char model[1024];            /* preset name (tiny, small, llama3-8b) or directory */
+    int max_batch_size;          /* sequences per decode batch */
+    enum k25_dtype kv_cache_dtype;
+    int prefill_chunk_size;      /* tokens per prefill chunk */
+    int decode_max_tokens;       /* cap on generated tokens per request */
+    int queue_timeout_ms;        /* how long a request may wait */
+    int max_num_batched_tokens;  /* token budget per engine step */
+    double kv_compression_ratio; /* fraction of KV tokens kept */
+    double kv_merge_threshold;   /* cosine threshold for merging */
+    int kv_block_size;           /* tokens per KV block */
+    enum k25_hint block_pattern_hint;
+    int64_t memory_budget_mb;    /* 0 = no budget (all memory) */
+    bool disable_prefill_optimization; /* one-pass prefill */
+    double rope_theta;           /* 0 = the model's own */
+    uint64_t seed;               /* sampling seed */
+    int threads;                 /* 0 = all cores */
+    double temperature;          /* 0 = greedy */
+    double top_p;                /* nucleus sampling mass, (0, 1] */
+    enum k25_log_level log_level;
+    char log_file[1024];         /* "" = stderr */
+};
+
+/* Describes one config key, for --help, docs and tests. */
+struct k25_config_key_info {
+    const char *key;     /* YAML key, e.g. "prefill_chunk_size" */
+    const char *type;    /* "int", "float", "bool", "string", "enum" */
+    const char *deflt;   /* default as text */
+    const char *help;    /* one line */
+};
+
+void k25_config_init(struct k25_config *cfg);
+
+/* Number of keys and the i-th key's description. */
+int k25_config_key_count(void);
+const struct k25_config_key_info *k25_config_key(int i);
+
+/*
+ * Sets one key from text.  src_file/src_line name where the value came
+ * from, for the error message ("k25.yaml:7: key 'x': ..." or
+ * "command line: key 'x': ...").  Unknown keys, wrong types and
+ * out-of-range values fail with K25_ENOTFOUND / K25_EINVAL / K25_ERANGE.
+ */
+int k25_config_set(struct k25_config *cfg, const char *key, const char *value,
+                   const char *src_file, int src_line, struct k25_error *err);
+
+/* Loads a YAML mapping of key: value into cfg (on top of what it holds). */
+int k25_config_load_yaml(struct k25_config *cfg, const char *path, struct k25_error *err);
+
+/* Cross-key checks (e.g. chunk > 0); call after all sources are applied. */
+int k25_config_validate(const struct k25_config *cfg, struct k25_error *err);
+
+/*
+ * The effective config as a JSON object text (keys in table order).
+ * Returns a malloc'd string the caller frees, NULL on allocation failure.
+ */
+char *k25_config_to_json(const struct k25_config *cfg);
+
+const char *k25_dtype_name(enum k25_dtype d);
+const char *k25_hint_name(enum k25_hint h);
+
+/* -------------------------------------------------------------- model */
+
+struct k25_model_shape {
+    char name[64];       /* preset name, or the directory's model_type */
+    int dim;             /* hidden size */
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int ffn_dim;         /* intermediate size */
+    int vocab_size;
+    double rope_theta;
+    float norm_eps;
+    bool tied_embeddings;
+};
+
+/* Fills out with a named shape preset; K25_ENOTFOUND for unknown names. */
+int k25_model_preset(const char *name, struct k25_model_shape *out);
+/* Comma-separated list of preset names, for help texts. */
+const char *k25_model_preset_names(void);
+/* Parameter count of a shape (embeddings and head included). */
+int64_t k25_model_param_count(const struct k25_model_shape *s);
+
+#define K25_DUMMY_WEIGHT_SEED 0x6b32356265ULL
+
+typedef struct k25_model k25_model_t;
+
+/*
+ * Loads cfg->model: a preset name gives dummy weights of that shape,
+ * drawn from a fixed weight seed (K25_DUMMY_WEIGHT_SEED, not cfg->seed,
+ * so every run of a preset serves the same model); a directory gives real
+ * weights from config.json + model.safetensors (or shards with
+ * model.safetensors.index.json).  cfg->rope_theta, when set, overrides
+ * the model's own.
+ * The caller owns *out and frees it with k25_model_destroy.
+ */
+int k25_model_load(const struct k25_config *cfg, k25_model_t **out, struct k25_error *err);
+void k25_model_destroy(k25_model_t *m);
+const struct k25_model_shape *k25_model_get_shape(const k25_model_t *m);
+/* Where the weights came from: "dummy(seed=...)" or the directory path. */
+const char *k25_model_source(const k25_model_t *m);
+
+/* ---------------------------------------------------------- tokenizer */
+
+/*
+ * Byte tokenizer of the presets: token id = byte value.  Encodes text into
+ * ids (caller frees *ids with free()); decode writes bytes of ids < 256.
+ */
+int k25_tok_encode(const char *text, size_t len, int32_t **ids, int *n_ids, struct k25_error *err);
+/* Decodes ids into a malloc'd NUL-terminated string; ids >= 256 become '?' */
+char *k25_tok_decode(const int32_t *ids, int n_ids);
+
+/* ------------------------------------------------------------- engine */
+
+enum k25_req_state {
+    K25_REQ_WAITING,   /* submitted, not yet admitted */
+    K25_REQ_PREFILL,   /* admitted, prompt being prefilled */
+    K25_REQ_DECODE,    /* generating */
+    K25_REQ_COMPLETED, /* finished normally */
+    K25_REQ_REJECTED,  /* could never fit (reason in result) */
+};
+
+const char *k25_req_state_name(enum k25_req_state s);
+
+/* A request as submitted.  The engine copies everything it needs. */
+struct k25_request {
+    const char *id;            /* caller's id, copied (truncated to 63 chars) */
+    const int32_t *input_ids;  /* [n_input], each < vocab_size */
+    int n_input;
+    int max_new_tokens;        /* 0 = decode_max_tokens; capped by it */
+    bool keep_logits;          /* store logits of every generated position */
+};
+
+/*
+ * What happened to a request.  Owned by the engine; valid until
+ * k25_engine_release(handle) or k25_engine_destroy.
+ * Times are k25_now_ns() stamps.
+ */
+struct k25_result {
+    char id[64];
+    enum k25_req_state state;
+    char reason[128];          /* why it was rejected; "" otherwise */
+    int n_input;
+    int n_output;
+    int32_t *output_ids;       /* [n_output] */
+    uint64_t *token_t_ns;      /* [n_output], when each token was produced */
+    float *logits;             /* [n_output][vocab] when keep_logits, else NULL */
+    uint64_t submit_t_ns;
+    uint64_t admit_t_ns;       /* left the waiting queue */
+    uint64_t prefill_done_t_ns;
+    uint64_t finish_t_ns;
+    int prefill_chunks;
+    uint64_t prefill_ns;       /* sum of the prefill chunks' step times */
+};
+
+/* Event delivered to the callback as it happens (from k25_engine_step). */
+enum k25_event_type { K25_EV_ADMIT, K25_EV_PREFILL_CHUNK, K25_EV_TOKEN, K25_EV_FINISH };
+struct k25_event {
+    enum k25_event_type type;
+    int handle;
+    const char *req_id;
+    int32_t token_id;      /* K25_EV_TOKEN */
+    int index;             /* token index (K25_EV_TOKEN) or chunk index */
+    uint64_t t_ns;
+};
+typedef void (*k25_event_cb)(const struct k25_event *ev, void *user);
+
+typedef struct k25_engine k25_engine_t;
+
+/* Per-step and cumulative counters, for progress and results. */
+struct k25_engine_stats {
+    int64_t steps;
+    int64_t prefill_tokens;
+    int64_t decode_tokens;
+    uint64_t prefill_ns;   /* time in steps that carried prefill work */
+    uint64_t decode_ns;    /* time in decode-only steps */
+    uint64_t busy_ns;      /* all step time */
+    int64_t kv_blocks_in_use;
+    int64_t kv_blocks_peak;
+    int64_t kv_block_accesses;
+    int n_waiting;
+    int n_running;
+};
+
+/*
+ * Creates an engine serving model (borrowed: must outlive the engine) with
+ * settings cfg (copied).  Opens the log named by cfg.  Sets the thread count.
+ */
+int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model,
+                      k25_engine_t **out, struct k25_error *err);
+void k25_engine_destroy(k25_engine_t *e);
+
+void k25_engine_set_event_cb(k25_engine_t *e, k25_event_cb cb, void *user);
+
+/*
+ * Queues a request; *handle identifies it afterwards.  Bad requests
+ * (token id out of vocabulary, empty prompt) fail with K25_EINVAL.
+ */
+int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handle,
+                      struct k25_error *err);
+
+/*
+ * Runs one engine step: admits waiting requests, builds a batch of decode
+ * tokens and prefill chunks within max_num_batched_tokens, runs the model
+ * once over it, samples, and retires finished requests.  Returns 0 (also
+ * when there was nothing to do) or a negative code.
+ */
+int k25_engine_step(k25_engine_t *e, struct k25_error *err);
+
+/* Steps until no request is waiting or running. */
+int k25_engine_run(k25_engine_t *e, struct k25_error *err);
+
+bool k25_engine_idle(const k25_engine_t *e);
+const struct k25_result *k25_engine_result(const k25_engine_t *e, int handle);
+/* Frees a finished request's result; the handle is invalid afterwards. */
+void k25_engine_release(k25_engine_t *e, int handle);
+void k25_engine_get_stats(const k25_engine_t *e, struct k25_engine_stats *out);
+const struct k25_config *k25_engine_config(const k25_engine_t *e);
+
+/* ------------------------------------------------------------ threads */
+
+/* Sets OpenMP and OpenBLAS threads (n <= 0: all cores); returns the count. */
+int k25_set_threads(int n);
+int k25_get_threads(void);
+
+#endif /* K25_H */

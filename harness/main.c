@@ -1,0 +1,65 @@
+/*
+ * main.c - the k25 command: dispatches to subcommands (k25 run, k25 gold,
+ * ...) and, by argv[0], to the installed aliases users know.
+ */
+#include "harness.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct subcmd {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+};
+
+static const struct subcmd cmds[] = {
+    {"run", k25_cmd_run, "generate from a prompt with the reference engine"},
+    {"gold", k25_cmd_gold, "validate, inspect and generate JSONL gold sets"},
+    {"config", k25_cmd_config, "list config keys and print the effective config"},
+};
+#define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
+
+static void usage(FILE *out)
+{
+    fprintf(out, "k25bench %s - benchmarking and reproducibility harness for long-context LLM inference\n\n"
+                 "usage: k25 COMMAND [ARGS...]     (k25 COMMAND --help for each)\n\ncommands:\n",
+            K25_VERSION);
+    for (size_t i = 0; i < NCMDS; i++)
+        fprintf(out, "  %-10s %s\n", cmds[i].name, cmds[i].help);
+    fprintf(out, "\n  --version  print the version\n  --help     this text\n");
+}
+
+static const char *base_name(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+int main(int argc, char **argv)
+{
+    const char *self = base_name(argv[0]);
+    /* Aliases dispatch on argv[0]: k25-<command> behaves as k25 <command>. */
+    if (strncmp(self, "k25-", 4) == 0) {
+        for (size_t i = 0; i < NCMDS; i++)
+            if (strcmp(self + 4, cmds[i].name) == 0)
+                return cmds[i].fn(argc, argv);
+    }
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("k25 %s\n", K25_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < NCMDS; i++)
+        if (!strcmp(argv[1], cmds[i].name))
+            return cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "k25: unknown command '%s' (k25 --help lists them)\n", argv[1]);
+    return 2;
+}

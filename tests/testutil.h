@@ -1,0 +1,85 @@
+/*
+ * testutil.h - small helpers shared by the CMocka tests.
+ */
+#ifndef K25_TESTUTIL_H
+#define K25_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+/* Path of the k25 binary for integration tests (make passes K25=...). */
+static inline const char *tu_k25(void)
+{
+    const char *p = getenv("K25");
+    return p ? p : "build/k25";
+}
+
+/* True for `make test-quick` / `make asan`: skip the long cases. */
+static inline int tu_quick(void)
+{
+    const char *q = getenv("K25_QUICK");
+    return q && *q && strcmp(q, "0") != 0;
+}
+
+/* Makes a fresh temporary directory; the caller frees the string. */
+static inline char *tu_tmpdir(void)
+{
+    char tmpl[] = "/tmp/k25test.XXXXXX";
+    char *d = mkdtemp(tmpl);
+    return d ? strdup(d) : NULL;
+}
+
+/* Writes text to path; asserts success. */
+static inline void tu_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+    assert_int_equal(fclose(f), 0);
+}
+
+/*
+ * Runs a shell command, captures stdout+stderr (merged) into a malloc'd
+ * string *out (may be NULL), returns the exit status (or -1).
+ */
+static inline int tu_run(const char *cmd, char **out)
+{
+    char *full = NULL;
+    if (asprintf(&full, "%s 2>&1", cmd) < 0)
+        return -1;
+    FILE *p = popen(full, "r");
+    free(full);
+    if (!p)
+        return -1;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while (buf && (r = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+        n += r;
+        if (cap - n < 1024) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+        }
+    }
+    if (buf)
+        buf[n] = 0;
+    int st = pclose(p);
+    if (out)
+        *out = buf;
+    else
+        free(buf);
+    if (st == -1)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+#endif
