@@ -133,6 +133,7 @@ struct k25_config_key_info {
     const char *type;    /* "int", "float", "bool", "string", "enum" */
     const char *deflt;   /* default as text */
     const char *help;    /* one line */
+    const char *range;   /* allowed values as text, e.g. "1..65536", "fp32|fp16|int8|int4" */
 };
 
 void k25_config_init(struct k25_config *cfg);
@@ -140,6 +141,9 @@ void k25_config_init(struct k25_config *cfg);
 /* Number of keys and the i-th key's description. */
 int k25_config_key_count(void);
 const struct k25_config_key_info *k25_config_key(int i);
+
+/* The known key closest to key (edit distance <= 3) for "did you mean", or NULL. */
+const char *k25_config_suggest(const char *key);
 
 /*
  * Sets one key from text.  src_file/src_line name where the value came

@@ -1,0 +1,85 @@
+/*
+ * backend.h - the backend interface: the operations a forward pass needs,
+ * as a table of function pointers.  The CPU backend (backend_cpu.c,
+ * attention.c) is the reference; a CUDA backend (engine/cuda/) slots in
+ * behind the same table.
+ */
+#ifndef K25_BACKEND_H
+#define K25_BACKEND_H
+
+#include "internal.h"
+
+/*
+ * The KV cache of one sequence for one layer, as the attention kernel
+ * reads it.  Block b holds tokens [b*block_size, (b+1)*block_size); its
+ * keys for KV head g start at k_blocks[b] + g*block_size*head_dim
+ * elements, token-major ([kv_head][token][head_dim]); values likewise.
+ * Elements are float (K25_DTYPE_FP32) or IEEE half (K25_DTYPE_FP16).
+ */
+struct k25_kv_view {
+    int n_tokens;
+    int block_size;
+    int n_kv_heads;
+    int head_dim;
+    enum k25_dtype dtype;
+    const void *const *k_blocks; /* [n_blocks] */
+    const void *const *v_blocks; /* [n_blocks] */
+};
+
+/*
+ * One attention job: n_q consecutive queries of one sequence at positions
+ * q_pos0 .. q_pos0+n_q-1 attend causally to the sequence's KV (which
+ * already holds their own keys): query i sees tokens 0 .. q_pos0+i.
+ */
+struct k25_attn_job {
+    const float *q;   /* [n_q][q_stride], heads at [h*head_dim], RoPE applied */
+    int q_stride;
+    int n_q;
+    int q_pos0;
+    struct k25_kv_view kv;
+    float *out;       /* [n_q][out_stride], heads at [h*head_dim] */
+    int out_stride;
+};
+
+struct k25_backend {
+    const char *name;
+    /* y[m][n] = x[m][k] . w[n][k]^T (+ y when accumulate) */
+    void (*gemm_xwt)(int m, int n, int k, const float *x, const float *w, float *y, bool accumulate);
+    /* y[m][d] = x / rms(x) * w, per row */
+    void (*rmsnorm)(int m, int d, const float *x, const float *w, float eps, float *y);
+    /* Rotates heads of x in place ("rotate half" pairs i, i+hd/2);
+     * cs[m][hd] holds cos in [0, hd/2) and sin in [hd/2, hd) per row. */
+    void (*rope)(int m, int n_heads, int head_dim, float *x, int stride, const float *cs);
+    /* h[m][ffn] = silu(gu[m][0:ffn]) * gu[m][ffn:2ffn] */
+    void (*swiglu)(int m, int ffn, const float *gu, float *h);
+    /* Runs every job; n_heads query heads share n_kv_heads KV heads. */
+    void (*attention)(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale);
+};
+
+const struct k25_backend *k25_backend_cpu(void);
+
+/* CPU attention (attention.c), exposed for the backend table and tests. */
+void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale);
+
+/* exp(x) for the softmax: vectorizable, relative error < 2e-7 on [-87, 88]. */
+static inline float k25_fast_expf(float x)
+{
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* x = n ln2 + r with |r| <= ln2/2, then exp(r) by a degree-7 polynomial */
+    float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693145751953125f;  /* ln2 high bits (exact product) */
+    r -= n * 1.428606765330187e-06f;       /* ln2 low bits */
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union { uint32_t u; float f; } s;
+    s.u = (uint32_t)((int32_t)n + 127) << 23;
+    return p * s.f;
+}
+
+#endif /* K25_BACKEND_H */

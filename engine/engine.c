@@ -1,0 +1,445 @@
+/*
+ * engine.c - the engine object and its scheduler: continuous batching.
+ *
+ * Requests wait in a FIFO until admitted (at most max_batch_size run at
+ * once; with a memory budget, only when the KV blocks for their prompt and
+ * output can be reserved).  Each step builds one batch under the token
+ * budget max_num_batched_tokens: first one decode token for every running
+ * sequence that has finished its prefill (latency first), then prefill
+ * chunks of up to prefill_chunk_size tokens for sequences still
+ * prefilling, in admission order, until the budget is spent.  One forward
+ * pass runs the whole batch; sequences whose last prompt chunk or decode
+ * token ran get a sampled token; finished sequences free their blocks at
+ * once, so a new request can join in the next step.
+ */
+#include "engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *k25_req_state_name(enum k25_req_state s)
+{
+    switch (s) {
+    case K25_REQ_WAITING: return "waiting";
+    case K25_REQ_PREFILL: return "prefill";
+    case K25_REQ_DECODE: return "decode";
+    case K25_REQ_COMPLETED: return "completed";
+    case K25_REQ_REJECTED: return "rejected";
+    }
+    return "?";
+}
+
+/* Bytes of activations for a step of t tokens (matches forward.c buffers). */
+static int64_t activation_bytes(const struct k25_model_shape *s, int64_t t)
+{
+    int64_t w = 3 * (int64_t)s->dim + (int64_t)(s->n_heads + 2 * s->n_kv_heads) * s->head_dim +
+                (int64_t)s->n_heads * s->head_dim + 3 * (int64_t)s->ffn_dim + s->head_dim + s->vocab_size;
+    return 4 * w * t;
+}
+
+int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k25_engine_t **out,
+                      struct k25_error *err)
+{
+    *out = NULL;
+    int rc = k25_config_validate(cfg, err);
+    if (rc != K25_OK)
+        return rc;
+    struct k25_engine *e = k25_alloc(K25_MEM_OTHER, sizeof(*e));
+    if (!e)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    e->cfg = *cfg;
+    e->model = model;
+    e->be = k25_backend_cpu();
+    k25_set_threads(cfg->threads);
+    const struct k25_model_shape *s = &model->shape;
+
+    /* With a budget, the KV pool gets what weights and activations leave. */
+    int64_t max_blocks = 0;
+    struct k25_kv_pool probe;
+    if ((rc = k25_kv_pool_init(&probe, s, cfg->kv_block_size, cfg->kv_cache_dtype, 0, err)) != K25_OK)
+        goto out_free;
+    if (cfg->memory_budget_mb > 0) {
+        int64_t budget = cfg->memory_budget_mb * 1024 * 1024;
+        int64_t weights = k25_model_param_count(s) * 4;
+        int64_t step_tokens = cfg->max_num_batched_tokens > cfg->prefill_chunk_size
+                                  ? cfg->max_num_batched_tokens
+                                  : cfg->prefill_chunk_size;
+        int64_t left = budget - weights - activation_bytes(s, step_tokens);
+        max_blocks = left / (int64_t)probe.block_bytes;
+        if (max_blocks < 1) {
+            rc = k25_error_set(err, K25_ERANGE, NULL, 0, "memory_budget_mb",
+                               "%lld MB cannot hold the weights (%.1f MB), activations and one KV block",
+                               (long long)cfg->memory_budget_mb, (double)weights / (1 << 20));
+            goto out_free;
+        }
+    }
+    if ((rc = k25_kv_pool_init(&e->pool, s, cfg->kv_block_size, cfg->kv_cache_dtype, max_blocks,
+                               err)) != K25_OK)
+        goto out_free;
+    if ((rc = k25_log_open(&e->log, cfg->log_level, cfg->log_file, err)) != K25_OK)
+        goto out_pool;
+
+    e->sample_work = k25_alloc(K25_MEM_OTHER, sizeof(float) * (size_t)s->vocab_size);
+    e->sample_idx = k25_alloc(K25_MEM_OTHER, sizeof(int32_t) * (size_t)s->vocab_size);
+    e->inv_freq = k25_alloc(K25_MEM_OTHER, sizeof(double) * (size_t)(s->head_dim / 2));
+    e->running = k25_alloc(K25_MEM_OTHER, sizeof(int) * (size_t)cfg->max_batch_size);
+    if (!e->sample_work || !e->sample_idx || !e->inv_freq || !e->running) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out_log;
+    }
+    for (int j = 0; j < s->head_dim / 2; j++)
+        e->inv_freq[j] = pow(s->rope_theta, -2.0 * j / s->head_dim);
+    *out = e;
+    return K25_OK;
+
+out_log:
+    k25_log_close(&e->log, NULL);
+    k25_free(e->sample_work);
+    k25_free(e->sample_idx);
+    k25_free(e->inv_freq);
+    k25_free(e->running);
+out_pool:
+    k25_kv_pool_free(&e->pool);
+out_free:
+    k25_free(e);
+    return rc;
+}
+
+static void slot_free(struct k25_engine *e, struct k25_slot *sl)
+{
+    if (!sl)
+        return;
+    if (sl->seq.ids)
+        k25_kv_seq_release(&e->pool, &sl->seq, NULL, NULL);
+    free(sl->prompt);
+    free(sl->res.output_ids);
+    free(sl->res.token_t_ns);
+    free(sl->res.logits);
+    free(sl);
+}
+
+void k25_engine_destroy(k25_engine_t *e)
+{
+    if (!e)
+        return;
+    for (int i = 0; i < e->n_slots; i++)
+        slot_free(e, e->slots[i]);
+    free(e->slots);
+    free(e->waiting);
+    k25_log_close(&e->log, NULL);
+    k25_kv_pool_free(&e->pool);
+    float *bufs[] = {e->x, e->xn, e->qkv, e->att, e->gu, e->h, e->cs, e->last, e->logits, e->sample_work};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        k25_free(bufs[i]);
+    k25_free(e->sample_idx);
+    k25_free(e->inv_freq);
+    k25_free(e->running);
+    k25_free(e);
+}
+
+void k25_engine_set_event_cb(k25_engine_t *e, k25_event_cb cb, void *user)
+{
+    e->cb = cb;
+    e->cb_user = user;
+}
+
+static void emit(struct k25_engine *e, enum k25_event_type type, int handle, int32_t tok, int index,
+                 uint64_t t_ns)
+{
+    if (!e->cb)
+        return;
+    struct k25_event ev = {type, handle, e->slots[handle]->res.id, tok, index, t_ns};
+    e->cb(&ev, e->cb_user);
+}
+
+int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handle, struct k25_error *err)
+{
+    const int V = e->model->shape.vocab_size;
+    const char *id = req->id ? req->id : "";
+    if (req->n_input <= 0)
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "input_ids", "request '%s': empty prompt", id);
+    for (int i = 0; i < req->n_input; i++)
+        if (req->input_ids[i] < 0 || req->input_ids[i] >= V)
+            return k25_error_set(err, K25_EINVAL, NULL, 0, "input_ids",
+                                 "request '%s': token %d is %d, outside the vocabulary [0, %d)", id, i,
+                                 req->input_ids[i], V);
+    if (req->max_new_tokens < 0)
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "max_new_tokens",
+                             "request '%s': negative max_new_tokens %d", id, req->max_new_tokens);
+
+    if (e->n_slots == e->cap_slots) {
+        int ncap = e->cap_slots ? 2 * e->cap_slots : 64;
+        struct k25_slot **ns = realloc(e->slots, sizeof(*ns) * (size_t)ncap);
+        if (!ns)
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        e->slots = ns;
+        e->cap_slots = ncap;
+    }
+    if (e->wait_end == e->wait_cap) {
+        if (e->wait_head > 0) { /* compact the FIFO before growing it */
+            memmove(e->waiting, e->waiting + e->wait_head, sizeof(int) * (size_t)(e->wait_end - e->wait_head));
+            e->wait_end -= e->wait_head;
+            e->wait_head = 0;
+        }
+        if (e->wait_end == e->wait_cap) {
+            int ncap = e->wait_cap ? 2 * e->wait_cap : 64;
+            int *nw = realloc(e->waiting, sizeof(int) * (size_t)ncap);
+            if (!nw)
+                return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            e->waiting = nw;
+            e->wait_cap = ncap;
+        }
+    }
+
+    struct k25_slot *sl = calloc(1, sizeof(*sl));
+    if (!sl || !(sl->prompt = malloc(sizeof(int32_t) * (size_t)req->n_input))) {
+        free(sl);
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    }
+    memcpy(sl->prompt, req->input_ids, sizeof(int32_t) * (size_t)req->n_input);
+    snprintf(sl->res.id, sizeof(sl->res.id), "%s", id);
+    sl->res.state = K25_REQ_WAITING;
+    sl->res.n_input = req->n_input;
+    sl->res.submit_t_ns = k25_now_ns();
+    int cap = e->cfg.decode_max_tokens;
+    sl->max_new = (req->max_new_tokens > 0 && req->max_new_tokens < cap) ? req->max_new_tokens : cap;
+    sl->keep_logits = req->keep_logits;
+    sl->rng = k25_sample_seed(e->cfg.seed, sl->res.id);
+
+    int h = e->n_slots++;
+    e->slots[h] = sl;
+    e->waiting[e->wait_end++] = h;
+    *handle = h;
+    return K25_OK;
+}
+
+/* Admits waiting requests while the batch and the KV budget allow. */
+static void admit(struct k25_engine *e)
+{
+    struct k25_kv_pool *p = &e->pool;
+    while (e->wait_head < e->wait_end && e->n_running < e->cfg.max_batch_size) {
+        int h = e->waiting[e->wait_head];
+        struct k25_slot *sl = e->slots[h];
+        int64_t need = k25_kv_blocks_for(p, (int64_t)sl->res.n_input + sl->max_new);
+        if (p->max_blocks > 0) {
+            if (need > p->max_blocks) {
+                e->wait_head++;
+                sl->res.state = K25_REQ_REJECTED;
+                sl->res.finish_t_ns = k25_now_ns();
+                snprintf(sl->res.reason, sizeof(sl->res.reason),
+                         "needs %lld KV blocks, the memory budget holds %lld", (long long)need,
+                         (long long)p->max_blocks);
+                k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "req_id=%s state=rejected reason=kv_budget",
+                              sl->res.id);
+                emit(e, K25_EV_FINISH, h, -1, 0, sl->res.finish_t_ns);
+                continue;
+            }
+            if (p->reserved + need > p->max_blocks)
+                break; /* FIFO: wait until running requests free blocks */
+            p->reserved += need;
+            sl->reserved_blocks = need;
+        }
+        e->wait_head++;
+        sl->res.state = K25_REQ_PREFILL;
+        sl->res.admit_t_ns = k25_now_ns();
+        e->running[e->n_running++] = h;
+        emit(e, K25_EV_ADMIT, h, -1, 0, sl->res.admit_t_ns);
+    }
+}
+
+static void log_block_free(int32_t id, void *user)
+{
+    struct k25_engine *e = user;
+    k25_log_write(&e->log, K25_LOG_DEBUG, "KV_CACHE", "block_id=%d evict_reason=REQUEST_FINISHED", id);
+}
+
+static int append_token(struct k25_engine *e, struct k25_slot *sl, int32_t tok, const float *logits,
+                        uint64_t t_ns, struct k25_error *err)
+{
+    int V = e->model->shape.vocab_size;
+    if (sl->res.n_output == sl->out_cap) {
+        int ncap = sl->out_cap ? 2 * sl->out_cap : 16;
+        if (ncap > sl->max_new)
+            ncap = sl->max_new;
+        int32_t *o = realloc(sl->res.output_ids, sizeof(int32_t) * (size_t)ncap);
+        if (o)
+            sl->res.output_ids = o;
+        uint64_t *t = realloc(sl->res.token_t_ns, sizeof(uint64_t) * (size_t)ncap);
+        if (t)
+            sl->res.token_t_ns = t;
+        float *lg = sl->keep_logits ? realloc(sl->res.logits, sizeof(float) * (size_t)ncap * V) : NULL;
+        if (lg)
+            sl->res.logits = lg;
+        if (!o || !t || (sl->keep_logits && !lg))
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (outputs)");
+        sl->out_cap = ncap;
+    }
+    if (sl->keep_logits)
+        memcpy(sl->res.logits + (size_t)sl->res.n_output * V, logits, sizeof(float) * V);
+    sl->res.output_ids[sl->res.n_output] = tok;
+    sl->res.token_t_ns[sl->res.n_output] = t_ns;
+    sl->res.n_output++;
+    return K25_OK;
+}
+
+int k25_engine_step(k25_engine_t *e, struct k25_error *err)
+{
+    admit(e);
+    if (e->n_running == 0)
+        return K25_OK;
+
+    const int V = e->model->shape.vocab_size;
+    int n = e->n_running, n_spans = 0, budget = e->cfg.max_num_batched_tokens, rc = K25_OK;
+    bool has_prefill = false;
+    struct k25_span spans[n];
+    int span_h[n];
+    float *logit_buf = malloc(sizeof(float) * (size_t)n * V);
+    if (!logit_buf)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+
+    /* decode tokens first: one per sequence past its prefill */
+    for (int i = 0; i < n && budget > 0; i++) {
+        struct k25_slot *sl = e->slots[e->running[i]];
+        if (sl->res.state != K25_REQ_DECODE)
+            continue;
+        spans[n_spans] = (struct k25_span){&sl->seq, &sl->res.output_ids[sl->res.n_output - 1], 1,
+                                           sl->seq.n_tokens, logit_buf + (size_t)n_spans * V};
+        span_h[n_spans++] = e->running[i];
+        budget--;
+    }
+    /* then prefill chunks, in admission order, within the remaining budget */
+    for (int i = 0; i < n; i++) {
+        struct k25_slot *sl = e->slots[e->running[i]];
+        if (sl->res.state != K25_REQ_PREFILL)
+            continue;
+        int left = sl->res.n_input - sl->n_prefilled;
+        int chunk;
+        if (e->cfg.disable_prefill_optimization) {
+            if (has_prefill)
+                break; /* one-pass prefill: one whole prompt per step */
+            chunk = left;
+        } else {
+            if (budget <= 0)
+                break;
+            chunk = left < e->cfg.prefill_chunk_size ? left : e->cfg.prefill_chunk_size;
+            chunk = chunk < budget ? chunk : budget;
+            budget -= chunk;
+        }
+        bool last = chunk == left;
+        spans[n_spans] = (struct k25_span){&sl->seq, sl->prompt + sl->n_prefilled, chunk, sl->n_prefilled,
+                                           last ? logit_buf + (size_t)n_spans * V : NULL};
+        span_h[n_spans++] = e->running[i];
+        has_prefill = true;
+    }
+
+    uint64_t t0 = k25_now_ns();
+    if ((rc = k25_forward(e, spans, n_spans, err)) != K25_OK)
+        goto out;
+    uint64_t t1 = k25_now_ns(), dt = t1 - t0;
+    e->stats.steps++;
+    e->stats.busy_ns += dt;
+    if (has_prefill)
+        e->stats.prefill_ns += dt;
+    else
+        e->stats.decode_ns += dt;
+
+    for (int i = 0; i < n_spans; i++) {
+        int h = span_h[i];
+        struct k25_slot *sl = e->slots[h];
+        if (sl->res.state == K25_REQ_PREFILL) {
+            sl->n_prefilled += spans[i].n;
+            sl->res.prefill_chunks++;
+            sl->res.prefill_ns += dt;
+            e->stats.prefill_tokens += spans[i].n;
+            emit(e, K25_EV_PREFILL_CHUNK, h, -1, sl->res.prefill_chunks - 1, t1);
+            if (!spans[i].logits)
+                continue;
+            sl->res.state = K25_REQ_DECODE;
+            sl->res.prefill_done_t_ns = t1;
+            k25_log_write(&e->log, K25_LOG_INFO, "PREFILL",
+                          "req_id=%s seq_len=%d chunk_count=%d avg_time_per_chunk=%.1fms", sl->res.id,
+                          sl->res.n_input, sl->res.prefill_chunks,
+                          (double)sl->res.prefill_ns / 1e6 / sl->res.prefill_chunks);
+        } else {
+            e->stats.decode_tokens++;
+        }
+        int32_t tok = k25_sample(e, spans[i].logits, &sl->rng);
+        if ((rc = append_token(e, sl, tok, spans[i].logits, t1, err)) != K25_OK)
+            goto out;
+        if (k25_log_on(&e->log, K25_LOG_DEBUG))
+            k25_log_write(&e->log, K25_LOG_DEBUG, "DECODE",
+                          "req_id=%s token_id=%d kv_block_access=hot(%d) cache_hit=True", sl->res.id, tok,
+                          sl->seq.ids[sl->seq.n_blocks - 1]);
+        emit(e, K25_EV_TOKEN, h, tok, sl->res.n_output - 1, t1);
+    }
+
+    /* retire finished sequences, keeping the running list in order */
+    int kept = 0;
+    for (int i = 0; i < e->n_running; i++) {
+        int h = e->running[i];
+        struct k25_slot *sl = e->slots[h];
+        if (sl->res.state == K25_REQ_DECODE && sl->res.n_output >= sl->max_new) {
+            sl->res.state = K25_REQ_COMPLETED;
+            sl->res.finish_t_ns = k25_now_ns();
+            k25_kv_seq_release(&e->pool, &sl->seq, k25_log_on(&e->log, K25_LOG_DEBUG) ? log_block_free : NULL,
+                               e);
+            e->pool.reserved -= sl->reserved_blocks;
+            sl->reserved_blocks = 0;
+            emit(e, K25_EV_FINISH, h, -1, sl->res.n_output, sl->res.finish_t_ns);
+        } else {
+            e->running[kept++] = h;
+        }
+    }
+    e->n_running = kept;
+
+out:
+    free(logit_buf);
+    return rc;
+}
+
+bool k25_engine_idle(const k25_engine_t *e)
+{
+    return e->n_running == 0 && e->wait_head == e->wait_end;
+}
+
+int k25_engine_run(k25_engine_t *e, struct k25_error *err)
+{
+    while (!k25_engine_idle(e)) {
+        int rc = k25_engine_step(e, err);
+        if (rc != K25_OK)
+            return rc;
+    }
+    return K25_OK;
+}
+
+const struct k25_result *k25_engine_result(const k25_engine_t *e, int handle)
+{
+    if (handle < 0 || handle >= e->n_slots || !e->slots[handle])
+        return NULL;
+    return &e->slots[handle]->res;
+}
+
+void k25_engine_release(k25_engine_t *e, int handle)
+{
+    if (handle < 0 || handle >= e->n_slots || !e->slots[handle])
+        return;
+    struct k25_slot *sl = e->slots[handle];
+    K25_ASSERT(sl->res.state == K25_REQ_COMPLETED || sl->res.state == K25_REQ_REJECTED);
+    slot_free(e, sl);
+    e->slots[handle] = NULL;
+}
+
+void k25_engine_get_stats(const k25_engine_t *e, struct k25_engine_stats *out)
+{
+    *out = e->stats;
+    out->kv_blocks_in_use = e->pool.in_use;
+    out->kv_blocks_peak = e->pool.peak_in_use;
+    out->n_waiting = e->wait_end - e->wait_head;
+    out->n_running = e->n_running;
+}
+
+const struct k25_config *k25_engine_config(const k25_engine_t *e)
+{
+    return &e->cfg;
+}

@@ -1,0 +1,81 @@
+/*
+ * engine.h - the engine object (engine-internal): request slots, the
+ * waiting queue, the running batch, the KV pool and activation buffers.
+ * engine.c schedules, forward.c runs the model over one step's batch,
+ * sample.c picks tokens.
+ */
+#ifndef K25_ENGINE_H
+#define K25_ENGINE_H
+
+#include "kvcache.h"
+#include "log.h"
+
+/* One submitted request. */
+struct k25_slot {
+    struct k25_result res;
+    int32_t *prompt;          /* [res.n_input] (malloc'd copy) */
+    int max_new;              /* tokens to generate */
+    bool keep_logits;
+    int n_prefilled;          /* prompt tokens already in the KV cache */
+    int64_t reserved_blocks;  /* promised by admission (budgeted pool) */
+    struct k25_kv_seq seq;
+    uint64_t rng;             /* sampling state, seeded from (seed, id) */
+    int out_cap;              /* capacity of output arrays */
+    bool released;
+};
+
+/* A contiguous run of one sequence's tokens in a forward pass. */
+struct k25_span {
+    struct k25_kv_seq *seq;
+    const int32_t *tokens;    /* [n] */
+    int n;
+    int pos0;                 /* position of tokens[0] */
+    float *logits;            /* [vocab] for the last token, or NULL */
+};
+
+struct k25_engine {
+    struct k25_config cfg;
+    const struct k25_model *model;
+    const struct k25_backend *be;
+    struct k25_kv_pool pool;
+    struct k25_log log;
+
+    struct k25_slot **slots;  /* [n_slots], by handle */
+    int n_slots, cap_slots;
+    int *waiting;             /* handles, FIFO: [wait_head, n_wait_end) */
+    int wait_head, wait_end, wait_cap;
+    int *running;             /* handles in admission order */
+    int n_running;
+
+    /* activation buffers, k25_alloc(K25_MEM_ACTIVATIONS), for t_cap tokens */
+    int t_cap;
+    float *x;                 /* [t][dim] residual stream */
+    float *xn;                /* [t][dim] normalized */
+    float *qkv;               /* [t][(heads+2*kv_heads)*head_dim] */
+    float *att;               /* [t][heads*head_dim] */
+    float *gu;                /* [t][2*ffn] */
+    float *h;                 /* [t][ffn] */
+    float *cs;                /* [t][head_dim] cos|sin */
+    float *last;              /* [t][dim] rows that need logits */
+    float *logits;            /* [t][vocab] */
+    float *sample_work;       /* [vocab] */
+    int32_t *sample_idx;      /* [vocab] */
+    double *inv_freq;         /* [head_dim/2] */
+
+    k25_event_cb cb;
+    void *cb_user;
+    struct k25_engine_stats stats;
+};
+
+/* Runs the model over spans (one step); fills each span's logits. */
+int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struct k25_error *err);
+
+/* Next token from logits[vocab]: argmax when temperature == 0, else
+ * temperature + top-p sampling with the xorshift state *rng. */
+int32_t k25_sample(struct k25_engine *e, const float *logits, uint64_t *rng);
+
+/* A seed for one request: mixes the run seed with the request id, so a
+ * request samples the same tokens whatever else is in the batch. */
+uint64_t k25_sample_seed(uint64_t seed, const char *id);
+
+#endif
