@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS=(
   build-essential pkg-config
   libopenblas-openmp-dev   # OpenBLAS built with OpenMP: shares one thread pool with our kernels
-  libyaml-dev libjansson-dev libcmocka-dev
+  libyaml-dev libjansson-dev libcmocka-dev libssl-dev
   libhdf5-dev hdf5-tools
   gnuplot-nox jq
 )

@@ -87,7 +87,10 @@ static void attend_tile(const struct k25_attn_job *job, int g, int group, int t0
                 memset(s, 0, sizeof(float) * (size_t)nk);
                 continue;
             }
+            /* omp simd: vectorized reductions (fixed lane order, so still
+             * independent of the thread count) */
             float mx = s[0];
+#pragma omp simd reduction(max : mx)
             for (int j = 1; j < lim; j++)
                 mx = s[j] > mx ? s[j] : mx;
             float m_old = sc->m[r];
@@ -100,10 +103,11 @@ static void attend_tile(const struct k25_attn_job *job, int g, int group, int t0
                 sc->m[r] = mx;
             }
             float m_new = sc->m[r], sum = 0.0f;
-            for (int j = 0; j < lim; j++) {
+            for (int j = 0; j < lim; j++)
                 s[j] = k25_fast_expf(s[j] - m_new);
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < lim; j++)
                 sum += s[j];
-            }
             for (int j = lim; j < nk; j++)
                 s[j] = 0.0f;
             sc->l[r] += sum;

@@ -70,6 +70,7 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struc
     const int qkv_w = (nh + 2 * nkv) * hd, att_w = nh * hd;
     int rc = K25_OK;
 
+    K25_ASSERT(n_spans > 0);
     int T = 0, max_blocks = 0;
     for (int i = 0; i < n_spans; i++)
         T += spans[i].n;
@@ -83,8 +84,8 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struc
             max_blocks = spans[i].seq->n_blocks;
     }
 
-    struct k25_attn_job *jobs = calloc((size_t)n_spans, sizeof(*jobs));
-    const void **ptrs = calloc((size_t)n_spans * 2 * (size_t)max_blocks, sizeof(void *));
+    struct k25_attn_job *jobs = calloc((unsigned)n_spans, sizeof(*jobs));
+    const void **ptrs = calloc((unsigned)n_spans * 2u * (unsigned)max_blocks, sizeof(void *));
     if (!jobs || !ptrs) {
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (attention jobs)");
         goto out_free;

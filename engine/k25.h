@@ -334,4 +334,17 @@ const struct k25_config *k25_engine_config(const k25_engine_t *e);
 int k25_set_threads(int n);
 int k25_get_threads(void);
 
+/* The OpenBLAS kernel set in use (e.g. "SkylakeX"), for provenance. */
+const char *k25_blas_corename(void);
+/* The kernel set this CPU supports when OpenBLAS fell back to a generic one
+ * (a CPU newer than the library), else NULL. */
+const char *k25_blas_better_coretype(void);
+/*
+ * When k25_blas_better_coretype() is not NULL and the user has not set
+ * OPENBLAS_CORETYPE, re-executes the program with it set (OpenBLAS reads it
+ * only at load time).  Returns only if nothing needed doing or exec failed.
+ * Call first thing in main().  K25_NO_BLAS_REEXEC=1 disables it.
+ */
+void k25_blas_reexec(char **argv);
+
 #endif /* K25_H */

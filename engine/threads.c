@@ -7,6 +7,9 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 int k25_set_threads(int n)
 {
@@ -20,4 +23,53 @@ int k25_set_threads(int n)
 int k25_get_threads(void)
 {
     return omp_get_max_threads();
+}
+
+char *openblas_get_corename(void); /* OpenBLAS extension, not in cblas.h */
+
+const char *k25_blas_corename(void)
+{
+    return openblas_get_corename();
+}
+
+/*
+ * OpenBLAS built with DYNAMIC_ARCH picks its kernels from the CPU model
+ * number; a CPU newer than the library (e.g. Emerald Rapids under Debian
+ * 12's OpenBLAS 0.3.21) falls back to the SSE3 "Prescott" kernels, 4-8x
+ * slower.  This names the kernel set the CPU's features do support, or
+ * NULL when the detected one is already right.
+ */
+const char *k25_blas_better_coretype(void)
+{
+    const char *cur = openblas_get_corename();
+    if (!cur)
+        return NULL;
+    static const char *const generic[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
+                                          "Atom", "Katmai", "Coppermine", "Northwood", "Banias"};
+    bool is_generic = false;
+    for (size_t i = 0; i < sizeof(generic) / sizeof(generic[0]); i++)
+        is_generic |= strcmp(cur, generic[i]) == 0;
+    if (!is_generic)
+        return NULL;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "Haswell";
+#endif
+    return NULL;
+}
+
+void k25_blas_reexec(char **argv)
+{
+    const char *better;
+    if (getenv("OPENBLAS_CORETYPE") || getenv("K25_NO_BLAS_REEXEC") || !(better = k25_blas_better_coretype()))
+        return;
+    /* OpenBLAS reads OPENBLAS_CORETYPE when it loads, so restart once with it set. */
+    if (setenv("OPENBLAS_CORETYPE", better, 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    /* exec failed: carry on with the slow kernels rather than fail */
 }

@@ -38,6 +38,7 @@ static const char *base_name(const char *p)
 
 int main(int argc, char **argv)
 {
+    k25_blas_reexec(argv);
     const char *self = base_name(argv[0]);
     /* Aliases dispatch on argv[0]: k25-<command> behaves as k25 <command>. */
     if (strncmp(self, "k25-", 4) == 0) {

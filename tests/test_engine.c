@@ -347,8 +347,10 @@ static void test_golden(void **state)
         fail_msg("golden tokens changed:\n  want %s\n  got  %s", want, got);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    k25_blas_reexec(argv); /* fast BLAS kernels on CPUs newer than OpenBLAS */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunked_equals_one_pass),
         cmocka_unit_test(test_batching_equals_serial),

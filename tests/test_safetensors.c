@@ -1,0 +1,1078 @@
+/*
+ * test_safetensors.c - real weights from a model directory
+ * (engine/safetensors.c, through k25_model_load).
+ *
+ * Each test writes its own small Llama model (config.json plus
+ * model.safetensors, or shards with model.safetensors.index.json) from a
+ * seeded generator, in F32, F16 or BF16, then checks that
+ *   - every tensor lands in its place in struct k25_model (q/k/v rows
+ *     fused into wqkv, gate/up into w_gate_up, tied embeddings aliased);
+ *   - the engine's logits match a plain scalar forward pass written here
+ *     (double precision, HF Llama conventions) under greedy decoding;
+ *   - every corrupt or inconsistent directory is refused with the right
+ *     code and a message naming the file and the tensor or config key,
+ *     without leaking weight memory.
+ */
+#include "testutil.h"
+
+#include "internal.h"
+
+#include <jansson.h>
+#include <math.h>
+
+/* ------------------------------------------------------------ the model */
+
+#define MAXL 4
+
+/* The test's own copy of a model's weights, exactly as stored in the file. */
+struct tmodel {
+    int dim, n_layers, n_heads, n_kv, hd, ffn, vocab;
+    bool explicit_head_dim; /* write head_dim into config.json */
+    double theta, eps;
+    bool tied;
+    float *embed;      /* [vocab][dim] */
+    float *final_norm; /* [dim] */
+    float *lm_head;    /* [vocab][dim]; written unless tied (see write_lm_head) */
+    struct {
+        float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *wg, *wu, *wd;
+    } l[MAXL];
+};
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static float rng_unif(uint64_t *s)
+{
+    return (float)((double)(rng_next(s) >> 11) * 0x1p-52 - 1.0);
+}
+
+/* bfloat16 round to nearest even (the data has no NaN). */
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+/* Decoders written here, independent of engine/half.c. */
+static float from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float from_fp16(uint16_t h)
+{
+    int exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    double v = exp == 0 ? ldexp(man, -24) : ldexp(man + 1024, exp - 25);
+    return (float)((h >> 15) ? -v : v);
+}
+
+/* Rounds x to what dtype can hold, so the file's values are the truth. */
+static float quantize(float x, const char *dtype)
+{
+    if (strcmp(dtype, "F16") == 0)
+        return from_fp16(k25_fp32_to_fp16(x));
+    if (strcmp(dtype, "BF16") == 0)
+        return from_bf16(to_bf16(x));
+    return x;
+}
+
+static float *tensor_new(uint64_t *rng, size_t n, float center, float scale, const char *dtype)
+{
+    float *w = malloc(n * sizeof(float));
+    assert_non_null(w);
+    for (size_t i = 0; i < n; i++)
+        w[i] = quantize(center + scale * rng_unif(rng), dtype);
+    return w;
+}
+
+/*
+ * Test shape: dim 64, 2 layers, 4 heads, 2 KV heads, ffn 96, vocab 256;
+ * head_dim and vocab override the defaults when not 0.
+ */
+static void tmodel_init(struct tmodel *M, const char *dtype, bool tied, int head_dim, int vocab,
+                        uint64_t seed)
+{
+    memset(M, 0, sizeof(*M));
+    M->dim = 64;
+    M->n_layers = 2;
+    M->n_heads = 4;
+    M->n_kv = 2;
+    M->hd = head_dim ? head_dim : M->dim / M->n_heads;
+    M->explicit_head_dim = head_dim != 0;
+    M->ffn = 96;
+    M->vocab = vocab ? vocab : 256;
+    M->theta = 50000.0; /* not the defaults: the test sees that they are read */
+    M->eps = 1e-6;
+    M->tied = tied;
+    uint64_t rng = seed;
+    size_t d = (size_t)M->dim, q = (size_t)(M->n_heads * M->hd), kv = (size_t)(M->n_kv * M->hd);
+    size_t f = (size_t)M->ffn, v = (size_t)M->vocab;
+    M->embed = tensor_new(&rng, v * d, 0, 1.0f, dtype);
+    for (int l = 0; l < M->n_layers; l++) {
+        M->l[l].attn_norm = tensor_new(&rng, d, 1.0f, 0.2f, dtype);
+        M->l[l].wq = tensor_new(&rng, q * d, 0, 1.5f / sqrtf((float)d), dtype);
+        M->l[l].wk = tensor_new(&rng, kv * d, 0, 1.5f / sqrtf((float)d), dtype);
+        M->l[l].wv = tensor_new(&rng, kv * d, 0, 1.0f / sqrtf((float)d), dtype);
+        M->l[l].wo = tensor_new(&rng, d * q, 0, 1.0f / sqrtf((float)q), dtype);
+        M->l[l].ffn_norm = tensor_new(&rng, d, 1.0f, 0.2f, dtype);
+        M->l[l].wg = tensor_new(&rng, f * d, 0, 1.0f / sqrtf((float)d), dtype);
+        M->l[l].wu = tensor_new(&rng, f * d, 0, 1.0f / sqrtf((float)d), dtype);
+        M->l[l].wd = tensor_new(&rng, d * f, 0, 1.0f / sqrtf((float)f), dtype);
+    }
+    M->final_norm = tensor_new(&rng, d, 1.0f, 0.2f, dtype);
+    /* Written even when tied, for the test that a stored lm_head is ignored. */
+    M->lm_head = tensor_new(&rng, v * d, 0, 1.0f / sqrtf((float)d), dtype);
+}
+
+static void tmodel_free(struct tmodel *M)
+{
+    free(M->embed);
+    free(M->final_norm);
+    free(M->lm_head);
+    for (int l = 0; l < M->n_layers; l++) {
+        free(M->l[l].attn_norm);
+        free(M->l[l].wq);
+        free(M->l[l].wk);
+        free(M->l[l].wv);
+        free(M->l[l].wo);
+        free(M->l[l].ffn_norm);
+        free(M->l[l].wg);
+        free(M->l[l].wu);
+        free(M->l[l].wd);
+    }
+}
+
+/* ------------------------------------------------------------- writing */
+
+/* One tensor as the writer puts it in a file; tests edit these to corrupt. */
+struct wtensor {
+    char name[96];
+    char dtype[8];      /* F32, F16, BF16 or F64 (the unsupported one) */
+    int ndim;
+    int64_t shape[2];   /* what the header claims */
+    const float *data;
+    size_t numel;       /* what the data buffer holds */
+    bool drop_offsets;  /* leave data_offsets out of the header */
+};
+
+#define MAXT (3 + 9 * MAXL)
+
+static void wt_add(struct wtensor *t, int *n, const char *name, const char *dtype,
+                   int64_t d0, int64_t d1, const float *data)
+{
+    struct wtensor *w = &t[(*n)++];
+    memset(w, 0, sizeof(*w));
+    snprintf(w->name, sizeof(w->name), "%s", name);
+    snprintf(w->dtype, sizeof(w->dtype), "%s", dtype);
+    w->ndim = d1 ? 2 : 1;
+    w->shape[0] = d0;
+    w->shape[1] = d1;
+    w->data = data;
+    w->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+}
+
+/* The Llama tensors of M in file order into t; lm_head last, when with_lm_head. */
+static int tmodel_tensors(const struct tmodel *M, const char *dtype, bool with_lm_head,
+                          struct wtensor *t)
+{
+    int n = 0;
+    int64_t d = M->dim, q = M->n_heads * M->hd, kv = M->n_kv * M->hd, f = M->ffn;
+    char name[96];
+    wt_add(t, &n, "model.embed_tokens.weight", dtype, M->vocab, d, M->embed);
+    for (int l = 0; l < M->n_layers; l++) {
+#define ADD(suffix, d0, d1, p)                                                   \
+        do {                                                                     \
+            snprintf(name, sizeof(name), "model.layers.%d.%s", l, suffix);       \
+            wt_add(t, &n, name, dtype, d0, d1, p);                               \
+        } while (0)
+        ADD("input_layernorm.weight", d, 0, M->l[l].attn_norm);
+        ADD("self_attn.q_proj.weight", q, d, M->l[l].wq);
+        ADD("self_attn.k_proj.weight", kv, d, M->l[l].wk);
+        ADD("self_attn.v_proj.weight", kv, d, M->l[l].wv);
+        ADD("self_attn.o_proj.weight", d, q, M->l[l].wo);
+        ADD("post_attention_layernorm.weight", d, 0, M->l[l].ffn_norm);
+        ADD("mlp.gate_proj.weight", f, d, M->l[l].wg);
+        ADD("mlp.up_proj.weight", f, d, M->l[l].wu);
+        ADD("mlp.down_proj.weight", d, f, M->l[l].wd);
+#undef ADD
+    }
+    wt_add(t, &n, "model.norm.weight", dtype, d, 0, M->final_norm);
+    if (with_lm_head)
+        wt_add(t, &n, "lm_head.weight", dtype, M->vocab, d, M->lm_head);
+    return n;
+}
+
+static int wt_find(struct wtensor *t, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(t[i].name, name) == 0)
+            return i;
+    fail_msg("no tensor %s", name);
+    return -1;
+}
+
+static void wt_remove(struct wtensor *t, int *n, const char *name)
+{
+    int i = wt_find(t, *n, name);
+    memmove(&t[i], &t[i + 1], sizeof(*t) * (size_t)(*n - i - 1));
+    (*n)--;
+}
+
+static size_t dtype_size(const char *dtype)
+{
+    return strcmp(dtype, "F64") == 0 ? 8 : strcmp(dtype, "F32") == 0 ? 4 : 2;
+}
+
+/* Appends the little-endian encoding of w's data to f. */
+static void write_data(FILE *f, const struct wtensor *w)
+{
+    for (size_t i = 0; i < w->numel; i++) {
+        unsigned char b[8];
+        size_t nb = dtype_size(w->dtype);
+        uint64_t u;
+        if (strcmp(w->dtype, "F64") == 0) {
+            double x = w->data[i];
+            memcpy(&u, &x, 8);
+        } else if (strcmp(w->dtype, "F32") == 0) {
+            uint32_t v;
+            memcpy(&v, &w->data[i], 4);
+            u = v;
+        } else if (strcmp(w->dtype, "F16") == 0) {
+            u = k25_fp32_to_fp16(w->data[i]);
+        } else {
+            u = to_bf16(w->data[i]);
+        }
+        for (size_t k = 0; k < nb; k++)
+            b[k] = (unsigned char)(u >> (8 * k));
+        assert_int_equal(fwrite(b, 1, nb, f), nb);
+    }
+}
+
+/* Writes t[0..n) as a safetensors file, header padded to 8 bytes. */
+static void write_safetensors(const char *path, const struct wtensor *t, int n)
+{
+    json_t *hdr = json_object();
+    json_t *meta = json_pack("{s:s}", "format", "pt");
+    assert_non_null(hdr);
+    assert_non_null(meta);
+    assert_int_equal(json_object_set_new(hdr, "__metadata__", meta), 0);
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t bytes = t[i].numel * dtype_size(t[i].dtype);
+        json_t *shape = json_array();
+        for (int k = 0; k < t[i].ndim; k++)
+            json_array_append_new(shape, json_integer(t[i].shape[k]));
+        json_t *e = json_pack("{s:s,s:o}", "dtype", t[i].dtype, "shape", shape);
+        assert_non_null(e);
+        if (!t[i].drop_offsets)
+            json_object_set_new(e, "data_offsets",
+                                json_pack("[I,I]", (json_int_t)off, (json_int_t)(off + bytes)));
+        assert_int_equal(json_object_set_new(hdr, t[i].name, e), 0);
+        off += bytes;
+    }
+    char *text = json_dumps(hdr, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    assert_non_null(text);
+    json_decref(hdr);
+    size_t len = strlen(text), padded = (len + 7) & ~(size_t)7;
+
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    unsigned char lenbuf[8];
+    for (int k = 0; k < 8; k++)
+        lenbuf[k] = (unsigned char)((uint64_t)padded >> (8 * k));
+    assert_int_equal(fwrite(lenbuf, 1, 8, f), 8);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    for (size_t k = len; k < padded; k++)
+        assert_int_equal(fputc(' ', f), ' ');
+    free(text);
+    for (int i = 0; i < n; i++)
+        write_data(f, &t[i]);
+    assert_int_equal(fclose(f), 0);
+}
+
+static char *path_in(const char *dir, const char *name)
+{
+    char *p = NULL;
+    assert_true(asprintf(&p, "%s/%s", dir, name) > 0);
+    return p;
+}
+
+/* config.json of M; `extra` (may be "") is spliced in as more keys. */
+static void write_config(const char *dir, const struct tmodel *M, const char *extra)
+{
+    char *text = NULL, hd[64] = "";
+    if (M->explicit_head_dim)
+        snprintf(hd, sizeof(hd), "  \"head_dim\": %d,\n", M->hd);
+    assert_true(asprintf(&text,
+                         "{\n"
+                         "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+                         "  \"model_type\": \"llama\",\n"
+                         "  \"hidden_size\": %d,\n"
+                         "  \"num_hidden_layers\": %d,\n"
+                         "  \"num_attention_heads\": %d,\n"
+                         "  \"num_key_value_heads\": %d,\n"
+                         "%s"
+                         "  \"intermediate_size\": %d,\n"
+                         "  \"vocab_size\": %d,\n"
+                         "  \"rope_theta\": %.1f,\n"
+                         "  \"rms_norm_eps\": %g,\n"
+                         "  \"hidden_act\": \"silu\",\n"
+                         "  \"rope_scaling\": null,\n"
+                         "%s"
+                         "  \"tie_word_embeddings\": %s\n"
+                         "}\n",
+                         M->dim, M->n_layers, M->n_heads, M->n_kv, hd, M->ffn, M->vocab,
+                         M->theta, M->eps, extra, M->tied ? "true" : "false") > 0);
+    char *p = path_in(dir, "config.json");
+    tu_write_file(p, text);
+    free(p);
+    free(text);
+}
+
+/*
+ * Writes t[0..n) as n_shards shard files (tensors dealt round-robin) plus
+ * model.safetensors.index.json.
+ */
+static void write_sharded(const char *dir, const struct wtensor *t, int n, int n_shards)
+{
+    json_t *map = json_object();
+    for (int s = 0; s < n_shards; s++) {
+        struct wtensor part[MAXT];
+        int np = 0;
+        char name[64];
+        snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", s + 1, n_shards);
+        for (int i = s; i < n; i += n_shards) {
+            part[np++] = t[i];
+            json_object_set_new(map, t[i].name, json_string(name));
+        }
+        char *p = path_in(dir, name);
+        write_safetensors(p, part, np);
+        free(p);
+    }
+    json_t *idx = json_pack("{s:{s:I},s:o}", "metadata", "total_size", (json_int_t)0,
+                            "weight_map", map);
+    assert_non_null(idx);
+    char *p = path_in(dir, "model.safetensors.index.json");
+    assert_int_equal(json_dump_file(idx, p, JSON_INDENT(2)), 0);
+    free(p);
+    json_decref(idx);
+}
+
+/* A fresh directory with M written as one model.safetensors (or shards). */
+static char *write_model_dir(const struct tmodel *M, const char *dtype, bool with_lm_head,
+                             int n_shards)
+{
+    char *dir = tu_tmpdir();
+    assert_non_null(dir);
+    write_config(dir, M, "");
+    struct wtensor t[MAXT];
+    int n = tmodel_tensors(M, dtype, with_lm_head, t);
+    if (n_shards > 1) {
+        write_sharded(dir, t, n, n_shards);
+    } else {
+        char *p = path_in(dir, "model.safetensors");
+        write_safetensors(p, t, n);
+        free(p);
+    }
+    return dir;
+}
+
+static void rm_dir(char *dir)
+{
+    char *cmd = NULL;
+    assert_true(asprintf(&cmd, "rm -rf '%s'", dir) > 0);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    free(cmd);
+    free(dir);
+}
+
+/* ------------------------------------------------------------- loading */
+
+static struct k25_model *load_ok(const char *dir)
+{
+    struct k25_config cfg;
+    k25_config_init(&cfg);
+    snprintf(cfg.model, sizeof(cfg.model), "%s", dir);
+    struct k25_error err;
+    k25_error_clear(&err);
+    k25_model_t *m = NULL;
+    int rc = k25_model_load(&cfg, &m, &err);
+    if (rc != K25_OK)
+        fail_msg("loading %s failed: %s", dir, err.msg);
+    assert_non_null(m);
+    return (struct k25_model *)m;
+}
+
+/*
+ * Loads dir expecting failure with code; checks that the message names
+ * the file (path inside dir) and, when field is not NULL, the field, and
+ * that no weight memory is left behind.
+ */
+static void load_fails(const char *dir, int code, const char *file, const char *field,
+                       const char *also)
+{
+    struct k25_config cfg;
+    k25_config_init(&cfg);
+    snprintf(cfg.model, sizeof(cfg.model), "%s", dir);
+    struct k25_error err;
+    k25_error_clear(&err);
+    struct k25_mem_stats before, after;
+    k25_mem_get(&before);
+    k25_model_t *m = NULL;
+    int rc = k25_model_load(&cfg, &m, &err);
+    k25_mem_get(&after);
+    if (rc == K25_OK) {
+        k25_model_destroy(m);
+        fail_msg("loading %s succeeded; expected %s", dir, k25_strerror(code));
+    }
+    assert_null(m);
+    if (rc != code || err.code != code)
+        fail_msg("expected %s, got %s: %s", k25_strerror(code), k25_strerror(rc), err.msg);
+    char *path = path_in(dir, file);
+    if (!strstr(err.msg, path) || strcmp(err.file, path) != 0)
+        fail_msg("message does not name %s: %s", path, err.msg);
+    free(path);
+    if (field) {
+        char quoted[128];
+        snprintf(quoted, sizeof(quoted), "'%s'", field);
+        if (!strstr(err.msg, quoted) || strcmp(err.field, field) != 0)
+            fail_msg("message does not name %s: %s", quoted, err.msg);
+    }
+    if (also && !strstr(err.msg, also))
+        fail_msg("message lacks \"%s\": %s", also, err.msg);
+    assert_int_equal(after.cur_bytes[K25_MEM_WEIGHTS], before.cur_bytes[K25_MEM_WEIGHTS]);
+    assert_int_equal(after.total_cur_bytes, before.total_cur_bytes);
+}
+
+static void assert_floats_equal(const float *got, const float *want, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+            fail_msg("%s[%zu] = %.9g, written %.9g", what, i, (double)got[i], (double)want[i]);
+}
+
+/* Every tensor of M is where internal.h says, bit for bit. */
+static void check_placement(const struct k25_model *m, const struct tmodel *M)
+{
+    const struct k25_model_shape *s = &m->shape;
+    assert_string_equal(s->name, "llama");
+    assert_int_equal(s->dim, M->dim);
+    assert_int_equal(s->n_layers, M->n_layers);
+    assert_int_equal(s->n_heads, M->n_heads);
+    assert_int_equal(s->n_kv_heads, M->n_kv);
+    assert_int_equal(s->head_dim, M->hd);
+    assert_int_equal(s->ffn_dim, M->ffn);
+    assert_int_equal(s->vocab_size, M->vocab);
+    assert_true(s->rope_theta == M->theta);
+    assert_true(s->norm_eps == (float)M->eps);
+    assert_int_equal(s->tied_embeddings, M->tied);
+
+    size_t d = (size_t)M->dim, q = (size_t)(M->n_heads * M->hd), kv = (size_t)(M->n_kv * M->hd);
+    size_t f = (size_t)M->ffn, v = (size_t)M->vocab;
+    assert_floats_equal(m->embed, M->embed, v * d, "embed");
+    for (int l = 0; l < M->n_layers; l++) {
+        const struct k25_layer *L = &m->layers[l];
+        assert_floats_equal(L->attn_norm, M->l[l].attn_norm, d, "attn_norm");
+        assert_floats_equal(L->wqkv, M->l[l].wq, q * d, "wqkv(q)");
+        assert_floats_equal(L->wqkv + q * d, M->l[l].wk, kv * d, "wqkv(k)");
+        assert_floats_equal(L->wqkv + (q + kv) * d, M->l[l].wv, kv * d, "wqkv(v)");
+        assert_floats_equal(L->wo, M->l[l].wo, d * q, "wo");
+        assert_floats_equal(L->ffn_norm, M->l[l].ffn_norm, d, "ffn_norm");
+        assert_floats_equal(L->w_gate_up, M->l[l].wg, f * d, "w_gate_up(gate)");
+        assert_floats_equal(L->w_gate_up + f * d, M->l[l].wu, f * d, "w_gate_up(up)");
+        assert_floats_equal(L->w_down, M->l[l].wd, d * f, "w_down");
+    }
+    assert_floats_equal(m->final_norm, M->final_norm, d, "final_norm");
+    if (M->tied)
+        assert_ptr_equal(m->lm_head, m->embed);
+    else
+        assert_floats_equal(m->lm_head, M->lm_head, v * d, "lm_head");
+}
+
+static void placement_case(const char *dtype, bool tied, bool with_lm_head, int n_shards,
+                           int head_dim, int vocab, uint64_t seed)
+{
+    struct tmodel M;
+    tmodel_init(&M, dtype, tied, head_dim, vocab, seed);
+    char *dir = write_model_dir(&M, dtype, with_lm_head, n_shards);
+    struct k25_model *m = load_ok(dir);
+    check_placement(m, &M);
+    assert_string_equal(k25_model_source(m), dir);
+    k25_model_destroy(m);
+    tmodel_free(&M);
+    rm_dir(dir);
+}
+
+static void test_load_f32(void **state)
+{
+    (void)state;
+    placement_case("F32", false, true, 1, 0, 0, 1);
+}
+static void test_load_f16(void **state)
+{
+    (void)state;
+    placement_case("F16", false, true, 1, 0, 0, 2);
+}
+static void test_load_bf16_tied(void **state)
+{
+    (void)state;
+    placement_case("BF16", true, false, 1, 0, 0, 3);
+}
+/* Tied, but the file also stores lm_head.weight: it is ignored, lm_head aliases embed. */
+static void test_load_tied_ignores_lm_head(void **state)
+{
+    (void)state;
+    placement_case("F32", true, true, 1, 0, 0, 4);
+}
+static void test_load_sharded(void **state)
+{
+    (void)state;
+    placement_case("F16", false, true, 3, 0, 0, 5);
+}
+/* head_dim from config.json, with n_heads * head_dim != hidden_size. */
+static void test_load_explicit_head_dim(void **state)
+{
+    (void)state;
+    placement_case("F32", false, true, 1, 32, 0, 6);
+}
+/* Embeddings of 5000 x 64 fp32 (1.2 MiB): read in several bounded chunks. */
+static void test_load_multi_chunk(void **state)
+{
+    (void)state;
+    placement_case("F32", false, true, 1, 0, 5000, 7);
+    placement_case("BF16", false, true, 1, 0, 9000, 8);
+}
+
+/* ---------------------------------------------------- reference forward */
+
+static void ref_rmsnorm(double *out, const double *x, const float *w, int n, double eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * r * w[i];
+}
+
+/* out[rows] = W[rows][cols] x[cols] */
+static void ref_matvec(double *out, const float *W, const double *x, int rows, int cols)
+{
+    for (int r = 0; r < rows; r++) {
+        double s = 0;
+        for (int c = 0; c < cols; c++)
+            s += (double)W[(size_t)r * cols + c] * x[c];
+        out[r] = s;
+    }
+}
+
+/* HF Llama rotate_half: dimension i pairs with i + hd/2. */
+static void ref_rope(double *v, int hd, int pos, double theta)
+{
+    for (int i = 0; i < hd / 2; i++) {
+        double ang = pos * pow(theta, -2.0 * i / hd);
+        double c = cos(ang), s = sin(ang);
+        double a = v[i], b = v[i + hd / 2];
+        v[i] = a * c - b * s;
+        v[i + hd / 2] = b * c + a * s;
+    }
+}
+
+/* Logits of the last position of toks[0..T), by a plain scalar forward pass. */
+static void ref_forward(const struct tmodel *M, const int32_t *toks, int T, double *logits)
+{
+    int d = M->dim, hd = M->hd, H = M->n_heads, KV = M->n_kv, F = M->ffn;
+    int qd = H * hd, kvd = KV * hd;
+    double *x = calloc((size_t)T * d, sizeof(double));
+    double *K = calloc((size_t)T * kvd, sizeof(double));
+    double *V = calloc((size_t)T * kvd, sizeof(double));
+    double *Q = calloc((size_t)T * qd, sizeof(double));
+    double *h = calloc((size_t)d, sizeof(double));
+    double *att = calloc((size_t)qd, sizeof(double));
+    double *o = calloc((size_t)d, sizeof(double));
+    double *g = calloc((size_t)F, sizeof(double));
+    double *u = calloc((size_t)F, sizeof(double));
+    double *sc = calloc((size_t)T, sizeof(double));
+    assert_true(x && K && V && Q && h && att && o && g && u && sc);
+
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < d; i++)
+            x[(size_t)t * d + i] = M->embed[(size_t)toks[t] * d + i];
+    for (int l = 0; l < M->n_layers; l++) {
+        for (int t = 0; t < T; t++) {
+            ref_rmsnorm(h, &x[(size_t)t * d], M->l[l].attn_norm, d, M->eps);
+            ref_matvec(&Q[(size_t)t * qd], M->l[l].wq, h, qd, d);
+            ref_matvec(&K[(size_t)t * kvd], M->l[l].wk, h, kvd, d);
+            ref_matvec(&V[(size_t)t * kvd], M->l[l].wv, h, kvd, d);
+            for (int hh = 0; hh < H; hh++)
+                ref_rope(&Q[(size_t)t * qd + hh * hd], hd, t, M->theta);
+            for (int kh = 0; kh < KV; kh++)
+                ref_rope(&K[(size_t)t * kvd + kh * hd], hd, t, M->theta);
+        }
+        for (int t = 0; t < T; t++) {
+            for (int hh = 0; hh < H; hh++) {
+                int kh = hh / (H / KV);
+                const double *q = &Q[(size_t)t * qd + hh * hd];
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    double s = 0;
+                    for (int i = 0; i < hd; i++)
+                        s += q[i] * K[(size_t)j * kvd + kh * hd + i];
+                    sc[j] = s / sqrt((double)hd);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j <= t; j++)
+                    sum += (sc[j] = exp(sc[j] - mx));
+                for (int i = 0; i < hd; i++) {
+                    double a = 0;
+                    for (int j = 0; j <= t; j++)
+                        a += sc[j] * V[(size_t)j * kvd + kh * hd + i];
+                    att[hh * hd + i] = a / sum;
+                }
+            }
+            ref_matvec(o, M->l[l].wo, att, d, qd);
+            double *xt = &x[(size_t)t * d];
+            for (int i = 0; i < d; i++)
+                xt[i] += o[i];
+            ref_rmsnorm(h, xt, M->l[l].ffn_norm, d, M->eps);
+            ref_matvec(g, M->l[l].wg, h, F, d);
+            ref_matvec(u, M->l[l].wu, h, F, d);
+            for (int i = 0; i < F; i++)
+                g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+            /* down projection: out[d] = Wd[d][F] g[F] */
+            for (int i = 0; i < d; i++) {
+                double s = 0;
+                for (int k = 0; k < F; k++)
+                    s += (double)M->l[l].wd[(size_t)i * F + k] * g[k];
+                xt[i] += s;
+            }
+        }
+    }
+    ref_rmsnorm(h, &x[(size_t)(T - 1) * d], M->final_norm, d, M->eps);
+    ref_matvec(logits, M->tied ? M->embed : M->lm_head, h, M->vocab, d);
+    free(x), free(K), free(V), free(Q), free(h), free(att), free(o), free(g), free(u), free(sc);
+}
+
+/*
+ * The engine's logits for a 12-token prompt and 3 greedy tokens equal the
+ * reference's within 1e-4 relative error (max |diff| / max |ref| per
+ * position), and its tokens are the reference's argmax.
+ */
+static void logits_case(const char *dtype, bool tied, int n_shards, uint64_t seed)
+{
+    enum { N_PROMPT = 12, N_NEW = 3 };
+    struct tmodel M;
+    tmodel_init(&M, dtype, tied, 0, 0, seed);
+    M.eps = 0.05; /* large enough to move the logits: the engine must use config.json's */
+    char *dir = write_model_dir(&M, dtype, !tied, n_shards);
+
+    struct k25_config cfg;
+    k25_config_init(&cfg);
+    snprintf(cfg.model, sizeof(cfg.model), "%s", dir);
+    cfg.kv_compression_ratio = 1.0; /* every KV token kept: exact attention */
+    cfg.kv_cache_dtype = K25_DTYPE_FP32;
+    cfg.prefill_chunk_size = 5;     /* several chunks, to cross chunk boundaries too */
+    cfg.kv_block_size = 4;
+    struct k25_error err;
+    k25_error_clear(&err);
+    k25_model_t *model = NULL;
+    k25_engine_t *e = NULL;
+    if (k25_model_load(&cfg, &model, &err) != K25_OK)
+        fail_msg("load: %s", err.msg);
+    if (k25_engine_create(&cfg, model, &e, &err) != K25_OK)
+        fail_msg("engine: %s", err.msg);
+
+    int32_t toks[N_PROMPT + N_NEW];
+    uint64_t rng = seed * 7919;
+    for (int i = 0; i < N_PROMPT; i++)
+        toks[i] = (int32_t)(rng_next(&rng) % (uint64_t)M.vocab);
+    struct k25_request req = { .id = "st", .input_ids = toks, .n_input = N_PROMPT,
+                               .max_new_tokens = N_NEW, .keep_logits = true };
+    int handle = -1;
+    if (k25_engine_submit(e, &req, &handle, &err) != K25_OK)
+        fail_msg("submit: %s", err.msg);
+    if (k25_engine_run(e, &err) != K25_OK)
+        fail_msg("run: %s", err.msg);
+    const struct k25_result *res = k25_engine_result(e, handle);
+    assert_non_null(res);
+    assert_int_equal(res->state, K25_REQ_COMPLETED);
+    assert_int_equal(res->n_output, N_NEW);
+    assert_non_null(res->logits);
+
+    double ref[256];
+    assert_true(M.vocab <= 256);
+    for (int g = 0; g < N_NEW; g++) {
+        ref_forward(&M, toks, N_PROMPT + g, ref);
+        const float *got = res->logits + (size_t)g * M.vocab;
+        double maxdiff = 0, maxref = 0;
+        int best = 0;
+        for (int v = 0; v < M.vocab; v++) {
+            maxdiff = fmax(maxdiff, fabs(got[v] - ref[v]));
+            maxref = fmax(maxref, fabs(ref[v]));
+            if (ref[v] > ref[best])
+                best = v;
+        }
+        if (!(maxdiff <= 1e-4 * maxref))
+            fail_msg("%s token %d: logits differ from the reference by %.3g (max |logit| %.3g)",
+                     dtype, g, maxdiff, maxref);
+        assert_int_equal(res->output_ids[g], best);
+        toks[N_PROMPT + g] = best;
+    }
+
+    k25_engine_destroy(e);
+    k25_model_destroy(model);
+    tmodel_free(&M);
+    rm_dir(dir);
+}
+
+static void test_logits_f32(void **state) { (void)state; logits_case("F32", false, 1, 11); }
+static void test_logits_bf16_tied_sharded(void **state)
+{
+    (void)state;
+    logits_case("BF16", true, 2, 12);
+}
+
+/* ------------------------------------------------------- corrupt files */
+
+/* A good F32 directory (one file) whose tensors the caller may rewrite. */
+struct fixture {
+    struct tmodel M;
+    char *dir;
+    char *st_path; /* dir/model.safetensors */
+    struct wtensor t[MAXT];
+    int n;
+};
+
+static void fixture_init(struct fixture *fx)
+{
+    tmodel_init(&fx->M, "F32", false, 0, 0, 42);
+    fx->dir = write_model_dir(&fx->M, "F32", true, 1);
+    fx->st_path = path_in(fx->dir, "model.safetensors");
+    fx->n = tmodel_tensors(&fx->M, "F32", true, fx->t);
+}
+
+static void fixture_rewrite(struct fixture *fx)
+{
+    write_safetensors(fx->st_path, fx->t, fx->n);
+}
+
+static void fixture_free(struct fixture *fx)
+{
+    tmodel_free(&fx->M);
+    free(fx->st_path);
+    rm_dir(fx->dir);
+}
+
+static void test_truncated_data(void **state)
+{
+    (void)state;
+    struct fixture fx;
+    fixture_init(&fx);
+    FILE *f = fopen(fx.st_path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long size = ftell(f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(truncate(fx.st_path, size - 10), 0);
+    /* the last tensor in the data buffer is the one cut short */
+    load_fails(fx.dir, K25_EFORMAT, "model.safetensors", "lm_head.weight", "truncated");
+    fixture_free(&fx);
+}
+
+static void put_header_len(const char *path, uint64_t n)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    unsigned char b[8];
+    for (int k = 0; k < 8; k++)
+        b[k] = (unsigned char)(n >> (8 * k));
+    assert_int_equal(fwrite(b, 1, 8, f), 8);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void test_header_length_past_eof(void **state)
+{
+    (void)state;
+    struct fixture fx;
+    fixture_init(&fx);
+    put_header_len(fx.st_path, 1000000);
+    load_fails(fx.dir, K25_EFORMAT, "model.safetensors", NULL, "runs past the end of the file");
+    put_header_len(fx.st_path, 1ull << 40);
+    load_fails(fx.dir, K25_EFORMAT, "model.safetensors", NULL, "absurd");
+    /* shorter than the length field itself */
+    assert_int_equal(truncate(fx.st_path, 5), 0);
+    load_fails(fx.dir, K25_EFORMAT, "model.safetensors", NULL, "too short");
+    fixture_free(&fx);
+}
+
+static void test_header_not_json(void **state)
+{
+    (void)state;
+    struct fixture fx;
+    fixture_init(&fx);
+    const char hdr[] = "{\"model.norm.weight\": nope}     "; /* 32 bytes */
+    FILE *f = fopen(fx.st_path, "wb");
+    assert_non_null(f);
+    unsigned char len[8] = { sizeof(hdr) - 1 };
+    assert_int_equal(fwrite(len, 1, 8, f), 8);
+    assert_int_equal(fwrite(hdr, 1, sizeof(hdr) - 1, f), sizeof(hdr) - 1);
+    assert_int_equal(fclose(f), 0);
+    load_fails(fx.dir, K25_EFORMAT, "model.safetensors", NULL, "not valid JSON");
+
+    /* valid JSON, but not an object */
+    f = fopen(fx.st_path, "wb");
+    assert_non_null(f);
+    unsigned char len2[8] = { 8 };
+    assert_int_equal(fwrite(len2, 1, 8, f), 8);
+    assert_int_equal(fwrite("[1,2]   ", 1, 8, f), 8);
+    assert_int_equal(fclose(f), 0);
+    load_fails(fx.dir, K25_EFORMAT, "model.safetensors", NULL, "not a JSON object");
+    fixture_free(&fx);
+}
+
+/* Header entries without data_offsets, or whose offsets disagree with shape x dtype. */
+static void test_header_bad_entry(void **state)
+{
+    (void)state;
+    struct fixture fx;
+    fixture_init(&fx);
+    const char *name = "model.layers.0.self_attn.v_proj.weight";
+    int i = wt_find(fx.t, fx.n, name);
+    fx.t[i].drop_offsets = true;
+    fixture_rewrite(&fx);
+    load_fails(fx.dir, K25_EFORMAT, "model.safetensors", name, "data_offsets");
+
+    fx.t[i].drop_offsets = false;
+    fx.t[i].shape[0] += 1; /* the header claims one row more than the data holds */
+    fixture_rewrite(&fx);
+    load_fails(fx.dir, K25_EFORMAT, "model.safetensors", name, "needs a different size");
+    fixture_free(&fx);
+}
+
+static void test_missing_tensor(void **state)
+{
+    (void)state;
+    struct fixture fx;
+    fixture_init(&fx);
+    wt_remove(fx.t, &fx.n, "model.layers.1.mlp.down_proj.weight");
+    fixture_rewrite(&fx);
+    load_fails(fx.dir, K25_ENOTFOUND, "model.safetensors", "model.layers.1.mlp.down_proj.weight",
+               "not found");
+
+    /* not tied, so lm_head.weight is required */
+    fx.n = tmodel_tensors(&fx.M, "F32", false, fx.t);
+    fixture_rewrite(&fx);
+    load_fails(fx.dir, K25_ENOTFOUND, "model.safetensors", "lm_head.weight", "not found");
+    fixture_free(&fx);
+}
+
+static void test_wrong_shape(void **state)
+{
+    (void)state;
+    struct fixture fx;
+    fixture_init(&fx);
+    /* k_proj written with q_proj's data and shape [64,64]; expected [2*16,64] */
+    const char *name = "model.layers.0.self_attn.k_proj.weight";
+    int i = wt_find(fx.t, fx.n, name);
+    fx.t[i].shape[0] = 64;
+    fx.t[i].data = fx.M.l[0].wq;
+    fx.t[i].numel = 64 * 64;
+    fixture_rewrite(&fx);
+    load_fails(fx.dir, K25_EFORMAT, "model.safetensors", name,
+               "shape [64,64] does not match expected [32,64]");
+
+    /* a norm written as a matrix */
+    fixture_free(&fx);
+    fixture_init(&fx);
+    i = wt_find(fx.t, fx.n, "model.norm.weight");
+    fx.t[i].ndim = 2;
+    fx.t[i].shape[0] = 1;
+    fx.t[i].shape[1] = 64;
+    fixture_rewrite(&fx);
+    load_fails(fx.dir, K25_EFORMAT, "model.safetensors", "model.norm.weight",
+               "shape [1,64] does not match expected [64]");
+    fixture_free(&fx);
+}
+
+static void test_unsupported_dtype(void **state)
+{
+    (void)state;
+    struct fixture fx;
+    fixture_init(&fx);
+    int i = wt_find(fx.t, fx.n, "model.norm.weight");
+    snprintf(fx.t[i].dtype, sizeof(fx.t[i].dtype), "F64");
+    fixture_rewrite(&fx);
+    load_fails(fx.dir, K25_EUNSUPPORTED, "model.safetensors", "model.norm.weight", "dtype F64");
+    fixture_free(&fx);
+}
+
+static void test_non_finite_weight(void **state)
+{
+    (void)state;
+    struct fixture fx;
+    fixture_init(&fx);
+    fx.M.l[1].wo[77] = NAN;
+    fixture_rewrite(&fx);
+    load_fails(fx.dir, K25_EFORMAT, "model.safetensors", "model.layers.1.self_attn.o_proj.weight",
+               "element 77 is NaN");
+    fixture_free(&fx);
+}
+
+static void test_missing_config(void **state)
+{
+    (void)state;
+    struct fixture fx;
+    fixture_init(&fx);
+    char *p = path_in(fx.dir, "config.json");
+    assert_int_equal(unlink(p), 0);
+    free(p);
+    load_fails(fx.dir, K25_ENOTFOUND, "config.json", NULL, "not found");
+    fixture_free(&fx);
+}
+
+/* Rewrites config.json with key replaced by `value` (NULL: left out). */
+static void config_with(const char *dir, const struct tmodel *M, const char *key,
+                        const char *value)
+{
+    write_config(dir, M, "");
+    char *p = path_in(dir, "config.json");
+    json_error_t jerr;
+    json_t *cfg = json_load_file(p, 0, &jerr);
+    assert_non_null(cfg);
+    if (value) {
+        json_t *v = json_loads(value, JSON_DECODE_ANY, &jerr);
+        assert_non_null(v);
+        assert_int_equal(json_object_set_new(cfg, key, v), 0);
+    } else {
+        assert_int_equal(json_object_del(cfg, key), 0);
+    }
+    assert_int_equal(json_dump_file(cfg, p, JSON_INDENT(2)), 0);
+    json_decref(cfg);
+    free(p);
+}
+
+static void test_bad_config_values(void **state)
+{
+    (void)state;
+    struct fixture fx;
+    fixture_init(&fx);
+    const struct {
+        const char *key, *value; /* value NULL: key left out */
+        int code;
+        const char *also;
+    } cases[] = {
+        { "num_key_value_heads", "3", K25_EINVAL, "does not divide num_attention_heads 4" },
+        { "num_key_value_heads", "8", K25_ERANGE, "out of range" },
+        { "hidden_size", "\"64\"", K25_EINVAL, "must be an integer" },
+        { "hidden_size", "64.5", K25_EINVAL, "must be an integer" },
+        { "hidden_size", NULL, K25_ENOTFOUND, "missing required key" },
+        { "num_hidden_layers", "0", K25_ERANGE, "out of range" },
+        { "num_attention_heads", "-4", K25_ERANGE, "out of range" },
+        { "intermediate_size", NULL, K25_ENOTFOUND, "missing" },
+        { "vocab_size", "true", K25_EINVAL, "must be an integer" },
+        { "rms_norm_eps", "-1e-5", K25_ERANGE, "out of range" },
+        { "rope_theta", "\"big\"", K25_EINVAL, "must be a number" },
+        { "tie_word_embeddings", "1", K25_EINVAL, "true or false" },
+        { "head_dim", "15", K25_EINVAL, "odd" },
+        { "hidden_act", "\"gelu\"", K25_EUNSUPPORTED, "silu" },
+        { "rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8.0}", K25_EUNSUPPORTED,
+          "not supported" },
+        { "attention_bias", "true", K25_EUNSUPPORTED, "biases" },
+        { "model_type", "7", K25_EINVAL, "must be a string" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        config_with(fx.dir, &fx.M, cases[i].key, cases[i].value);
+        load_fails(fx.dir, cases[i].code, "config.json", cases[i].key, cases[i].also);
+    }
+    /* hidden_size not divisible by the heads, no head_dim to fall back on */
+    config_with(fx.dir, &fx.M, "hidden_size", "66");
+    load_fails(fx.dir, K25_EINVAL, "config.json", "num_attention_heads", "does not divide");
+
+    /* not JSON at all: the message carries the line */
+    char *p = path_in(fx.dir, "config.json");
+    tu_write_file(p, "{\n  \"hidden_size\": 64,\n  oops\n}\n");
+    load_fails(fx.dir, K25_EFORMAT, "config.json", NULL, "not valid JSON");
+    struct k25_error err;
+    struct k25_config cfg;
+    k25_config_init(&cfg);
+    snprintf(cfg.model, sizeof(cfg.model), "%s", fx.dir);
+    k25_model_t *m = NULL;
+    assert_int_equal(k25_model_load(&cfg, &m, &err), K25_EFORMAT);
+    assert_int_equal(err.line, 3);
+    char where[1200];
+    snprintf(where, sizeof(where), "%s:3:", p);
+    assert_non_null(strstr(err.msg, where));
+    free(p);
+    fixture_free(&fx);
+}
+
+static void test_missing_shard(void **state)
+{
+    (void)state;
+    struct tmodel M;
+    tmodel_init(&M, "F32", false, 0, 0, 9);
+    char *dir = write_model_dir(&M, "F32", true, 2);
+    char *p = path_in(dir, "model-00002-of-00002.safetensors");
+    assert_int_equal(unlink(p), 0);
+    free(p);
+    load_fails(dir, K25_ENOTFOUND, "model-00002-of-00002.safetensors", NULL,
+               "listed in model.safetensors.index.json");
+    rm_dir(dir);
+
+    /* a tensor the index does not list */
+    dir = tu_tmpdir();
+    assert_non_null(dir);
+    write_config(dir, &M, "");
+    struct wtensor t[MAXT];
+    int n = tmodel_tensors(&M, "F32", true, t);
+    wt_remove(t, &n, "model.layers.0.mlp.up_proj.weight");
+    write_sharded(dir, t, n, 2);
+    load_fails(dir, K25_ENOTFOUND, "model.safetensors.index.json",
+               "model.layers.0.mlp.up_proj.weight", "weight_map");
+
+    /* neither model.safetensors nor an index */
+    p = path_in(dir, "model.safetensors.index.json");
+    assert_int_equal(unlink(p), 0);
+    free(p);
+    load_fails(dir, K25_ENOTFOUND, "model.safetensors", NULL, "not found");
+    rm_dir(dir);
+    tmodel_free(&M);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_load_f32),
+        cmocka_unit_test(test_load_f16),
+        cmocka_unit_test(test_load_bf16_tied),
+        cmocka_unit_test(test_load_tied_ignores_lm_head),
+        cmocka_unit_test(test_load_sharded),
+        cmocka_unit_test(test_load_explicit_head_dim),
+        cmocka_unit_test(test_load_multi_chunk),
+        cmocka_unit_test(test_logits_f32),
+        cmocka_unit_test(test_logits_bf16_tied_sharded),
+        cmocka_unit_test(test_truncated_data),
+        cmocka_unit_test(test_header_length_past_eof),
+        cmocka_unit_test(test_header_not_json),
+        cmocka_unit_test(test_header_bad_entry),
+        cmocka_unit_test(test_missing_tensor),
+        cmocka_unit_test(test_wrong_shape),
+        cmocka_unit_test(test_unsupported_dtype),
+        cmocka_unit_test(test_non_finite_weight),
+        cmocka_unit_test(test_missing_config),
+        cmocka_unit_test(test_bad_config_values),
+        cmocka_unit_test(test_missing_shard),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
