@@ -19,7 +19,7 @@ else
 OPT      ?= -O3 -march=native
 endif
 SAN      ?=
-PKGS     := openblas yaml-0.1 jansson libcrypto
+PKGS     := openblas yaml-0.1 jansson hdf5 libcrypto
 # Recursively expanded so pkg-config runs only when a recipe needs it
 # (after install-deps has run).
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))

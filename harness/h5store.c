@@ -1,0 +1,517 @@
+/*
+ * h5store.c - HDF5 files for k25 results: atomic create/commit, /meta
+ * checks, attributes, compound tables and 1-D arrays.  See h5store.h.
+ *
+ * Every hid_t starts invalid, every call is checked, and each function has
+ * one exit path that closes what it opened.  HDF5's own error stack
+ * printing is switched off; errors are reported as k25 errors naming the
+ * file and the object.
+ */
+#include "h5store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void quiet_hdf5(void)
+{
+    static bool done;
+    if (!done) {
+        H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+        done = true;
+    }
+}
+
+/* The file name of any object, for messages. */
+static const char *obj_file(hid_t obj, char *buf, size_t n)
+{
+    if (H5Fget_name(obj, buf, n) < 0)
+        snprintf(buf, n, "(hdf5)");
+    return buf;
+}
+
+static hid_t file_type_of(enum k25_h5_type t, size_t str_len)
+{
+    switch (t) {
+    case K25_H5_F64: return H5Tcopy(H5T_IEEE_F64LE);
+    case K25_H5_F32: return H5Tcopy(H5T_IEEE_F32LE);
+    case K25_H5_I64: return H5Tcopy(H5T_STD_I64LE);
+    case K25_H5_I32: return H5Tcopy(H5T_STD_I32LE);
+    case K25_H5_U8: return H5Tcopy(H5T_STD_U8LE);
+    case K25_H5_STR: {
+        hid_t s = H5Tcopy(H5T_C_S1);
+        if (s >= 0 && (H5Tset_size(s, str_len) < 0 || H5Tset_strpad(s, H5T_STR_NULLPAD) < 0 ||
+                       H5Tset_cset(s, H5T_CSET_UTF8) < 0)) {
+            H5Tclose(s);
+            return H5I_INVALID_HID;
+        }
+        return s;
+    }
+    }
+    return H5I_INVALID_HID;
+}
+
+static hid_t mem_type_of(enum k25_h5_type t, size_t str_len)
+{
+    switch (t) {
+    case K25_H5_F64: return H5Tcopy(H5T_NATIVE_DOUBLE);
+    case K25_H5_F32: return H5Tcopy(H5T_NATIVE_FLOAT);
+    case K25_H5_I64: return H5Tcopy(H5T_NATIVE_INT64);
+    case K25_H5_I32: return H5Tcopy(H5T_NATIVE_INT32);
+    case K25_H5_U8: return H5Tcopy(H5T_NATIVE_UINT8);
+    case K25_H5_STR: return file_type_of(t, str_len);
+    }
+    return H5I_INVALID_HID;
+}
+
+static size_t type_size(enum k25_h5_type t, size_t str_len)
+{
+    switch (t) {
+    case K25_H5_F64:
+    case K25_H5_I64: return 8;
+    case K25_H5_F32:
+    case K25_H5_I32: return 4;
+    case K25_H5_U8: return 1;
+    case K25_H5_STR: return str_len;
+    }
+    return 0;
+}
+
+int k25_h5_create(struct k25_h5 *h, const char *path, const char *kind, struct k25_error *err)
+{
+    quiet_hdf5();
+    memset(h, 0, sizeof(*h));
+    h->file = h->meta = H5I_INVALID_HID;
+    int rc = K25_OK;
+    snprintf(h->path, sizeof(h->path), "%s", path);
+    snprintf(h->tmp_path, sizeof(h->tmp_path), "%s.tmp.%ld", path, (long)getpid());
+    h->file = H5Fcreate(h->tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (h->file < 0) {
+        /* HDF5 does not say why; find out with a plain open */
+        int fd = open(h->tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = errno;
+        if (fd >= 0) {
+            close(fd);
+            unlink(h->tmp_path);
+        }
+        return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot create the output file: %s",
+                             fd >= 0 ? "HDF5 refused it" : strerror(e));
+    }
+    h->writing = true;
+    h->meta = H5Gcreate2(h->file, "/meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (h->meta < 0) {
+        rc = k25_error_set(err, K25_EIO, path, 0, "/meta", "cannot create the group");
+        goto out_abort;
+    }
+    if ((rc = k25_h5_attr_i64(h->meta, "schema_version", K25_H5_SCHEMA_VERSION, err)) != K25_OK ||
+        (rc = k25_h5_attr_str(h->meta, "kind", kind, err)) != K25_OK ||
+        (rc = k25_h5_attr_str(h->meta, "k25_version", K25_VERSION, err)) != K25_OK)
+        goto out_abort;
+    return K25_OK;
+
+out_abort:
+    k25_h5_abort(h);
+    return rc;
+}
+
+int k25_h5_commit(struct k25_h5 *h, struct k25_error *err)
+{
+    int rc = K25_OK;
+    if (h->meta >= 0 && H5Gclose(h->meta) < 0)
+        rc = k25_error_set(err, K25_EIO, h->path, 0, "/meta", "closing the group failed");
+    h->meta = H5I_INVALID_HID;
+    if (rc == K25_OK && H5Fflush(h->file, H5F_SCOPE_GLOBAL) < 0)
+        rc = k25_error_set(err, K25_EIO, h->path, 0, NULL, "flushing the file failed (disk full?)");
+    if (H5Fclose(h->file) < 0 && rc == K25_OK)
+        rc = k25_error_set(err, K25_EIO, h->path, 0, NULL, "closing the file failed (disk full?)");
+    h->file = H5I_INVALID_HID;
+    if (rc == K25_OK) {
+        int fd = open(h->tmp_path, O_RDONLY);
+        if (fd < 0 || fsync(fd) != 0)
+            rc = k25_error_set(err, K25_EIO, h->path, 0, NULL, "fsync failed: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+    }
+    if (rc == K25_OK && rename(h->tmp_path, h->path) != 0)
+        rc = k25_error_set(err, K25_EIO, h->path, 0, NULL, "cannot rename %s into place: %s", h->tmp_path,
+                           strerror(errno));
+    if (rc != K25_OK)
+        unlink(h->tmp_path);
+    h->writing = false;
+    return rc;
+}
+
+void k25_h5_abort(struct k25_h5 *h)
+{
+    if (h->meta >= 0)
+        H5Gclose(h->meta);
+    if (h->file >= 0)
+        H5Fclose(h->file);
+    h->meta = h->file = H5I_INVALID_HID;
+    if (h->writing)
+        unlink(h->tmp_path);
+    h->writing = false;
+}
+
+int k25_h5_open_read(struct k25_h5 *h, const char *path, const char *kind, struct k25_error *err)
+{
+    quiet_hdf5();
+    memset(h, 0, sizeof(*h));
+    h->file = h->meta = H5I_INVALID_HID;
+    snprintf(h->path, sizeof(h->path), "%s", path);
+    int rc = K25_OK;
+    char *got_kind = NULL;
+    int64_t ver = 0;
+    if (access(path, R_OK) != 0)
+        return k25_error_set(err, errno == ENOENT ? K25_ENOTFOUND : K25_EIO, path, 0, NULL,
+                             "cannot read: %s", strerror(errno));
+    if (H5Fis_hdf5(path) <= 0)
+        return k25_error_set(err, K25_EFORMAT, path, 0, NULL,
+                             "not an HDF5 file (or a truncated one)");
+    h->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (h->file < 0)
+        return k25_error_set(err, K25_EFORMAT, path, 0, NULL, "HDF5 cannot open it (corrupt?)");
+    if (H5Lexists(h->file, "/meta", H5P_DEFAULT) <= 0 ||
+        (h->meta = H5Gopen2(h->file, "/meta", H5P_DEFAULT)) < 0) {
+        rc = k25_error_set(err, K25_EFORMAT, path, 0, "/meta", "not a k25 file (no /meta group)");
+        goto out_close;
+    }
+    if (k25_h5_get_attr_i64(h->meta, "schema_version", &ver, NULL) != K25_OK ||
+        k25_h5_get_attr_str(h->meta, "kind", &got_kind, NULL) != K25_OK) {
+        rc = k25_error_set(err, K25_EFORMAT, path, 0, "/meta", "not a k25 file (no schema_version/kind)");
+        goto out_close;
+    }
+    if (ver != K25_H5_SCHEMA_VERSION) {
+        rc = k25_error_set(err, K25_EUNSUPPORTED, path, 0, "schema_version",
+                           "schema version %lld is not one this k25 reads (%d)", (long long)ver,
+                           K25_H5_SCHEMA_VERSION);
+        goto out_close;
+    }
+    if (kind && strcmp(kind, got_kind) != 0) {
+        rc = k25_error_set(err, K25_EINVAL, path, 0, "kind", "is a '%s' file, expected '%s'", got_kind, kind);
+        goto out_close;
+    }
+    free(got_kind);
+    return K25_OK;
+
+out_close:
+    free(got_kind);
+    k25_h5_close(h);
+    return rc;
+}
+
+void k25_h5_close(struct k25_h5 *h)
+{
+    if (h->meta >= 0)
+        H5Gclose(h->meta);
+    if (h->file >= 0)
+        H5Fclose(h->file);
+    h->meta = h->file = H5I_INVALID_HID;
+}
+
+hid_t k25_h5_group(struct k25_h5 *h, const char *name, struct k25_error *err)
+{
+    hid_t g;
+    if (h->writing && H5Lexists(h->file, name, H5P_DEFAULT) <= 0)
+        g = H5Gcreate2(h->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    else
+        g = H5Lexists(h->file, name, H5P_DEFAULT) > 0 ? H5Gopen2(h->file, name, H5P_DEFAULT)
+                                                       : H5I_INVALID_HID;
+    if (g < 0)
+        k25_error_set(err, h->writing ? K25_EIO : K25_EFORMAT, h->path, 0, name,
+                      h->writing ? "cannot create the group" : "missing group");
+    return g;
+}
+
+/* Writes a scalar attribute of the given file/memory types. */
+static int attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *val,
+                      struct k25_error *err)
+{
+    char fb[512];
+    int rc = K25_OK;
+    hid_t space = H5I_INVALID_HID, attr = H5I_INVALID_HID;
+    if ((space = H5Screate(H5S_SCALAR)) < 0)
+        goto out_fail;
+    if (H5Aexists(obj, name) > 0 && H5Adelete(obj, name) < 0)
+        goto out_fail;
+    if ((attr = H5Acreate2(obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT)) < 0)
+        goto out_fail;
+    if (H5Awrite(attr, mtype, val) < 0)
+        goto out_fail;
+    goto out;
+out_fail:
+    rc = k25_error_set(err, K25_EIO, obj_file(obj, fb, sizeof(fb)), 0, name, "cannot write the attribute");
+out:
+    if (attr >= 0)
+        H5Aclose(attr);
+    if (space >= 0)
+        H5Sclose(space);
+    return rc;
+}
+
+int k25_h5_attr_str(hid_t obj, const char *name, const char *value, struct k25_error *err)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0 || H5Tset_size(t, strlen(value) + 1) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
+        if (t >= 0)
+            H5Tclose(t);
+        char fb[512];
+        return k25_error_set(err, K25_EIO, obj_file(obj, fb, sizeof(fb)), 0, name, "string type failed");
+    }
+    int rc = attr_write(obj, name, t, t, value, err);
+    H5Tclose(t);
+    return rc;
+}
+
+int k25_h5_attr_f64(hid_t obj, const char *name, double value, struct k25_error *err)
+{
+    return attr_write(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value, err);
+}
+
+int k25_h5_attr_i64(hid_t obj, const char *name, int64_t value, struct k25_error *err)
+{
+    return attr_write(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value, err);
+}
+
+bool k25_h5_has_attr(hid_t obj, const char *name)
+{
+    return H5Aexists(obj, name) > 0;
+}
+
+static int attr_read(hid_t obj, const char *name, hid_t mtype, void *out, struct k25_error *err)
+{
+    char fb[512];
+    int rc = K25_OK;
+    hid_t attr = H5I_INVALID_HID;
+    if (H5Aexists(obj, name) <= 0)
+        return k25_error_set(err, K25_ENOTFOUND, obj_file(obj, fb, sizeof(fb)), 0, name, "missing attribute");
+    if ((attr = H5Aopen(obj, name, H5P_DEFAULT)) < 0 || H5Aread(attr, mtype, out) < 0)
+        rc = k25_error_set(err, K25_EFORMAT, obj_file(obj, fb, sizeof(fb)), 0, name,
+                           "unreadable attribute (wrong type?)");
+    if (attr >= 0)
+        H5Aclose(attr);
+    return rc;
+}
+
+int k25_h5_get_attr_f64(hid_t obj, const char *name, double *out, struct k25_error *err)
+{
+    return attr_read(obj, name, H5T_NATIVE_DOUBLE, out, err);
+}
+
+int k25_h5_get_attr_i64(hid_t obj, const char *name, int64_t *out, struct k25_error *err)
+{
+    return attr_read(obj, name, H5T_NATIVE_INT64, out, err);
+}
+
+int k25_h5_get_attr_str(hid_t obj, const char *name, char **out, struct k25_error *err)
+{
+    char fb[512];
+    int rc = K25_OK;
+    hid_t attr = H5I_INVALID_HID, ftype = H5I_INVALID_HID, mtype = H5I_INVALID_HID;
+    *out = NULL;
+    if (H5Aexists(obj, name) <= 0)
+        return k25_error_set(err, K25_ENOTFOUND, obj_file(obj, fb, sizeof(fb)), 0, name, "missing attribute");
+    if ((attr = H5Aopen(obj, name, H5P_DEFAULT)) < 0 || (ftype = H5Aget_type(attr)) < 0 ||
+        H5Tget_class(ftype) != H5T_STRING || H5Tis_variable_str(ftype) != 0)
+        goto out_fail;
+    size_t n = H5Tget_size(ftype);
+    /* same character set as stored: HDF5 will not convert ASCII <-> UTF-8 */
+    if ((mtype = H5Tcopy(H5T_C_S1)) < 0 || H5Tset_size(mtype, n + 1) < 0 ||
+        H5Tset_cset(mtype, H5Tget_cset(ftype)) < 0)
+        goto out_fail;
+    if (!(*out = calloc(1, n + 1)) || H5Aread(attr, mtype, *out) < 0)
+        goto out_fail;
+    goto out;
+out_fail:
+    free(*out);
+    *out = NULL;
+    rc = k25_error_set(err, K25_EFORMAT, obj_file(obj, fb, sizeof(fb)), 0, name, "not a string attribute");
+out:
+    if (mtype >= 0)
+        H5Tclose(mtype);
+    if (ftype >= 0)
+        H5Tclose(ftype);
+    if (attr >= 0)
+        H5Aclose(attr);
+    return rc;
+}
+
+/* Builds the memory and file compound types for cols. */
+static int compound_types(const struct k25_h5_col *cols, int ncols, size_t row_size, hid_t *mt, hid_t *ft)
+{
+    size_t fsize = 0;
+    for (int i = 0; i < ncols; i++)
+        fsize += type_size(cols[i].type, cols[i].str_len);
+    *mt = H5Tcreate(H5T_COMPOUND, row_size);
+    *ft = H5Tcreate(H5T_COMPOUND, fsize);
+    if (*mt < 0 || *ft < 0)
+        return -1;
+    size_t foff = 0;
+    for (int i = 0; i < ncols; i++) {
+        hid_t m = mem_type_of(cols[i].type, cols[i].str_len), f = file_type_of(cols[i].type, cols[i].str_len);
+        int bad = m < 0 || f < 0 || H5Tinsert(*mt, cols[i].name, cols[i].offset, m) < 0 ||
+                  H5Tinsert(*ft, cols[i].name, foff, f) < 0;
+        if (m >= 0)
+            H5Tclose(m);
+        if (f >= 0)
+            H5Tclose(f);
+        if (bad)
+            return -1;
+        foff += type_size(cols[i].type, cols[i].str_len);
+    }
+    return 0;
+}
+
+/* Creates a chunked, shuffled+deflated 1-D dataset of n elements. */
+static hid_t create_1d(hid_t parent, const char *name, hid_t ftype, size_t n, size_t elem_bytes)
+{
+    hid_t space = H5I_INVALID_HID, dcpl = H5I_INVALID_HID, ds = H5I_INVALID_HID;
+    hsize_t dims = n, maxdims = H5S_UNLIMITED;
+    /* chunks of ~64 KiB, at least one element */
+    hsize_t chunk = elem_bytes ? 65536 / elem_bytes : 1024;
+    if (chunk < 1)
+        chunk = 1;
+    if (n > 0 && chunk > n)
+        chunk = n;
+    if ((space = H5Screate_simple(1, &dims, &maxdims)) < 0 || (dcpl = H5Pcreate(H5P_DATASET_CREATE)) < 0 ||
+        H5Pset_chunk(dcpl, 1, &chunk) < 0)
+        goto out;
+    if (H5Zfilter_avail(H5Z_FILTER_SHUFFLE) > 0 && H5Pset_shuffle(dcpl) < 0)
+        goto out;
+    if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0 && H5Pset_deflate(dcpl, 4) < 0)
+        goto out;
+    ds = H5Dcreate2(parent, name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+out:
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (space >= 0)
+        H5Sclose(space);
+    return ds;
+}
+
+int k25_h5_write_table(hid_t parent, const char *name, const struct k25_h5_col *cols, int ncols,
+                       size_t row_size, const void *rows, size_t nrows, struct k25_error *err)
+{
+    char fb[512];
+    int rc = K25_OK;
+    hid_t mt = H5I_INVALID_HID, ft = H5I_INVALID_HID, ds = H5I_INVALID_HID;
+    if (compound_types(cols, ncols, row_size, &mt, &ft) < 0 ||
+        (ds = create_1d(parent, name, ft, nrows, H5Tget_size(ft))) < 0 ||
+        (nrows > 0 && H5Dwrite(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows) < 0))
+        rc = k25_error_set(err, K25_EIO, obj_file(parent, fb, sizeof(fb)), 0, name,
+                           "cannot write the table (disk full?)");
+    if (ds >= 0 && H5Dclose(ds) < 0 && rc == K25_OK)
+        rc = k25_error_set(err, K25_EIO, obj_file(parent, fb, sizeof(fb)), 0, name, "closing failed");
+    if (mt >= 0)
+        H5Tclose(mt);
+    if (ft >= 0)
+        H5Tclose(ft);
+    return rc;
+}
+
+/* Opens dataset name under parent and returns its element count. */
+static hid_t open_1d(hid_t parent, const char *name, size_t *n, struct k25_error *err)
+{
+    char fb[512];
+    hid_t ds = H5I_INVALID_HID, space = H5I_INVALID_HID;
+    hsize_t dims = 0;
+    if (H5Lexists(parent, name, H5P_DEFAULT) <= 0) {
+        k25_error_set(err, K25_EFORMAT, obj_file(parent, fb, sizeof(fb)), 0, name, "missing dataset");
+        return H5I_INVALID_HID;
+    }
+    if ((ds = H5Dopen2(parent, name, H5P_DEFAULT)) < 0 || (space = H5Dget_space(ds)) < 0 ||
+        H5Sget_simple_extent_ndims(space) != 1 || H5Sget_simple_extent_dims(space, &dims, NULL) < 0) {
+        k25_error_set(err, K25_EFORMAT, obj_file(parent, fb, sizeof(fb)), 0, name, "not a 1-D dataset");
+        if (ds >= 0)
+            H5Dclose(ds);
+        ds = H5I_INVALID_HID;
+    }
+    if (space >= 0)
+        H5Sclose(space);
+    *n = (size_t)dims;
+    return ds;
+}
+
+int k25_h5_read_table(hid_t parent, const char *name, const struct k25_h5_col *cols, int ncols,
+                      size_t row_size, void **rows, size_t *nrows, struct k25_error *err)
+{
+    char fb[512];
+    int rc = K25_OK;
+    hid_t mt = H5I_INVALID_HID, ft = H5I_INVALID_HID, ds = H5I_INVALID_HID, dt = H5I_INVALID_HID;
+    *rows = NULL;
+    *nrows = 0;
+    size_t n = 0;
+    if ((ds = open_1d(parent, name, &n, err)) < 0)
+        return K25_EFORMAT;
+    if ((dt = H5Dget_type(ds)) < 0 || H5Tget_class(dt) != H5T_COMPOUND) {
+        rc = k25_error_set(err, K25_EFORMAT, obj_file(parent, fb, sizeof(fb)), 0, name, "not a table");
+        goto out;
+    }
+    for (int i = 0; i < ncols; i++)
+        if (H5Tget_member_index(dt, cols[i].name) < 0) {
+            rc = k25_error_set(err, K25_EFORMAT, obj_file(parent, fb, sizeof(fb)), 0, cols[i].name,
+                               "column missing from table '%s'", name);
+            goto out;
+        }
+    if (compound_types(cols, ncols, row_size, &mt, &ft) < 0 || !(*rows = calloc(n ? n : 1, row_size)) ||
+        (n > 0 && H5Dread(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, *rows) < 0)) {
+        free(*rows);
+        *rows = NULL;
+        rc = k25_error_set(err, K25_EFORMAT, obj_file(parent, fb, sizeof(fb)), 0, name,
+                           "cannot read the table");
+        goto out;
+    }
+    *nrows = n;
+out:
+    if (dt >= 0)
+        H5Tclose(dt);
+    if (mt >= 0)
+        H5Tclose(mt);
+    if (ft >= 0)
+        H5Tclose(ft);
+    H5Dclose(ds);
+    return rc;
+}
+
+int k25_h5_write_array(hid_t parent, const char *name, enum k25_h5_type type, const void *data, size_t n,
+                       struct k25_error *err)
+{
+    char fb[512];
+    int rc = K25_OK;
+    hid_t ft = file_type_of(type, 0), mt = mem_type_of(type, 0), ds = H5I_INVALID_HID;
+    if (type == K25_H5_STR || ft < 0 || mt < 0 || (ds = create_1d(parent, name, ft, n, type_size(type, 0))) < 0 ||
+        (n > 0 && H5Dwrite(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0))
+        rc = k25_error_set(err, K25_EIO, obj_file(parent, fb, sizeof(fb)), 0, name,
+                           "cannot write the array (disk full?)");
+    if (ds >= 0 && H5Dclose(ds) < 0 && rc == K25_OK)
+        rc = k25_error_set(err, K25_EIO, obj_file(parent, fb, sizeof(fb)), 0, name, "closing failed");
+    if (ft >= 0)
+        H5Tclose(ft);
+    if (mt >= 0)
+        H5Tclose(mt);
+    return rc;
+}
+
+int k25_h5_read_array(hid_t parent, const char *name, enum k25_h5_type type, void **data, size_t *n,
+                      struct k25_error *err)
+{
+    char fb[512];
+    int rc = K25_OK;
+    *data = NULL;
+    hid_t mt = H5I_INVALID_HID, ds = open_1d(parent, name, n, err);
+    if (ds < 0)
+        return K25_EFORMAT;
+    if (type == K25_H5_STR || (mt = mem_type_of(type, 0)) < 0 ||
+        !(*data = calloc(*n ? *n : 1, type_size(type, 0))) ||
+        (*n > 0 && H5Dread(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, *data) < 0)) {
+        free(*data);
+        *data = NULL;
+        rc = k25_error_set(err, K25_EFORMAT, obj_file(parent, fb, sizeof(fb)), 0, name, "cannot read the array");
+    }
+    if (mt >= 0)
+        H5Tclose(mt);
+    H5Dclose(ds);
+    return rc;
+}
