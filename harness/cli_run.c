@@ -72,7 +72,8 @@ static char *read_file(const char *path, size_t *len, struct k25_error *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        k25_error_set(err, K25_EIO, path, 0, NULL, "cannot open: %s", strerror(errno));
+        k25_error_set(err, errno == ENOENT ? K25_ENOTFOUND : K25_EIO, path, 0, NULL, "cannot open: %s",
+                      strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0, r;

@@ -48,13 +48,17 @@ static inline void tu_write_file(const char *path, const char *text)
 }
 
 /*
- * Runs a shell command, captures stdout+stderr (merged) into a malloc'd
+ * Runs a shell command, captures stdout+stderr (merged, unless the command
+ * redirects stderr itself) into a malloc'd
  * string *out (may be NULL), returns the exit status (or -1).
  */
 static inline int tu_run(const char *cmd, char **out)
 {
     char *full = NULL;
-    if (asprintf(&full, "%s 2>&1", cmd) < 0)
+    if (out)
+        *out = NULL;
+    /* merge stderr unless the command redirects it itself */
+    if (asprintf(&full, strstr(cmd, "2>") ? "%s" : "%s 2>&1", cmd) < 0)
         return -1;
     FILE *p = popen(full, "r");
     free(full);
