@@ -48,6 +48,9 @@ void k25_gold_sbuf_puts(struct k25_gold_sbuf *b, const char *s);
 void k25_gold_sbuf_printf(struct k25_gold_sbuf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Lower-case hex of n digest bytes into hex[2n+1] (stats.c). */
+void k25_gold_hex(const unsigned char *d, size_t n, char *hex);
+
 /* Domain writers (gen_docs.c): append text until b->n >= target. */
 void k25_gold_gen_legal(struct k25_gold_rng *r, struct k25_gold_sbuf *b, size_t target);
 void k25_gold_gen_finance(struct k25_gold_rng *r, struct k25_gold_sbuf *b, size_t target);

@@ -681,16 +681,6 @@ const struct k25_error *k25_gold_reader_first_error(const k25_gold_reader_t *r)
     return &r->first;
 }
 
-static void to_hex(const unsigned char *d, size_t n, char *hex)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        hex[2 * i] = digits[d[i] >> 4];
-        hex[2 * i + 1] = digits[d[i] & 15];
-    }
-    hex[2 * n] = 0;
-}
-
 /* Finalizes a copy of the running digest, so reading can go on. */
 void k25_gold_reader_sha256(const k25_gold_reader_t *r, char hex[65])
 {
@@ -701,7 +691,7 @@ void k25_gold_reader_sha256(const k25_gold_reader_t *r, char hex[65])
     if (!c)
         return;
     if (EVP_MD_CTX_copy_ex(c, r->md) == 1 && EVP_DigestFinal_ex(c, d, &n) == 1 && n == 32)
-        to_hex(d, n, hex);
+        k25_gold_hex(d, n, hex);
     EVP_MD_CTX_free(c);
 }
 

@@ -6,6 +6,7 @@
  * validate call that ties the streaming reader to the statistics.
  */
 #include "gold.h"
+#include "gold_internal.h"
 
 #include <jansson.h>
 #include <openssl/evp.h>
@@ -216,7 +217,8 @@ char *k25_gold_stats_to_json(const struct k25_gold_stats *s, const struct k25_go
 
 /* ---------------------------------------------------------------- SHA-256 */
 
-static void to_hex(const unsigned char *d, size_t n, char *hex)
+/* Lower-case hex of n digest bytes into hex[2n+1]. */
+void k25_gold_hex(const unsigned char *d, size_t n, char *hex)
 {
     static const char digits[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) {
@@ -232,7 +234,7 @@ int k25_gold_sha256_hex(const void *data, size_t len, char hex[65], struct k25_e
     unsigned int n = 0;
     if (EVP_Digest(data, len, d, &n, EVP_sha256(), NULL) != 1 || n != 32)
         return k25_error_set(err, K25_EINTERNAL, NULL, 0, NULL, "SHA-256 failed");
-    to_hex(d, n, hex);
+    k25_gold_hex(d, n, hex);
     return 0;
 }
 
@@ -272,7 +274,7 @@ int k25_gold_sha256_file(const char *path, char hex[65], struct k25_error *err)
         rc = k25_error_set(err, K25_EINTERNAL, path, 0, NULL, "SHA-256 final failed");
         goto out_free;
     }
-    to_hex(d, dn, hex);
+    k25_gold_hex(d, dn, hex);
 out_free:
     EVP_MD_CTX_free(md);
     free(buf);
