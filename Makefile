@@ -26,11 +26,11 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
 
 CFLAGS_ALL = -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp $(OPT) $(SAN) -g \
-             -MMD -MP -Iengine -Iharness -Idatasets -I$(BUILD) $(PKG_CFLAGS) $(CFLAGS)
+             -MMD -MP -Iengine -Ibaselines -Iharness -Idatasets -Isweeps -I$(BUILD) $(PKG_CFLAGS) $(CFLAGS)
 LDLIBS_ALL = $(SAN) -fopenmp $(PKG_LIBS) -lm -lpthread $(LDLIBS)
 
-ENGINE_SRC  := $(wildcard engine/*.c)
-HARNESS_SRC := $(filter-out harness/main.c,$(wildcard harness/*.c)) $(wildcard datasets/*.c)
+ENGINE_SRC  := $(wildcard engine/*.c) $(wildcard baselines/*.c)
+HARNESS_SRC := $(filter-out harness/main.c,$(wildcard harness/*.c)) $(wildcard datasets/*.c) $(wildcard sweeps/*.c)
 TEST_SRC    := $(wildcard tests/test_*.c)
 
 ENGINE_OBJ  := $(ENGINE_SRC:%.c=$(BUILD)/obj/%.o)

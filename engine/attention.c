@@ -1,17 +1,35 @@
 /*
- * attention.c - ChunkedAttention on the CPU.
+ * attention.c - ChunkedAttention on the CPU: the engine's prefill and
+ * decode attention kernels over the paged KV cache.
  *
- * A prefill chunk's queries attend to every earlier token of their
- * sequence (read from the paged KV cache) plus, causally, to the chunk
- * itself; a decode step is the same with one query.  The work is cut into
- * items of (job, KV head, tile of TQ queries); the query heads that share
- * a KV head are stacked into one row block, so a tile is a
- * [TQ*group][head_dim] matrix that is multiplied by one KV block at a time
- * (OpenBLAS SGEMM, single-threaded inside an OpenMP worker) with an online
- * softmax carrying the running max, sum and output between blocks
- * (FlashAttention's recurrence).  Scratch is bounded by TQ and the block
- * size, never by the context length; every row's reduction runs in the
- * same order whatever the thread count, so results are reproducible.
+ * Prefill.  A prefill chunk's queries attend to every earlier token of
+ * their sequence (read from the paged KV cache) plus, causally, to the
+ * chunk itself.  The work is cut into items of (job, KV head, tile of TQ
+ * queries); the query heads that share a KV head are stacked into one row
+ * block (GQA), so a tile is a [TQ*group][head_dim] matrix multiplied by one
+ * KV tile of TK tokens at a time (OpenBLAS SGEMM, single-threaded inside an
+ * OpenMP worker) with an online softmax carrying the running max, sum and
+ * output between tiles (FlashAttention's recurrence).  TQ*group is about
+ * TQ_ROWS whatever the GQA ratio, so scratch is bounded by TQ_ROWS and TK,
+ * never by the context length.
+ *
+ * Decode.  A job with at most DECODE_MAX_Q queries (a decode step, or a
+ * short tail chunk) has too little work per KV head to keep the threads
+ * busy, and is bandwidth-bound: its KV range is split into pieces of
+ * SPLIT_TOKENS tokens, one item per (job, KV head, split), each producing a
+ * partial (max, sum, unnormalized output) per query row; a second pass
+ * merges the partials of each (job, KV head) in split order.  The number of
+ * splits depends only on the KV length, so the result is the same for any
+ * thread count.
+ *
+ * Storage types.  KV tiles are read through k25_kv_rows: fp32 rows that lie
+ * in one block are used in place; fp16 rows are dequantized on the fly into
+ * a per-thread tile buffer that stays in L1/L2 (F16C/AVX-512 conversion
+ * where the build has it, the portable bit conversion otherwise), so the
+ * cache is read exactly once per tile and never converted in full.
+ *
+ * Determinism: every row's reductions (dot products, softmax sums, split
+ * merge) run in an order fixed by the shapes alone.
  */
 #include "backend.h"
 
@@ -19,40 +37,155 @@
 #include <math.h>
 #include <string.h>
 
-#define TQ 64 /* queries per tile */
+#if defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
 
-struct scratch {
-    float *q;    /* [TQ*group][hd]  scaled queries */
-    float *s;    /* [TQ*group][bs]  scores, then probabilities */
-    float *acc;  /* [TQ*group][hd]  unnormalized output */
-    float *m;    /* [TQ*group]      running max */
-    float *l;    /* [TQ*group]      running sum */
-    float *kt;   /* [bs][hd]        fp32 copy of a half block (fp16 only) */
-    float *vt;   /* [bs][hd] */
-};
+#define TQ_ROWS 128      /* target query rows (queries x group heads) per prefill tile */
+#define TK 128           /* KV tokens per tile (SGEMM inner size) */
+#define DT 32            /* KV tokens per decode sub-tile (two fp32 tiles stay in L1) */
+#define DECODE_MAX_Q 4   /* jobs with at most this many queries take the split-KV path */
+#define SPLIT_TOKENS 2048 /* decode: KV tokens per split */
 
-static const float *block_rows(const struct k25_kv_view *kv, const void *blk, int g, int n,
-                               float *tmp)
+/* ------------------------------------------------- KV reads, dequantizing */
+
+void k25_fp16_to_fp32_row(const uint16_t *src, float *dst, size_t n)
 {
-    size_t off = (size_t)g * kv->block_size * kv->head_dim;
-    if (kv->dtype == K25_DTYPE_FP32)
-        return (const float *)blk + off;
-    /* fp16: dequantize the rows this tile reads into fp32 scratch */
-    const uint16_t *h = (const uint16_t *)blk + off;
-    size_t cnt = (size_t)n * kv->head_dim;
-    for (size_t i = 0; i < cnt; i++)
-        tmp[i] = k25_fp16_to_fp32(h[i]);
+    size_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+#elif defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+#endif
+    for (; i < n; i++)
+        dst[i] = k25_fp16_to_fp32(src[i]);
+}
+
+const float *k25_kv_rows(const struct k25_kv_view *kv, const void *const *blocks, int g, int k0,
+                         int n, float *tmp)
+{
+    const int bs = kv->block_size, hd = kv->head_dim;
+    int b = k0 / bs, o = k0 % bs;
+    if (kv->dtype == K25_DTYPE_FP32 && o + n <= bs)
+        return (const float *)blocks[b] + ((size_t)g * bs + o) * hd;
+    for (int done = 0; done < n;) {
+        b = (k0 + done) / bs;
+        o = (k0 + done) % bs;
+        int take = bs - o < n - done ? bs - o : n - done;
+        size_t off = ((size_t)g * bs + o) * hd;
+        if (kv->dtype == K25_DTYPE_FP32)
+            memcpy(tmp + (size_t)done * hd, (const float *)blocks[b] + off, sizeof(float) * take * hd);
+        else
+            k25_fp16_to_fp32_row((const uint16_t *)blocks[b] + off, tmp + (size_t)done * hd,
+                                 (size_t)take * hd);
+        done += take;
+    }
     return tmp;
 }
 
-/* One work item: queries [t0, t1) of job j, query heads of KV head g. */
-static void attend_tile(const struct k25_attn_job *job, int g, int group, int t0, int t1,
-                        float scale, struct scratch *sc)
+bool k25_kv_rows_need_tmp(const struct k25_kv_view *kv, int tile)
 {
-    const struct k25_kv_view *kv = &job->kv;
-    const int hd = kv->head_dim, bs = kv->block_size;
-    const int rows = (t1 - t0) * group;
+    return kv->dtype != K25_DTYPE_FP32 || kv->block_size % tile != 0;
+}
 
+/* ------------------------------------------------------ online softmax */
+
+/*
+ * One row of the online softmax: s[0..nk) are this tile's scores, of which
+ * the first lim are visible (causal mask).  Updates the running max *m and
+ * sum *l, rescales the row's accumulated output acc[hd] when the max grows,
+ * and turns s into probabilities (0 beyond lim).
+ */
+void k25_softmax_tile_row(float *s, int nk, int lim, float *m, float *l, float *acc, int hd)
+{
+    if (lim > nk)
+        lim = nk;
+    if (lim <= 0) {
+        memset(s, 0, sizeof(float) * (size_t)nk);
+        return;
+    }
+    /* omp simd: vectorized reductions in a fixed lane order */
+    float mx = s[0];
+#pragma omp simd reduction(max : mx)
+    for (int j = 1; j < lim; j++)
+        mx = s[j] > mx ? s[j] : mx;
+    if (mx > *m) {
+        float alpha = (*m == -INFINITY) ? 0.0f : k25_fast_expf(*m - mx);
+        *l *= alpha;
+        for (int d = 0; d < hd; d++)
+            acc[d] *= alpha;
+        *m = mx;
+    }
+    float m_new = *m, sum = 0.0f;
+    /* the exp map and the sum are separate loops: GCC vectorizes them only so */
+    for (int j = 0; j < lim; j++)
+        s[j] = k25_fast_expf(s[j] - m_new);
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < lim; j++)
+        sum += s[j];
+    for (int j = lim; j < nk; j++)
+        s[j] = 0.0f;
+    *l += sum;
+}
+
+/* ------------------------------------------------------------- scratch */
+
+static int tile_queries(int group)
+{
+    return group >= TQ_ROWS ? 1 : TQ_ROWS / group;
+}
+
+/* Per-thread scratch in floats: q, acc [rows][hd], s [rows][TK], m, l [rows],
+ * and, when tiles must be converted or gathered, kt, vt [TK][hd]. */
+static size_t thread_floats(int group, int hd, bool need_tmp)
+{
+    size_t rows = (size_t)tile_queries(group) * group;
+    if (rows < (size_t)DECODE_MAX_Q * group)
+        rows = (size_t)DECODE_MAX_Q * group;
+    return rows * hd * 2 + rows * TK + rows * 2 + (need_tmp ? 2 * (size_t)TK * hd : 0);
+}
+
+static int n_splits(int visible)
+{
+    return (visible + SPLIT_TOKENS - 1) / SPLIT_TOKENS;
+}
+
+int64_t k25_chunked_scratch_bytes(int n_heads, int n_kv_heads, int head_dim, int block_size,
+                                  enum k25_dtype dtype, int n_seqs, int64_t n_q, int64_t n_kv,
+                                  int threads)
+{
+    int group = n_heads / n_kv_heads;
+    bool need_tmp = dtype != K25_DTYPE_FP32 || block_size % TK != 0;
+    int64_t items, partial = 0;
+    if (n_q <= DECODE_MAX_Q) {
+        int64_t sp = (n_kv + SPLIT_TOKENS - 1) / SPLIT_TOKENS;
+        items = (int64_t)n_seqs * n_kv_heads * sp;
+        partial = items * n_q * group * (head_dim + 2) * (int64_t)sizeof(float);
+    } else {
+        int tq = tile_queries(group);
+        items = (int64_t)n_seqs * n_kv_heads * ((n_q + tq - 1) / tq);
+    }
+    int64_t per = (int64_t)thread_floats(group, head_dim, need_tmp) * (int64_t)sizeof(float);
+    return partial + (items > 1 ? threads : 1) * per;
+}
+
+struct scratch {
+    float *q;    /* [rows][hd]  scaled queries */
+    float *acc;  /* [rows][hd]  unnormalized output */
+    float *s;    /* [rows][TK]  scores, then probabilities */
+    float *m;    /* [rows]      running max */
+    float *l;    /* [rows]      running sum */
+    float *kt;   /* [TK][hd]    converted/gathered keys (NULL when not needed) */
+    float *vt;   /* [TK][hd]    values */
+};
+
+/* Copies the query rows of tile queries [t0, t1), heads of KV head g, scaled. */
+static void load_queries(const struct k25_attn_job *job, int g, int group, int t0, int t1, float scale,
+                         struct scratch *sc)
+{
+    const int hd = job->kv.head_dim, rows = (t1 - t0) * group;
     for (int t = t0; t < t1; t++)
         for (int hh = 0; hh < group; hh++) {
             const float *src = job->q + (size_t)t * job->q_stride + (size_t)(g * group + hh) * hd;
@@ -65,54 +198,30 @@ static void attend_tile(const struct k25_attn_job *job, int g, int group, int t0
         sc->l[r] = 0.0f;
     }
     memset(sc->acc, 0, sizeof(float) * (size_t)rows * hd);
+}
+
+/* ------------------------------------------------------------- prefill */
+
+/* One prefill item: queries [t0, t1) of job, query heads of KV head g. */
+static void prefill_tile(const struct k25_attn_job *job, int g, int group, int t0, int t1, float scale,
+                         struct scratch *sc)
+{
+    const struct k25_kv_view *kv = &job->kv;
+    const int hd = kv->head_dim, rows = (t1 - t0) * group;
+    load_queries(job, g, group, t0, t1, scale, sc);
 
     int visible = job->q_pos0 + t1; /* tokens the last query of the tile sees */
     K25_ASSERT(visible <= kv->n_tokens);
-    int n_blocks = (visible + bs - 1) / bs;
-    for (int b = 0; b < n_blocks; b++) {
-        int ks = b * bs;
-        int nk = visible - ks < bs ? visible - ks : bs;
-        const float *K = block_rows(kv, kv->k_blocks[b], g, nk, sc->kt);
-        const float *V = block_rows(kv, kv->v_blocks[b], g, nk, sc->vt);
+    for (int k0 = 0; k0 < visible; k0 += TK) {
+        int nk = visible - k0 < TK ? visible - k0 : TK;
+        const float *K = k25_kv_rows(kv, kv->k_blocks, g, k0, nk, sc->kt);
+        const float *V = k25_kv_rows(kv, kv->v_blocks, g, k0, nk, sc->vt);
 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, 1.0f, sc->q, hd, K, hd,
                     0.0f, sc->s, nk);
-
-        for (int r = 0; r < rows; r++) {
-            float *s = sc->s + (size_t)r * nk;
-            int lim = job->q_pos0 + t0 + r / group - ks + 1; /* keys of this block row r sees */
-            if (lim > nk)
-                lim = nk;
-            if (lim <= 0) {
-                memset(s, 0, sizeof(float) * (size_t)nk);
-                continue;
-            }
-            /* omp simd: vectorized reductions (fixed lane order, so still
-             * independent of the thread count) */
-            float mx = s[0];
-#pragma omp simd reduction(max : mx)
-            for (int j = 1; j < lim; j++)
-                mx = s[j] > mx ? s[j] : mx;
-            float m_old = sc->m[r];
-            if (mx > m_old) {
-                float alpha = (m_old == -INFINITY) ? 0.0f : k25_fast_expf(m_old - mx);
-                sc->l[r] *= alpha;
-                float *a = sc->acc + (size_t)r * hd;
-                for (int d = 0; d < hd; d++)
-                    a[d] *= alpha;
-                sc->m[r] = mx;
-            }
-            float m_new = sc->m[r], sum = 0.0f;
-            for (int j = 0; j < lim; j++)
-                s[j] = k25_fast_expf(s[j] - m_new);
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < lim; j++)
-                sum += s[j];
-            for (int j = lim; j < nk; j++)
-                s[j] = 0.0f;
-            sc->l[r] += sum;
-        }
-
+        for (int r = 0; r < rows; r++) /* row r sees keys < q_pos0 + t0 + r/group + 1 */
+            k25_softmax_tile_row(sc->s + (size_t)r * nk, nk, job->q_pos0 + t0 + r / group - k0 + 1,
+                                 &sc->m[r], &sc->l[r], sc->acc + (size_t)r * hd, hd);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f, sc->s, nk, V, hd,
                     1.0f, sc->acc, hd);
     }
@@ -128,35 +237,227 @@ static void attend_tile(const struct k25_attn_job *job, int g, int group, int t0
         }
 }
 
+/* -------------------------------------------------------------- decode */
+
+/*
+ * One decode item: every query of job (n_q <= DECODE_MAX_Q), query heads of
+ * KV head g, keys [k_lo, k_hi).  Leaves the partial state of each row in
+ * part: [rows][hd + 2] = unnormalized output, max, sum.  Scores are dot
+ * products over head_dim (no GEMM: a few rows against a stream of keys is
+ * bandwidth-bound, and SGEMM's packing would read every tile twice).
+ */
+#if defined(__AVX512F__)
+/* 16 elements of a KV row as floats (fp16 converted in the register). */
+static inline __m512 kv_load16(const void *base, bool half, size_t i)
+{
+    return half ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + i)))
+                : _mm512_loadu_ps((const float *)base + i);
+}
+
+/*
+ * AVX-512 decode tile (head_dim a multiple of 16, at most 128): nk keys and
+ * values in raw storage (kb, vb: contiguous rows of one block), dequantized
+ * in registers.  Scores: each key row is loaded once and dotted with every
+ * query row.  P V: two rows' accumulators stay in registers while the
+ * value rows stream past.
+ */
+static void decode_tile_avx512(const void *kb, const void *vb, bool half, int nk, int rows, int hd,
+                               int lim0, int group, struct scratch *sc)
+{
+    const int nv = hd / 16;
+    for (int t = 0; t < nk; t++) {
+        __m512 kr[8];
+        for (int v = 0; v < nv; v++)
+            kr[v] = kv_load16(kb, half, (size_t)t * hd + (size_t)v * 16);
+        for (int r = 0; r < rows; r++) {
+            const float *qr = sc->q + (size_t)r * hd;
+            __m512 a = _mm512_mul_ps(_mm512_loadu_ps(qr), kr[0]);
+            for (int v = 1; v < nv; v++)
+                a = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16 * v), kr[v], a);
+            sc->s[(size_t)r * DT + t] = _mm512_reduce_add_ps(a);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        k25_softmax_tile_row(sc->s + (size_t)r * DT, nk, lim0 + r / group + 1, &sc->m[r], &sc->l[r],
+                             sc->acc + (size_t)r * hd, hd);
+    for (int r0 = 0; r0 < rows; r0 += 2) {
+        const bool two = r0 + 1 < rows;
+        float *a0p = sc->acc + (size_t)r0 * hd, *a1p = a0p + hd;
+        const float *p0 = sc->s + (size_t)r0 * DT, *p1 = p0 + DT;
+        __m512 a0[8], a1[8];
+        for (int v = 0; v < nv; v++) {
+            a0[v] = _mm512_loadu_ps(a0p + 16 * v);
+            a1[v] = two ? _mm512_loadu_ps(a1p + 16 * v) : _mm512_setzero_ps();
+        }
+        for (int t = 0; t < nk; t++) {
+            __m512 w0 = _mm512_set1_ps(p0[t]), w1 = _mm512_set1_ps(two ? p1[t] : 0.0f);
+            for (int v = 0; v < nv; v++) {
+                __m512 x = kv_load16(vb, half, (size_t)t * hd + (size_t)v * 16);
+                a0[v] = _mm512_fmadd_ps(w0, x, a0[v]);
+                a1[v] = _mm512_fmadd_ps(w1, x, a1[v]);
+            }
+        }
+        for (int v = 0; v < nv; v++) {
+            _mm512_storeu_ps(a0p + 16 * v, a0[v]);
+            if (two)
+                _mm512_storeu_ps(a1p + 16 * v, a1[v]);
+        }
+    }
+}
+#endif
+
+/*
+ * One decode item: every query of job (n_q <= DECODE_MAX_Q), query heads of
+ * KV head g, keys [k_lo, k_hi).  Leaves the partial state of each row in
+ * part: [rows][hd + 2] = unnormalized output, max, sum.  Scores are dot
+ * products over head_dim (no GEMM: a few rows against a stream of keys is
+ * bandwidth-bound, and SGEMM's packing would read every tile twice).
+ * Tiles of DT tokens never cross a block, so their rows are contiguous.
+ */
+static void decode_split(const struct k25_attn_job *job, int g, int group, int k_lo, int k_hi,
+                         float scale, struct scratch *sc, float *part)
+{
+    const struct k25_kv_view *kv = &job->kv;
+    const int hd = kv->head_dim, rows = job->n_q * group, bs = kv->block_size;
+    load_queries(job, g, group, 0, job->n_q, scale, sc);
+#if defined(__AVX512F__)
+    const bool fast = hd % 16 == 0 && hd <= 128;
+#endif
+
+    for (int k0 = k_lo, nk; k0 < k_hi; k0 += nk) {
+        nk = k_hi - k0 < DT ? k_hi - k0 : DT;
+        if (bs - k0 % bs < nk)
+            nk = bs - k0 % bs;
+#if defined(__AVX512F__)
+        if (fast) {
+            size_t elem = kv->dtype == K25_DTYPE_FP32 ? 4 : 2;
+            size_t off = ((size_t)g * bs + k0 % bs) * hd * elem;
+            decode_tile_avx512((const char *)kv->k_blocks[k0 / bs] + off,
+                               (const char *)kv->v_blocks[k0 / bs] + off, kv->dtype != K25_DTYPE_FP32, nk,
+                               rows, hd, job->q_pos0 - k0, group, sc);
+            continue;
+        }
+#endif
+        const float *K = k25_kv_rows(kv, kv->k_blocks, g, k0, nk, sc->kt);
+        for (int r = 0; r < rows; r++) {
+            const float *qr = sc->q + (size_t)r * hd;
+            float *s = sc->s + (size_t)r * DT;
+            for (int t = 0; t < nk; t++) {
+                const float *kr = K + (size_t)t * hd;
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int d = 0; d < hd; d++)
+                    dot += qr[d] * kr[d];
+                s[t] = dot;
+            }
+            k25_softmax_tile_row(s, nk, job->q_pos0 + r / group - k0 + 1, &sc->m[r], &sc->l[r],
+                                 sc->acc + (size_t)r * hd, hd);
+        }
+        const float *V = k25_kv_rows(kv, kv->v_blocks, g, k0, nk, sc->vt);
+        for (int t = 0; t < nk; t++) {
+            const float *vr = V + (size_t)t * hd;
+            for (int r = 0; r < rows; r++) {
+                float p = sc->s[(size_t)r * DT + t];
+                float *a = sc->acc + (size_t)r * hd;
+#pragma omp simd
+                for (int d = 0; d < hd; d++)
+                    a[d] += p * vr[d];
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        float *pr = part + (size_t)r * (hd + 2);
+        memcpy(pr, sc->acc + (size_t)r * hd, sizeof(float) * hd);
+        pr[hd] = sc->m[r];
+        pr[hd + 1] = sc->l[r];
+    }
+}
+
+/*
+ * Merges the n partials of one (job, KV head) in split order:
+ * M = max m_s, L = sum l_s e^(m_s - M), O = sum acc_s e^(m_s - M) / L.
+ * A split a row cannot see (m = -inf) contributes nothing.
+ */
+static void decode_merge(const struct k25_attn_job *job, int g, int group, const float *part, int n)
+{
+    const int hd = job->kv.head_dim, rows = job->n_q * group, stride = rows * (hd + 2);
+    for (int r = 0; r < rows; r++) {
+        float M = -INFINITY;
+        for (int s = 0; s < n; s++) {
+            float ms = part[(size_t)s * stride + (size_t)r * (hd + 2) + hd];
+            M = ms > M ? ms : M;
+        }
+        float *dst = job->out + (size_t)(r / group) * job->out_stride + (size_t)(g * group + r % group) * hd;
+        float L = 0.0f;
+        for (int d = 0; d < hd; d++)
+            dst[d] = 0.0f;
+        for (int s = 0; s < n; s++) {
+            const float *pr = part + (size_t)s * stride + (size_t)r * (hd + 2);
+            if (pr[hd] == -INFINITY)
+                continue;
+            float w = k25_fast_expf(pr[hd] - M);
+            L += pr[hd + 1] * w;
+            for (int d = 0; d < hd; d++)
+                dst[d] += pr[d] * w;
+        }
+        float inv = 1.0f / L; /* L >= 1: the split holding the max contributes e^0 */
+        for (int d = 0; d < hd; d++)
+            dst[d] *= inv;
+    }
+}
+
+/* --------------------------------------------------------------- driver */
+
+/*
+ * Runs every job: prefill jobs as (job, KV head, query tile) items, decode
+ * jobs as (job, KV head, KV split) items, dynamically scheduled over the
+ * OpenMP threads; then merges the decode splits.  Scratch comes from the
+ * tracking allocator (K25_MEM_ATTN_SCRATCH) per call; allocation failure
+ * is an invariant failure (the figure is bounded by the tile sizes and is
+ * accounted by the memory calculator).
+ */
 void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale)
 {
     if (n_jobs <= 0)
         return;
-    const int n_kv = jobs[0].kv.n_kv_heads, hd = jobs[0].kv.head_dim, bs = jobs[0].kv.block_size;
-    const int group = n_heads / n_kv;
+    const int n_kv = jobs[0].kv.n_kv_heads, hd = jobs[0].kv.head_dim;
+    const int group = n_heads / n_kv, tq = tile_queries(group);
     K25_ASSERT(group * n_kv == n_heads);
 
-    /* item i -> (job, kv head, tile); first[j] = first item of job j */
-    int first[n_jobs + 1];
-    first[0] = 0;
-    for (int j = 0; j < n_jobs; j++)
-        first[j + 1] = first[j] + n_kv * ((jobs[j].n_q + TQ - 1) / TQ);
+    /* item i -> (job, kv head, tile or split); first[j] = first item of job j,
+     * pfirst[j] = first partial of job j (decode jobs only) */
+    int first[n_jobs + 1], pfirst[n_jobs + 1];
+    bool need_tmp = false;
+    first[0] = pfirst[0] = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        const struct k25_attn_job *jb = &jobs[j];
+        K25_ASSERT(jb->n_q >= 1 && jb->kv.n_kv_heads == n_kv && jb->kv.head_dim == hd);
+        int per_head = jb->n_q <= DECODE_MAX_Q ? n_splits(jb->q_pos0 + jb->n_q) : (jb->n_q + tq - 1) / tq;
+        first[j + 1] = first[j] + n_kv * per_head;
+        pfirst[j + 1] = pfirst[j] + (jb->n_q <= DECODE_MAX_Q ? n_kv * per_head * jb->n_q * group * (hd + 2) : 0);
+        need_tmp |= k25_kv_rows_need_tmp(&jb->kv, TK);
+    }
     const int n_items = first[n_jobs];
+    float *partials = NULL;
+    if (pfirst[n_jobs] > 0) {
+        partials = k25_alloc(K25_MEM_ATTN_SCRATCH, sizeof(float) * (size_t)pfirst[n_jobs]);
+        K25_ASSERT(partials != NULL);
+    }
 
 #pragma omp parallel if (n_items > 1)
     {
         struct scratch sc;
-        size_t rows = (size_t)TQ * group;
-        float *mem = k25_alloc(K25_MEM_ATTN_SCRATCH,
-                               sizeof(float) * (rows * hd * 2 + rows * bs + rows * 2 + 2 * (size_t)bs * hd));
+        size_t rows = (size_t)tq * group > (size_t)DECODE_MAX_Q * group ? (size_t)tq * group
+                                                                         : (size_t)DECODE_MAX_Q * group;
+        float *mem = k25_alloc(K25_MEM_ATTN_SCRATCH, sizeof(float) * thread_floats(group, hd, need_tmp));
         K25_ASSERT(mem != NULL);
         sc.q = mem;
         sc.acc = sc.q + rows * hd;
         sc.s = sc.acc + rows * hd;
-        sc.m = sc.s + rows * bs;
+        sc.m = sc.s + rows * TK;
         sc.l = sc.m + rows;
-        sc.kt = sc.l + rows;
-        sc.vt = sc.kt + (size_t)bs * hd;
+        sc.kt = need_tmp ? sc.l + rows : NULL;
+        sc.vt = need_tmp ? sc.kt + (size_t)TK * hd : NULL;
         int j = 0;
 #pragma omp for schedule(dynamic, 1)
         for (int it = 0; it < n_items; it++) {
@@ -164,11 +465,32 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
                 j++;
             while (it < first[j])
                 j--;
+            const struct k25_attn_job *jb = &jobs[j];
             int local = it - first[j];
-            int g = local % n_kv, tile = local / n_kv;
-            int t0 = tile * TQ, t1 = t0 + TQ < jobs[j].n_q ? t0 + TQ : jobs[j].n_q;
-            attend_tile(&jobs[j], g, group, t0, t1, scale, &sc);
+            int g = local % n_kv, k = local / n_kv;
+            if (jb->n_q <= DECODE_MAX_Q) {
+                int visible = jb->q_pos0 + jb->n_q;
+                int k_lo = k * SPLIT_TOKENS, k_hi = k_lo + SPLIT_TOKENS < visible ? k_lo + SPLIT_TOKENS : visible;
+                size_t stride = (size_t)jb->n_q * group * (hd + 2);
+                decode_split(jb, g, group, k_lo, k_hi, scale, &sc,
+                             partials + pfirst[j] + ((size_t)g * n_splits(visible) + k) * stride);
+            } else {
+                int t0 = k * tq, t1 = t0 + tq < jb->n_q ? t0 + tq : jb->n_q;
+                prefill_tile(jb, g, group, t0, t1, scale, &sc);
+            }
         }
         k25_free(mem);
+
+        /* merge decode splits: one (job, KV head) per iteration, fixed order inside */
+#pragma omp for schedule(static)
+        for (int x = 0; x < n_jobs * n_kv; x++) {
+            const struct k25_attn_job *jb = &jobs[x / n_kv];
+            if (jb->n_q > DECODE_MAX_Q)
+                continue;
+            int g = x % n_kv, n = n_splits(jb->q_pos0 + jb->n_q);
+            size_t stride = (size_t)jb->n_q * group * (hd + 2);
+            decode_merge(jb, g, group, partials + pfirst[x / n_kv] + (size_t)g * n * stride, n);
+        }
     }
+    k25_free(partials);
 }

@@ -58,8 +58,46 @@ struct k25_backend {
 
 const struct k25_backend *k25_backend_cpu(void);
 
-/* CPU attention (attention.c), exposed for the backend table and tests. */
+/* An attention implementation: runs every job; n_heads query heads share
+ * n_kv_heads KV heads; scores are scaled by scale before the softmax. */
+typedef void (*k25_attention_fn)(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale);
+
+/* CPU ChunkedAttention (attention.c), exposed for the backend table and tests. */
 void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale);
+
+/* The implementation named by impl: the engine's kernels or a baseline
+ * (baselines/baselines.h).  Never NULL for a valid impl. */
+k25_attention_fn k25_attention_impl(enum k25_attn_impl impl);
+
+/* Attention scratch bytes of one k25_cpu_attention call (see
+ * k25_attn_scratch_bytes in k25.h, which dispatches here per impl). */
+int64_t k25_chunked_scratch_bytes(int n_heads, int n_kv_heads, int head_dim, int block_size,
+                                  enum k25_dtype dtype, int n_seqs, int64_t n_q, int64_t n_kv,
+                                  int threads);
+
+/* Helpers the kernels and baselines share (attention.c). */
+
+/* dst[i] = half src[i] as float, vectorized (F16C / AVX-512) where built so. */
+void k25_fp16_to_fp32_row(const uint16_t *src, float *dst, size_t n);
+
+/*
+ * Keys (blocks = kv->k_blocks) or values (kv->v_blocks) of tokens
+ * [k0, k0+n) for KV head g as fp32 rows [n][head_dim]: a pointer into the
+ * cache when the rows are fp32 and inside one block, else dequantized or
+ * gathered into tmp ([n][head_dim], only touched then).
+ */
+const float *k25_kv_rows(const struct k25_kv_view *kv, const void *const *blocks, int g, int k0,
+                         int n, float *tmp);
+/* Whether k25_kv_rows may need tmp for tiles of `tile` tokens starting at multiples of tile. */
+bool k25_kv_rows_need_tmp(const struct k25_kv_view *kv, int tile);
+
+/*
+ * One row of the online softmax over a tile of nk scores s, of which the
+ * first lim are visible: updates the running max *m and sum *l, rescales
+ * the row's output acc[hd] when the max grows, turns s into exp(s - m)
+ * (0 beyond lim).
+ */
+void k25_softmax_tile_row(float *s, int nk, int lim, float *m, float *l, float *acc, int hd);
 
 /* exp(x) for the softmax: vectorizable, relative error < 2e-7 on [-87, 88]. */
 static inline float k25_fast_expf(float x)

@@ -59,6 +59,7 @@ struct key_def {
 static const char *const dtype_names[] = {"fp32", "fp16", "int8", "int4"};
 static const char *const hint_names[] = {"auto", "legal_doc", "plain_text"};
 static const char *const log_level_names[] = {"off", "info", "debug"};
+static const char *const attn_names[] = {"chunked", "flash2", "naive"};
 
 #define F(field) offsetof(struct k25_config, field), sizeof(((struct k25_config *)0)->field)
 #define NAMES(a) (a), (int)(sizeof(a) / sizeof((a)[0]))
@@ -104,6 +105,11 @@ static const struct key_def keys[] = {
     {{"disable_prefill_optimization", "bool", "false",
       "prefill in one pass over uncompressed KV instead of in chunks (diagnosis)", "true|false"},
      KIND_BOOL, F(disable_prefill_optimization), 0, 0, 0, 0, false, false, NULL, 0},
+    {{"attention", "enum", "chunked",
+      "attention kernels: the engine's ChunkedAttention, or a baseline (FlashAttention-2-style "
+      "tiles, naive full score matrix)",
+      "chunked|flash2|naive"},
+     KIND_ENUM, F(attention), 0, 0, 0, 0, false, false, NAMES(attn_names)},
     {{"rope_theta", "float", "0", "RoPE base frequency, 0 = the model's own", ">= 0"},
      KIND_FLOAT, F(rope_theta), 0, 0, 0.0, HUGE_VAL, false, false, NULL, 0},
     {{"seed", "int", "0", "sampling seed", "0..9223372036854775807"},
@@ -140,6 +146,7 @@ void k25_config_init(struct k25_config *cfg)
     cfg->block_pattern_hint = K25_HINT_AUTO;
     cfg->memory_budget_mb = 0;
     cfg->disable_prefill_optimization = false;
+    cfg->attention = K25_ATTN_CHUNKED;
     cfg->rope_theta = 0.0;
     cfg->seed = 0;
     cfg->threads = 0;
@@ -169,6 +176,22 @@ const char *k25_dtype_name(enum k25_dtype d)
 const char *k25_hint_name(enum k25_hint h)
 {
     return (unsigned)h < sizeof(hint_names) / sizeof(hint_names[0]) ? hint_names[h] : "?";
+}
+
+const char *k25_attn_impl_name(enum k25_attn_impl a)
+{
+    return (unsigned)a < sizeof(attn_names) / sizeof(attn_names[0]) ? attn_names[a] : "?";
+}
+
+int k25_attn_impl_parse(const char *name, enum k25_attn_impl *out, struct k25_error *err)
+{
+    for (int i = 0; i < (int)(sizeof(attn_names) / sizeof(attn_names[0])); i++)
+        if (strcmp(name, attn_names[i]) == 0) {
+            *out = (enum k25_attn_impl)i;
+            return K25_OK;
+        }
+    return k25_error_set(err, K25_ENOTFOUND, NULL, 0, "attention",
+                         "unknown attention implementation '%s' (chunked, flash2 or naive)", name);
 }
 
 static const struct key_def *find_key(const char *key)

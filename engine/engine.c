@@ -30,14 +30,6 @@ const char *k25_req_state_name(enum k25_req_state s)
     return "?";
 }
 
-/* Bytes of activations for a step of t tokens (matches forward.c buffers). */
-static int64_t activation_bytes(const struct k25_model_shape *s, int64_t t)
-{
-    int64_t w = 3 * (int64_t)s->dim + (int64_t)(s->n_heads + 2 * s->n_kv_heads) * s->head_dim +
-                (int64_t)s->n_heads * s->head_dim + 3 * (int64_t)s->ffn_dim + s->head_dim + s->vocab_size;
-    return 4 * w * t;
-}
-
 int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k25_engine_t **out,
                       struct k25_error *err)
 {
@@ -51,7 +43,8 @@ int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k2
     e->cfg = *cfg;
     e->model = model;
     e->be = k25_backend_cpu();
-    k25_set_threads(cfg->threads);
+    e->attn = k25_attention_impl(cfg->attention);
+    int threads = k25_set_threads(cfg->threads);
     const struct k25_model_shape *s = &model->shape;
 
     /* With a budget, the KV pool gets what weights and activations leave. */
@@ -65,7 +58,10 @@ int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k2
         int64_t step_tokens = cfg->max_num_batched_tokens > cfg->prefill_chunk_size
                                   ? cfg->max_num_batched_tokens
                                   : cfg->prefill_chunk_size;
-        int64_t left = budget - weights - activation_bytes(s, step_tokens);
+        int64_t scratch = k25_attn_scratch_bytes(cfg->attention, s->n_heads, s->n_kv_heads, s->head_dim,
+                                                 cfg->kv_block_size, cfg->kv_cache_dtype, 1, step_tokens,
+                                                 step_tokens, threads);
+        int64_t left = budget - weights - k25_activation_bytes(s, step_tokens, NULL) - scratch;
         max_blocks = left / (int64_t)probe.block_bytes;
         if (max_blocks < 1) {
             rc = k25_error_set(err, K25_ERANGE, NULL, 0, "memory_budget_mb",

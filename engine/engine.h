@@ -37,6 +37,7 @@ struct k25_engine {
     struct k25_config cfg;
     const struct k25_model *model;
     const struct k25_backend *be;
+    k25_attention_fn attn;    /* cfg.attention: the engine's kernels or a baseline */
     struct k25_kv_pool pool;
     struct k25_log log;
 
@@ -66,6 +67,10 @@ struct k25_engine {
     void *cb_user;
     struct k25_engine_stats stats;
 };
+
+/* Activation bytes forward.c allocates for steps of step_tokens tokens
+ * (rows grow from 64 by doubling; *cap_out gets the row count, may be NULL). */
+int64_t k25_activation_bytes(const struct k25_model_shape *s, int64_t step_tokens, int64_t *cap_out);
 
 /* Runs the model over spans (one step); fills each span's logits. */
 int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struct k25_error *err);

@@ -119,7 +119,7 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struc
             row += spans[i].n;
             e->stats.kv_block_accesses += spans[i].seq->n_blocks;
         }
-        be->attention(jobs, n_spans, nh, 1.0f / sqrtf((float)hd));
+        e->attn(jobs, n_spans, nh, 1.0f / sqrtf((float)hd));
         be->gemm_xwt(T, d, att_w, e->att, L->wo, e->x, true);
 
         be->rmsnorm(T, d, e->x, L->ffn_norm, s->norm_eps, e->xn);

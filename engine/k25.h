@@ -98,6 +98,9 @@ const char *k25_mem_cat_name(enum k25_mem_cat cat);
 enum k25_dtype { K25_DTYPE_FP32, K25_DTYPE_FP16, K25_DTYPE_INT8, K25_DTYPE_INT4 };
 enum k25_hint { K25_HINT_AUTO, K25_HINT_LEGAL_DOC, K25_HINT_PLAIN_TEXT };
 enum k25_log_level { K25_LOG_OFF, K25_LOG_INFO, K25_LOG_DEBUG };
+/* Attention implementation: the engine's ChunkedAttention kernels, or one
+ * of the baselines (baselines/): FlashAttention-2-style tiles, naive. */
+enum k25_attn_impl { K25_ATTN_CHUNKED, K25_ATTN_FLASH2, K25_ATTN_NAIVE, K25_ATTN_NIMPL };
 
 /*
  * The engine's settings.  k25_config_init fills the defaults of DESIGN.md
@@ -118,6 +121,7 @@ struct k25_config {
     enum k25_hint block_pattern_hint;
     int64_t memory_budget_mb;    /* 0 = no budget (all memory) */
     bool disable_prefill_optimization; /* one-pass prefill */
+    enum k25_attn_impl attention;      /* attention kernels (chunked|flash2|naive) */
     double rope_theta;           /* 0 = the model's own */
     uint64_t seed;               /* sampling seed */
     int threads;                 /* 0 = all cores */
@@ -168,6 +172,9 @@ char *k25_config_to_json(const struct k25_config *cfg);
 
 const char *k25_dtype_name(enum k25_dtype d);
 const char *k25_hint_name(enum k25_hint h);
+const char *k25_attn_impl_name(enum k25_attn_impl a);
+/* K25_ENOTFOUND (err names the valid ones) for an unknown name. */
+int k25_attn_impl_parse(const char *name, enum k25_attn_impl *out, struct k25_error *err);
 
 /* -------------------------------------------------------------- model */
 
@@ -327,6 +334,48 @@ const struct k25_result *k25_engine_result(const k25_engine_t *e, int handle);
 void k25_engine_release(k25_engine_t *e, int handle);
 void k25_engine_get_stats(const k25_engine_t *e, struct k25_engine_stats *out);
 const struct k25_config *k25_engine_config(const k25_engine_t *e);
+
+/* -------------------------------------------------- memory calculator */
+
+/*
+ * What the engine will hold for a setting, by the same arithmetic its
+ * allocations follow (engine/memcalc.c): `batch` sequences of `context`
+ * tokens each (prompt + output) served with cfg (chunk size, step budget,
+ * KV dtype and block size, attention implementation, threads).
+ * bytes[] uses the k25_mem_cat categories; recommended_bytes adds the
+ * safety margin to the total.  attn_q_rows/attn_kv_tokens describe the
+ * largest attention call (the one that sets the scratch peak).
+ */
+#define K25_MEM_SAFETY_MARGIN 0.15
+struct k25_mem_estimate {
+    int64_t bytes[K25_MEM_NCAT];
+    int64_t total_bytes;
+    int64_t recommended_bytes;  /* total * (1 + K25_MEM_SAFETY_MARGIN) */
+    int64_t kv_blocks;          /* KV blocks of all sequences */
+    int64_t step_tokens;        /* tokens of the largest engine step */
+    int64_t act_token_cap;      /* activation rows allocated (power-of-two growth) */
+    int64_t attn_q_rows;        /* queries of the largest attention call */
+    int64_t attn_kv_tokens;     /* keys it reads */
+    int threads;                /* thread count the scratch figure assumes */
+};
+
+/* Fails with K25_EINVAL (naming the argument) for context or batch < 1. */
+int k25_mem_estimate(const struct k25_config *cfg, const struct k25_model_shape *shape,
+                     int64_t context, int batch, struct k25_mem_estimate *out,
+                     struct k25_error *err);
+
+/*
+ * Attention scratch (K25_MEM_ATTN_SCRATCH bytes) one call of implementation
+ * impl allocates for n_seqs sequences of n_q queries each attending to
+ * n_kv keys, on `threads` threads.  Used by the estimate above and by
+ * `k25 attn-bench` to skip settings that cannot fit.
+ */
+int64_t k25_attn_scratch_bytes(enum k25_attn_impl impl, int n_heads, int n_kv_heads, int head_dim,
+                               int block_size, enum k25_dtype kv_dtype, int n_seqs, int64_t n_q,
+                               int64_t n_kv, int threads);
+
+/* Bytes of one KV block (every layer, K and V) for this shape and dtype. */
+int64_t k25_kv_block_bytes(const struct k25_model_shape *shape, int block_size, enum k25_dtype dtype);
 
 /* ------------------------------------------------------------ threads */
 

@@ -19,6 +19,10 @@ static void quiet_hdf5(void)
 {
     static bool done;
     if (!done) {
+        /* No library shutdown at exit: after a failed write (disk full) the
+         * file cannot be closed, and HDF5 1.10's exit handler crashes
+         * retrying it.  Every file here is closed explicitly. */
+        H5dont_atexit();
         H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
         done = true;
     }

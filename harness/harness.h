@@ -14,6 +14,11 @@
 int k25_cmd_run(int argc, char **argv);
 int k25_cmd_gold(int argc, char **argv);
 int k25_cmd_config(int argc, char **argv);
+int k25_cmd_sweep(int argc, char **argv);
+int k25_cmd_bench(int argc, char **argv);   /* cli_bench.c; alias k25-benchmark */
+int k25_cmd_inspect(int argc, char **argv); /* cli_inspect.c */
+int k25_cmd_mem(int argc, char **argv);        /* cli_mem.c */
+int k25_cmd_attn_bench(int argc, char **argv); /* cli_attn_bench.c */
 
 /*
  * Applies engine configuration from the command line to cfg, in order:
@@ -28,5 +33,80 @@ int k25_cli_apply_config(int *argc, char **argv, struct k25_config *cfg, struct 
 
 /* Prints "  --key VALUE   help (default: X)" for every config key. */
 void k25_cli_print_config_flags(FILE *out);
+
+/* ------------------------------------------- attention microbenchmark */
+/* (attnbench.c; `k25 attn-bench`, docs/attention.md) */
+
+/* The machine's own limits, measured on the benchmark's threads. */
+struct k25_attn_machine {
+    int threads;
+    double fma_peak_gflops;     /* FP32 FMA probe, all threads */
+    double triad_gbps;          /* STREAM triad, 12 bytes per element */
+    int64_t triad_array_bytes;  /* size of each triad array */
+    int64_t llc_bytes;          /* last-level cache (0 = unknown) */
+};
+
+/* Measures both limits (quick: small sizes, for tests).  0 or K25_EINTERNAL. */
+int k25_attn_bench_probe(struct k25_attn_machine *m, int threads, bool quick);
+
+struct k25_attn_bench_opts {
+    enum k25_attn_impl impls[K25_ATTN_NIMPL];
+    int n_impls;
+    int contexts[16];
+    int n_contexts;
+    int chunks[8];
+    int n_chunks;
+    enum k25_dtype dtypes[2];
+    int n_dtypes;
+    int heads, kv_heads, head_dim, block_size;
+    bool decode;               /* decode settings instead of prefill */
+    int repeat, warmup;
+    uint64_t seed;
+    int64_t mem_limit_bytes;   /* skip settings needing more; 0 = 90% of MemAvailable */
+    bool progress;             /* progress line on stderr */
+};
+
+/* One measured (or skipped) setting. */
+struct k25_attn_bench_row {
+    char impl[16], mode[16], dtype[8];
+    int64_t context, chunk;          /* chunk 0: the whole context in one call */
+    int heads, kv_heads, head_dim, threads, repeat, layers;
+    char status[16];                 /* "ok" or "skipped" */
+    char reason[256];                /* why skipped */
+    double median_ms, min_ms, max_ms, spread_pct;
+    double gflop, gflops, kv_bytes, gbps, frac_fma_peak, frac_bandwidth;
+    int64_t scratch_peak_bytes;      /* measured: K25_MEM_ATTN_SCRATCH peak of one pass */
+    int64_t calc_scratch_bytes;      /* the calculator's figure */
+    int64_t work_bytes;              /* scratch + Q and O rows held at once */
+    double checksum;
+};
+
+/* Chunked prefill at one chunk size against flash2 and one-pass prefill. */
+struct k25_attn_bench_cmp {
+    char dtype[8];
+    int64_t context, chunk;
+    double time_vs_flash2, work_bytes_vs_flash2, scratch_vs_flash2, overhead_vs_onepass_pct;
+};
+
+struct k25_attn_bench_result {
+    struct k25_attn_machine machine;
+    struct k25_attn_bench_row *rows;   /* [n_rows], malloc'd */
+    int n_rows, cap_rows;
+    struct k25_attn_bench_cmp cmp[64];
+    int n_cmp;
+};
+
+/* Runs every setting of o on machine m (measured first).  The caller frees
+ * res with k25_attn_bench_result_free (also after a failure). */
+int k25_attn_bench_run(const struct k25_attn_bench_opts *o, const struct k25_attn_machine *m,
+                       struct k25_attn_bench_result *res, struct k25_error *err);
+void k25_attn_bench_result_free(struct k25_attn_bench_result *res);
+void k25_attn_bench_print(FILE *out, const struct k25_attn_bench_result *res);
+/* The JSON summary (malloc'd text, caller frees; NULL when out of memory). */
+char *k25_attn_bench_json(const struct k25_attn_bench_opts *o, const struct k25_attn_bench_result *res);
+/* Writes the HDF5 file (docs/trace-schema.md, kind "attn-bench"), atomically. */
+int k25_attn_bench_write_h5(const char *path, const struct k25_attn_bench_opts *o,
+                            const struct k25_attn_bench_result *res, const char *cmdline,
+                            struct k25_error *err);
 
 #endif /* K25_HARNESS_H */

@@ -16,9 +16,22 @@ struct subcmd {
 static const struct subcmd cmds[] = {
     {"run", k25_cmd_run, "generate from a prompt with the reference engine"},
     {"gold", k25_cmd_gold, "validate, inspect and generate JSONL gold sets"},
+    {"sweep", k25_cmd_sweep, "grid-search engine settings over a gold set (sweeps/*.yaml)"},
     {"config", k25_cmd_config, "list config keys and print the effective config"},
+    {"bench", k25_cmd_bench, "benchmark the engine on a gold set under load (HDF5 trace, JSON summary)"},
+    {"inspect", k25_cmd_inspect, "print or export (Chrome trace) a run stored by k25 bench"},
+    {"mem", k25_cmd_mem, "memory calculator: bytes per category for a model, context and batch"},
+    {"attn-bench", k25_cmd_attn_bench, "attention microbenchmark against the machine's FMA peak and bandwidth"},
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
+
+/* Installed alias names whose tail is not a command name. */
+static const struct {
+    const char *alias, *cmd;
+} aliases[] = {
+    {"k25-mem-calculator", "mem"},
+    {"k25-benchmark", "bench"},
+};
 
 static void usage(FILE *out)
 {
@@ -41,6 +54,11 @@ int main(int argc, char **argv)
     k25_blas_reexec(argv);
     const char *self = base_name(argv[0]);
     /* Aliases dispatch on argv[0]: k25-<command> behaves as k25 <command>. */
+    for (size_t a = 0; a < sizeof(aliases) / sizeof(aliases[0]); a++)
+        if (strcmp(self, aliases[a].alias) == 0)
+            for (size_t i = 0; i < NCMDS; i++)
+                if (strcmp(aliases[a].cmd, cmds[i].name) == 0)
+                    return cmds[i].fn(argc, argv);
     if (strncmp(self, "k25-", 4) == 0) {
         for (size_t i = 0; i < NCMDS; i++)
             if (strcmp(self + 4, cmds[i].name) == 0)

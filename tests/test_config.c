@@ -112,7 +112,7 @@ static void test_key_table(void **state)
 {
     (void)state;
     int n = k25_config_key_count();
-    assert_int_equal(n, 20);
+    assert_int_equal(n, 21);
     assert_null(k25_config_key(-1));
     assert_null(k25_config_key(n));
     struct k25_config def, c;

@@ -1,0 +1,156 @@
+/*
+ * memcalc.c - the memory calculator: what the engine will hold, by
+ * category, for a model, a context length, a batch and a config, computed
+ * with the same arithmetic its allocations follow (forward.c activation
+ * buffers, kvcache.c blocks, the attention kernels' scratch).  `k25 mem`
+ * prints it; `k25 attn-bench` uses the attention-scratch figure to skip
+ * settings that cannot fit; tests/test_mem.c holds it to within 10% of the
+ * tracking allocator's measured peaks.  Also the attention-implementation
+ * table (k25_attention_impl).
+ */
+#include "engine.h"
+#include "baselines.h"
+
+#include <omp.h>
+#include <string.h>
+
+k25_attention_fn k25_attention_impl(enum k25_attn_impl impl)
+{
+    switch (impl) {
+    case K25_ATTN_CHUNKED: return k25_cpu_attention;
+    case K25_ATTN_FLASH2: return k25_baseline_flash2_attention;
+    case K25_ATTN_NAIVE: return k25_baseline_naive_attention;
+    case K25_ATTN_NIMPL: break;
+    }
+    K25_ASSERT(!"unknown attention implementation");
+    return NULL;
+}
+
+int64_t k25_attn_scratch_bytes(enum k25_attn_impl impl, int n_heads, int n_kv_heads, int head_dim,
+                               int block_size, enum k25_dtype kv_dtype, int n_seqs, int64_t n_q,
+                               int64_t n_kv, int threads)
+{
+    switch (impl) {
+    case K25_ATTN_CHUNKED:
+        return k25_chunked_scratch_bytes(n_heads, n_kv_heads, head_dim, block_size, kv_dtype, n_seqs, n_q,
+                                         n_kv, threads);
+    case K25_ATTN_FLASH2:
+        return k25_flash2_scratch_bytes(n_heads, n_kv_heads, head_dim, block_size, kv_dtype, n_seqs, n_q,
+                                        n_kv, threads);
+    case K25_ATTN_NAIVE: /* jobs run one after another: the peak is one job's */
+        return k25_naive_scratch_bytes(n_heads, n_kv_heads, head_dim, (int)n_q, n_kv);
+    case K25_ATTN_NIMPL: break;
+    }
+    return 0;
+}
+
+int64_t k25_kv_block_bytes(const struct k25_model_shape *s, int block_size, enum k25_dtype dtype)
+{
+    int64_t elem = dtype == K25_DTYPE_FP32 ? 4 : 2;
+    return (int64_t)s->n_layers * 2 * s->n_kv_heads * block_size * s->head_dim * elem;
+}
+
+/* Floats per activation row: the buffers of forward.c's ensure_buffers. */
+static int64_t activation_row_floats(const struct k25_model_shape *s)
+{
+    return 3 * (int64_t)s->dim + (int64_t)(s->n_heads + 2 * s->n_kv_heads) * s->head_dim +
+           (int64_t)s->n_heads * s->head_dim + 3 * (int64_t)s->ffn_dim + s->head_dim + s->vocab_size;
+}
+
+int64_t k25_activation_bytes(const struct k25_model_shape *s, int64_t step_tokens, int64_t *cap_out)
+{
+    int64_t cap = 64; /* forward.c: start at 64 rows, double until the step fits */
+    while (cap < step_tokens)
+        cap *= 2;
+    if (cap_out)
+        *cap_out = cap;
+    return 4 * activation_row_floats(s) * cap;
+}
+
+/*
+ * The scratch peak of attention for the setting: the largest call.  For
+ * the baselines that keep per-job memory (naive), that is the job with the
+ * most queries x keys: the last full chunk or the final partial chunk of a
+ * prompt (the whole prompt in one-pass prefill).  For the tiled kernels it
+ * is the per-thread tiles plus, in decode steps, the split partials of
+ * every sequence.
+ */
+static int64_t attn_peak(const struct k25_config *cfg, const struct k25_model_shape *s, int64_t n,
+                         int batch, int64_t chunk, int threads, int64_t *q_rows, int64_t *kv_tokens)
+{
+    int64_t best = 0;
+    int64_t cand_q[3], cand_kv[3];
+    int nc = 0;
+    if (cfg->disable_prefill_optimization || chunk >= n) {
+        cand_q[nc] = n, cand_kv[nc++] = n;
+    } else {
+        cand_q[nc] = chunk, cand_kv[nc++] = n / chunk * chunk;
+        if (n % chunk)
+            cand_q[nc] = n % chunk, cand_kv[nc++] = n;
+    }
+    for (int i = 0; i < nc; i++) {
+        int64_t b = k25_attn_scratch_bytes(cfg->attention, s->n_heads, s->n_kv_heads, s->head_dim,
+                                           cfg->kv_block_size, cfg->kv_cache_dtype, 1, cand_q[i], cand_kv[i],
+                                           threads);
+        if (b > best) {
+            best = b;
+            *q_rows = cand_q[i];
+            *kv_tokens = cand_kv[i];
+        }
+    }
+    /* a decode step of the whole batch at full context */
+    int64_t dec = k25_attn_scratch_bytes(cfg->attention, s->n_heads, s->n_kv_heads, s->head_dim,
+                                         cfg->kv_block_size, cfg->kv_cache_dtype, batch, 1, n, threads);
+    if (dec > best) {
+        best = dec;
+        *q_rows = 1;
+        *kv_tokens = n;
+    }
+    return best;
+}
+
+int k25_mem_estimate(const struct k25_config *cfg, const struct k25_model_shape *s, int64_t context,
+                     int batch, struct k25_mem_estimate *out, struct k25_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    if (context < 1 || context > INT32_MAX)
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "context",
+                             "context must be between 1 and %d tokens, got %lld", INT32_MAX,
+                             (long long)context);
+    if (batch < 1)
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "batch", "batch must be >= 1, got %d", batch);
+    int threads = cfg->threads > 0 ? cfg->threads : omp_get_num_procs();
+    out->threads = threads;
+
+    out->bytes[K25_MEM_WEIGHTS] = k25_model_param_count(s) * 4 + (int64_t)sizeof(struct k25_layer) * s->n_layers;
+
+    out->kv_blocks = (int64_t)batch * ((context + cfg->kv_block_size - 1) / cfg->kv_block_size);
+    out->bytes[K25_MEM_KV] = out->kv_blocks * k25_kv_block_bytes(s, cfg->kv_block_size, cfg->kv_cache_dtype);
+
+    /* the largest step: every sequence's chunk within the token budget, or
+     * one whole prompt plus the other sequences' decode tokens */
+    int64_t chunk = cfg->prefill_chunk_size < context ? cfg->prefill_chunk_size : context;
+    if (chunk > cfg->max_num_batched_tokens)
+        chunk = cfg->max_num_batched_tokens;
+    int64_t step;
+    if (cfg->disable_prefill_optimization) {
+        step = context + batch - 1;
+    } else {
+        step = (int64_t)batch * chunk;
+        if (step > cfg->max_num_batched_tokens)
+            step = cfg->max_num_batched_tokens;
+    }
+    out->step_tokens = step;
+    out->bytes[K25_MEM_ACTIVATIONS] = k25_activation_bytes(s, step, &out->act_token_cap);
+
+    out->bytes[K25_MEM_ATTN_SCRATCH] =
+        attn_peak(cfg, s, context, batch, chunk, threads, &out->attn_q_rows, &out->attn_kv_tokens);
+
+    out->bytes[K25_MEM_OTHER] = (int64_t)sizeof(struct k25_engine) + (int64_t)sizeof(struct k25_model) +
+                                8 * (int64_t)s->vocab_size + 8 * (int64_t)(s->head_dim / 2) +
+                                4 * (int64_t)cfg->max_batch_size;
+    for (int c = 0; c < K25_MEM_NCAT; c++)
+        out->total_bytes += out->bytes[c];
+    out->recommended_bytes = (int64_t)((double)out->total_bytes * (1.0 + K25_MEM_SAFETY_MARGIN) + 0.5);
+    return K25_OK;
+}

@@ -1,0 +1,314 @@
+/*
+ * bench.c - `k25 bench` as a library call: k25_bench_measure runs a whole
+ * benchmark from gold set to trace file.
+ *
+ * Order of work, chosen so that bad input fails before anything is
+ * measured and nothing partial is left behind: options, gold set (loaded,
+ * validated, filtered), output files created under temporary names (an
+ * unwritable path fails here), model and engine, input token ids checked
+ * against the vocabulary, warm-up, the repetitions, summary, then the
+ * trace and the JSON summary written and renamed into place.  Any failure
+ * removes the temporaries.
+ */
+#include "bench.h"
+#include "gold.h"
+#include "h5store.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void k25_bench_opts_init(struct k25_bench_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->mode = K25_BENCH_CLOSED;
+    o->concurrency = 1;
+    o->burstiness = 1.0;
+    o->repeat = 1;
+    o->stall_at_ns = -1;
+}
+
+void k25_bench_run_free(struct k25_bench_run *r)
+{
+    for (size_t i = 0; i < r->n_reqs; i++) {
+        free(r->reqs[i].token_ns);
+        free(r->reqs[i].token_ids);
+        free(r->reqs[i].chunk_start_ns);
+        free(r->reqs[i].chunk_end_ns);
+    }
+    free(r->reqs);
+    free(r->win);
+    memset(r, 0, sizeof(*r));
+}
+
+static int check_opts(const struct k25_bench_opts *o, struct k25_error *err)
+{
+    const char *cl = "command line";
+    if (!o->dataset || !*o->dataset)
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--dataset", "a gold set is required (--dataset FILE)");
+    if (!o->out || !*o->out)
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--out", "an output file is required (--out run.h5)");
+    if (o->json_out && !strcmp(o->json_out, o->out))
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--json", "must not be the --out file");
+    if (o->requests > 0 && o->duration_s > 0)
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--duration",
+                             "give --duration or --requests, not both");
+    if (o->requests < 0 || o->duration_s < 0 || isnan(o->duration_s))
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--requests", "must be positive");
+    if (o->repeat < 1 || o->repeat > K25_BENCH_MAX_REPEAT)
+        return k25_error_set(err, K25_ERANGE, cl, 0, "--repeat", "must be 1..%d", K25_BENCH_MAX_REPEAT);
+    if (o->warmup < 0)
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--warmup", "must be >= 0");
+    if (o->mode == K25_BENCH_OPEN) {
+        if (!(o->rate_rps > 0) || isinf(o->rate_rps))
+            return k25_error_set(err, K25_EINVAL, cl, 0, "--rate", "must be a positive request rate");
+        if (!(o->burstiness > 0) || isinf(o->burstiness))
+            return k25_error_set(err, K25_EINVAL, cl, 0, "--burstiness", "must be > 0 (1 = Poisson)");
+        if (o->concurrency < 0)
+            return k25_error_set(err, K25_EINVAL, cl, 0, "--concurrency", "must be >= 0 (0 = no cap)");
+    } else if (o->concurrency < 1) {
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--concurrency", "closed loop needs at least 1 user");
+    }
+    return K25_OK;
+}
+
+static void diag_stderr(void *user, enum k25_gold_severity sev, const struct k25_error *e)
+{
+    (void)user;
+    if (sev == K25_GOLD_ERROR)
+        fprintf(stderr, "k25 bench: %s\n", e->msg);
+}
+
+static void free_inputs(struct k25_bench_input *in, size_t n)
+{
+    for (size_t i = 0; in && i < n; i++)
+        free(in[i].ids);
+    free(in);
+}
+
+/* Tokenizes the selected gold requests (the engine's byte tokenizer, or their input_ids). */
+static int make_inputs(const struct k25_gold_set *set, struct k25_bench_input **out, struct k25_error *err)
+{
+    struct k25_bench_input *in = calloc(set->n, sizeof(*in));
+    if (!in)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    int rc = K25_OK;
+    for (size_t i = 0; i < set->n; i++) {
+        const struct k25_gold_request *g = &set->reqs[i];
+        struct k25_bench_input *b = &in[i];
+        snprintf(b->id, sizeof(b->id), "%s", g->id);
+        b->line = g->line;
+        b->max_new = g->expected_output_length > INT32_MAX ? INT32_MAX : (int)g->expected_output_length;
+        if (g->input_ids) {
+            if (g->n_input_ids > INT32_MAX || !(b->ids = malloc(sizeof(int32_t) * (g->n_input_ids + 1)))) {
+                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+                break;
+            }
+            memcpy(b->ids, g->input_ids, sizeof(int32_t) * g->n_input_ids);
+            b->n_ids = (int)g->n_input_ids;
+        } else {
+            char *text = NULL;
+            size_t len = 0;
+            if ((rc = k25_gold_request_input(g, &text, &len, err)) != K25_OK)
+                break;
+            rc = k25_tok_encode(text, len, &b->ids, &b->n_ids, err);
+            free(text);
+            if (rc != K25_OK)
+                break;
+        }
+    }
+    if (rc != K25_OK) {
+        free_inputs(in, set->n);
+        return rc;
+    }
+    *out = in;
+    return K25_OK;
+}
+
+/* Serializes j to a temporary beside path and renames it into place. */
+static int write_json_file(FILE *f, const char *tmp, const char *path, json_t *j, struct k25_error *err)
+{
+    int rc = K25_OK;
+    if (json_dumpf(j, f, JSON_INDENT(2)) != 0 || fputc('\n', f) == EOF || fflush(f) != 0 || fsync(fileno(f)) != 0)
+        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "writing the JSON summary failed: %s",
+                           errno ? strerror(errno) : "write error");
+    if (fclose(f) != 0 && rc == K25_OK)
+        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "writing the JSON summary failed: %s", strerror(errno));
+    if (rc == K25_OK && rename(tmp, path) != 0)
+        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "cannot rename %s into place: %s", tmp, strerror(errno));
+    if (rc != K25_OK)
+        unlink(tmp);
+    return rc;
+}
+
+int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config *cfg, FILE *report,
+                      struct k25_bench_summary *summary_out, struct k25_error *err)
+{
+    int rc;
+    struct k25_bench_opts o = *opts;
+    k25_gold_filter_t *filter = NULL;
+    struct k25_gold_set set = {0};
+    struct k25_bench_input *inputs = NULL;
+    size_t *order = NULL;
+    struct k25_h5 h5 = {.file = H5I_INVALID_HID, .meta = H5I_INVALID_HID};
+    bool h5_open = false;
+    FILE *jf = NULL;
+    char jtmp[1100] = "";
+    k25_model_t *model = NULL;
+    k25_engine_t *eng = NULL;
+    struct k25_bench_run run = {0};
+    struct k25_bench_summary *sum = calloc(1, sizeof(*sum));
+    json_t *prov = NULL, *doc = NULL;
+    char *prov_s = NULL, *cfg_s = NULL, *wl_s = NULL, *sum_s = NULL;
+    run.stall_start_ns = run.stall_end_ns = -1;
+    if (!sum)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+
+    if ((rc = check_opts(&o, err)) != K25_OK)
+        goto out;
+    if ((rc = k25_config_validate(cfg, err)) != K25_OK)
+        goto out;
+
+    /* the gold set, filtered */
+    struct k25_gold_opts gopts;
+    k25_gold_opts_init(&gopts);
+    gopts.diag = diag_stderr;
+    if (o.filter) {
+        int col = 0;
+        if ((rc = k25_gold_filter_parse(o.filter, &filter, &col, err)) != K25_OK)
+            goto out;
+        gopts.filter = filter;
+    }
+    if ((rc = k25_gold_load(o.dataset, &gopts, &set, err)) != K25_OK)
+        goto out;
+    if (set.n == 0) {
+        rc = o.filter ? k25_error_set(err, K25_EINVAL, o.dataset, 0, "--filter",
+                                      "no request matches '%s' (%lld valid requests in the set)", o.filter,
+                                      (long long)set.counts.requests)
+                      : k25_error_set(err, K25_EINVAL, o.dataset, 0, NULL, "the gold set has no request");
+        goto out;
+    }
+    if ((rc = make_inputs(&set, &inputs, err)) != K25_OK)
+        goto out;
+    if (!(order = k25_loadgen_order(set.n, cfg->seed))) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    if (o.requests == 0 && o.duration_s == 0)
+        o.requests = (int64_t)set.n; /* default: one pass over the selection */
+
+    /* outputs first: an unwritable path fails before anything is measured */
+    if ((rc = k25_h5_create(&h5, o.out, "run", err)) != K25_OK)
+        goto out;
+    h5_open = true;
+    if (o.json_out) {
+        snprintf(jtmp, sizeof(jtmp), "%s.tmp.%ld", o.json_out, (long)getpid());
+        if (!(jf = fopen(jtmp, "w"))) {
+            rc = k25_error_set(err, K25_EIO, o.json_out, 0, "--json", "cannot create the JSON summary: %s",
+                               strerror(errno));
+            goto out;
+        }
+    }
+
+    if ((rc = k25_model_load(cfg, &model, err)) != K25_OK || (rc = k25_engine_create(cfg, model, &eng, err)) != K25_OK)
+        goto out;
+    int vocab = k25_model_get_shape(model)->vocab_size;
+    for (size_t i = 0; i < set.n; i++) {
+        if (inputs[i].n_ids == 0) {
+            rc = k25_error_set(err, K25_EINVAL, o.dataset, (int)inputs[i].line, "input",
+                               "request '%s' has an empty input", inputs[i].id);
+            goto out;
+        }
+        for (int t = 0; t < inputs[i].n_ids; t++)
+            if (inputs[i].ids[t] < 0 || inputs[i].ids[t] >= vocab) {
+                rc = k25_error_set(err, K25_EINVAL, o.dataset, (int)inputs[i].line, "input_ids",
+                                   "request '%s': token %d is %d, outside the model's vocabulary [0, %d)",
+                                   inputs[i].id, t, inputs[i].ids[t], vocab);
+                goto out;
+            }
+    }
+    if (!(prov = k25_provenance_collect(cfg, o.dataset, set.sha256, o.filter, o.cmdline))) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+
+    if (o.warmup > 0 &&
+        (rc = k25_loadgen_run(eng, &o, inputs, set.n, order, 0, o.warmup, 0, false, &run, err)) != K25_OK)
+        goto out;
+    k25_mem_reset_peak();
+    for (int k = 0; k < o.repeat; k++)
+        if ((rc = k25_loadgen_run(eng, &o, inputs, set.n, order, (size_t)o.warmup, o.requests, k, true, &run,
+                                  err)) != K25_OK)
+            goto out;
+    k25_mem_get(&run.mem);
+    struct k25_engine_stats st;
+    k25_engine_get_stats(eng, &st);
+    run.kv_blocks_peak = st.kv_blocks_peak;
+    run.warmup_done = o.warmup;
+
+    if ((rc = k25_bench_summarize(&run, &o.slo, sum, err)) != K25_OK)
+        goto out;
+    k25_provenance_finish(prov);
+    json_t *wl = k25_bench_workload_json(&o, cfg->seed, set.n), *sj = k25_bench_summary_json(sum);
+    doc = json_object();
+    if (!wl || !sj || !doc) {
+        json_decref(wl);
+        json_decref(sj);
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    json_object_set_new(doc, "schema_version", json_integer(K25_H5_SCHEMA_VERSION));
+    json_object_set_new(doc, "kind", json_string("k25-bench"));
+    json_object_set_new(doc, "trace", json_string(o.out));
+    json_object_set_new(doc, "workload", wl);
+    json_object_set_new(doc, "summary", sj);
+    json_object_set_new(doc, "provenance", json_incref(prov));
+    prov_s = json_dumps(prov, JSON_COMPACT);
+    cfg_s = json_dumps(json_object_get(prov, "config"), JSON_COMPACT);
+    wl_s = json_dumps(wl, JSON_COMPACT);
+    sum_s = json_dumps(sj, JSON_COMPACT);
+    if (!prov_s || !cfg_s || !wl_s || !sum_s) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    h5_open = false; /* k25_trace_write commits or aborts */
+    if ((rc = k25_trace_write(&h5, &run, sum, prov_s, cfg_s, wl_s, sum_s, err)) != K25_OK)
+        goto out;
+    if (jf) {
+        FILE *f = jf;
+        jf = NULL;
+        if ((rc = write_json_file(f, jtmp, o.json_out, doc, err)) != K25_OK) {
+            unlink(o.out); /* the pair is one result: no trace without its summary */
+            goto out;
+        }
+    }
+    if (report)
+        k25_bench_summary_print(report, sum);
+    if (summary_out)
+        *summary_out = *sum;
+
+out:
+    if (h5_open)
+        k25_h5_abort(&h5);
+    if (jf) {
+        fclose(jf);
+        unlink(jtmp);
+    }
+    k25_engine_destroy(eng);
+    k25_model_destroy(model);
+    k25_bench_run_free(&run);
+    free_inputs(inputs, set.n);
+    free(order);
+    k25_gold_set_free(&set);
+    k25_gold_filter_destroy(filter);
+    json_decref(prov);
+    json_decref(doc);
+    free(prov_s);
+    free(cfg_s);
+    free(wl_s);
+    free(sum_s);
+    free(sum);
+    return rc;
+}

@@ -1,0 +1,208 @@
+/*
+ * bench_json.c - the run summary as JSON (stable keys, for jq) and as the
+ * text table `k25 bench` prints.  A figure that is not known (an
+ * unsupported percentile, a missing confidence bound, goodput without an
+ * SLO) is null in JSON and "n/a" in text, never a number.
+ */
+#include "bench.h"
+
+#include <math.h>
+#include <string.h>
+
+static json_t *num(double x)
+{
+    return isnan(x) || isinf(x) ? json_null() : json_real(x);
+}
+
+static json_t *dist_json(const struct k25_dist *d)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "n", json_integer(d->n));
+    json_object_set_new(o, "mean", num(d->mean));
+    json_object_set_new(o, "stdev", num(d->stdev));
+    json_object_set_new(o, "min", num(d->min));
+    json_object_set_new(o, "max", num(d->max));
+    for (int i = 0; i < K25_NPCTL; i++) {
+        const struct k25_pctl *p = &d->p[i];
+        char key[32];
+        int pc = (int)lround(p->q * 100);
+        snprintf(key, sizeof(key), "p%d", pc);
+        json_object_set_new(o, key, p->supported ? num(p->value) : json_null());
+        snprintf(key, sizeof(key), "p%d_ci95", pc);
+        json_object_set_new(o, key, json_pack("[o, o]", num(p->ci_lo), num(p->ci_hi)));
+        snprintf(key, sizeof(key), "p%d_ci_coverage", pc);
+        json_object_set_new(o, key, num(p->coverage));
+    }
+    return o;
+}
+
+json_t *k25_bench_summary_json(const struct k25_bench_summary *s)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "requests", json_pack("{s:I, s:I, s:I, s:o}", "total", (json_int_t)s->n_total,
+                                                 "completed", (json_int_t)s->n_completed, "rejected",
+                                                 (json_int_t)s->n_rejected, "meeting_slo",
+                                                 isnan(s->goodput_rps) ? json_null()
+                                                                       : json_integer(s->n_slo_ok)));
+    json_object_set_new(o, "input_tokens", json_integer(s->input_tokens));
+    json_object_set_new(o, "output_tokens", json_integer(s->output_tokens));
+    json_object_set_new(o, "duration_s", num(s->duration_s));
+    json_object_set_new(o, "requests_per_s", num(s->requests_per_s));
+    json_object_set_new(o, "output_tok_per_s", num(s->output_tok_per_s));
+    json_object_set_new(o, "input_tok_per_s", num(s->input_tok_per_s));
+    json_object_set_new(o, "goodput_rps", num(s->goodput_rps));
+    for (int m = 0; m < K25_M_NMETRICS; m++)
+        json_object_set_new(o, k25_metric_names[m], dist_json(&s->d[m]));
+    json_t *busy = dist_json(&s->busy);
+    json_object_set_new(busy, "window_ms", json_integer(K25_BENCH_WINDOW_NS / 1000000));
+    json_object_set_new(o, "busy_fraction", busy);
+
+    json_t *mem = json_object();
+    for (int c = 0; c < K25_MEM_NCAT; c++) {
+        char key[64];
+        snprintf(key, sizeof(key), "peak_%s_bytes", k25_mem_cat_name(c));
+        json_object_set_new(mem, key, json_integer(s->mem.peak_bytes[c]));
+    }
+    json_object_set_new(mem, "peak_tracked_bytes", json_integer(s->mem.total_peak_bytes));
+    json_object_set_new(mem, "kv_blocks_peak", json_integer(s->kv_blocks_peak));
+    json_object_set_new(o, "memory", mem);
+
+    const struct k25_bench_overhead *v = &s->ov;
+    json_object_set_new(
+        o, "harness",
+        json_pack("{s:o, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "overhead_per_request_us",
+                  num(s->overhead_per_request_us), "overhead_per_token_us", num(s->overhead_per_token_us),
+                  "loop_s", (double)v->loop_ns / 1e9, "engine_step_s", (double)v->step_ns / 1e9, "engine_busy_s",
+                  (double)v->busy_ns / 1e9, "submit_s", (double)v->submit_ns / 1e9, "sleep_s",
+                  (double)v->sleep_ns / 1e9, "overhead_s", (double)v->harness_ns / 1e9, "steps",
+                  (json_int_t)v->steps));
+
+    json_t *reps = json_object(), *per = json_array(), *ci = json_object();
+    for (int k = 0; k < s->n_reps && k < K25_BENCH_MAX_REPEAT; k++) {
+        json_t *r = json_object();
+        for (int j = 0; j < K25_H_NHEAD; j++)
+            json_object_set_new(r, k25_headline_names[j], num(s->head[k][j]));
+        json_array_append_new(per, r);
+    }
+    for (int j = 0; j < K25_H_NHEAD; j++)
+        json_object_set_new(ci, k25_headline_names[j],
+                            json_pack("{s:o, s:o, s:o}", "mean", num(s->head_mean[j]), "lo", num(s->head_lo[j]),
+                                      "hi", num(s->head_hi[j])));
+    json_object_set_new(reps, "count", json_integer(s->n_reps));
+    json_object_set_new(reps, "per_repetition", per);
+    json_object_set_new(reps, "ci95", ci);
+    json_object_set_new(o, "repetitions", reps);
+    return o;
+}
+
+json_t *k25_bench_workload_json(const struct k25_bench_opts *o, uint64_t seed, size_t n_selected)
+{
+    json_t *w = json_object();
+    if (!w)
+        return NULL;
+    json_object_set_new(w, "mode", json_string(o->mode == K25_BENCH_OPEN ? "open" : "closed"));
+    json_object_set_new(w, "concurrency", json_integer(o->concurrency));
+    json_object_set_new(w, "requests", o->requests > 0 ? json_integer(o->requests) : json_null());
+    json_object_set_new(w, "duration_s", o->duration_s > 0 ? json_real(o->duration_s) : json_null());
+    json_object_set_new(w, "rate_rps", o->mode == K25_BENCH_OPEN ? json_real(o->rate_rps) : json_null());
+    json_object_set_new(w, "burstiness", o->mode == K25_BENCH_OPEN ? json_real(o->burstiness) : json_null());
+    json_object_set_new(w, "warmup", json_integer(o->warmup));
+    json_object_set_new(w, "repeat", json_integer(o->repeat));
+    json_object_set_new(w, "seed", json_integer((json_int_t)seed));
+    json_object_set_new(w, "dataset", json_string(o->dataset ? o->dataset : ""));
+    json_object_set_new(w, "filter", o->filter ? json_string(o->filter) : json_null());
+    json_object_set_new(w, "selected_requests", json_integer((json_int_t)n_selected));
+    json_t *slo = json_object();
+    if (o->slo.ttft_ms > 0)
+        json_object_set_new(slo, "ttft_ms", json_real(o->slo.ttft_ms));
+    if (o->slo.tpot_ms > 0)
+        json_object_set_new(slo, "tpot_ms", json_real(o->slo.tpot_ms));
+    if (o->slo.itl_ms > 0)
+        json_object_set_new(slo, "itl_ms", json_real(o->slo.itl_ms));
+    if (o->slo.e2e_ms > 0)
+        json_object_set_new(slo, "e2e_ms", json_real(o->slo.e2e_ms));
+    json_object_set_new(w, "slo", slo);
+    return w;
+}
+
+/* "%9.2f" or "n/a" right-aligned in width w. */
+static void cell(FILE *out, double x, int w, bool unsupported_mark)
+{
+    if (isnan(x))
+        fprintf(out, " %*s", w, unsupported_mark ? "n/a*" : "n/a");
+    else
+        fprintf(out, " %*.2f", w, x);
+}
+
+void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s)
+{
+    fprintf(out, "k25 bench: %lld requests (%lld completed, %lld rejected) in %.2f s over %d repetition%s\n",
+            (long long)s->n_total, (long long)s->n_completed, (long long)s->n_rejected, s->duration_s, s->n_reps,
+            s->n_reps == 1 ? "" : "s");
+    fprintf(out, "  throughput: %.3f req/s, %.1f output tok/s, %.1f input tok/s, goodput ", s->requests_per_s,
+            s->output_tok_per_s, s->input_tok_per_s);
+    if (isnan(s->goodput_rps))
+        fprintf(out, "n/a (no --slo)\n");
+    else
+        fprintf(out, "%.3f req/s (%lld of %lld meet the SLO)\n", s->goodput_rps, (long long)s->n_slo_ok,
+                (long long)s->n_total);
+    fprintf(out, "\n  %-13s %7s %9s %9s %9s %21s %9s %9s %9s %9s\n", "metric", "n", "mean", "stdev", "P50",
+            "[95% CI of P50]", "P90", "P95", "P99", "max");
+    bool any_unsup = false;
+    for (int m = 0; m <= K25_M_NMETRICS; m++) {
+        const struct k25_dist *d = m < K25_M_NMETRICS ? &s->d[m] : &s->busy;
+        fprintf(out, "  %-13s %7lld", m < K25_M_NMETRICS ? k25_metric_names[m] : "busy_fraction", (long long)d->n);
+        cell(out, d->mean, 9, false);
+        cell(out, d->stdev, 9, false);
+        cell(out, d->p[0].value, 9, d->n > 0 && !d->p[0].supported);
+        char ci[64] = "-", a[24] = "?", b[24] = "?";
+        if (d->p[0].supported) {
+            if (!isnan(d->p[0].ci_lo))
+                snprintf(a, sizeof(a), "%.2f", d->p[0].ci_lo);
+            if (!isnan(d->p[0].ci_hi))
+                snprintf(b, sizeof(b), "%.2f", d->p[0].ci_hi);
+            snprintf(ci, sizeof(ci), "[%s, %s]", a, b);
+        }
+        fprintf(out, " %21s", ci);
+        for (int i = 1; i < K25_NPCTL; i++) {
+            bool un = d->n > 0 && !d->p[i].supported;
+            any_unsup |= un;
+            cell(out, d->p[i].value, 9, un);
+        }
+        cell(out, d->max, 9, false);
+        fputc('\n', out);
+    }
+    if (any_unsup)
+        fprintf(out, "  * n/a*: too few samples for that percentile (P90 needs 10, P95 20, P99 100)\n");
+    fprintf(out, "\n  engine busy fraction: P95 ");
+    if (s->busy.p[2].supported)
+        fprintf(out, "%.3f", s->busy.p[2].value);
+    else
+        fprintf(out, "n/a (needs 20 windows)");
+    fprintf(out, " over %lld windows of %lld ms\n", (long long)s->busy.n,
+            (long long)(K25_BENCH_WINDOW_NS / 1000000));
+    fprintf(out, "  peak memory:");
+    for (int c = 0; c < K25_MEM_NCAT; c++)
+        fprintf(out, " %s %.1f MB%s", k25_mem_cat_name(c), (double)s->mem.peak_bytes[c] / (1 << 20),
+                c + 1 < K25_MEM_NCAT ? "," : "");
+    fprintf(out, " (tracked total %.1f MB, %lld KV blocks)\n", (double)s->mem.total_peak_bytes / (1 << 20),
+            (long long)s->kv_blocks_peak);
+    double loop = (double)s->ov.loop_ns;
+    fprintf(out,
+            "  harness overhead: %.1f us/request, %.3f us/token (%.3f%% of the loop; engine steps %.1f%%, "
+            "idle wait %.1f%%)\n",
+            s->overhead_per_request_us, s->overhead_per_token_us, loop > 0 ? 100.0 * (double)s->ov.harness_ns / loop : 0,
+            loop > 0 ? 100.0 * (double)s->ov.step_ns / loop : 0, loop > 0 ? 100.0 * (double)s->ov.sleep_ns / loop : 0);
+    if (s->n_reps > 1) {
+        fprintf(out, "\n  across %d repetitions (mean [95%% CI]):\n", s->n_reps);
+        for (int j = 0; j < K25_H_NHEAD; j++) {
+            if (isnan(s->head_mean[j]))
+                fprintf(out, "    %-18s n/a\n", k25_headline_names[j]);
+            else
+                fprintf(out, "    %-18s %.3f [%.3f, %.3f]\n", k25_headline_names[j], s->head_mean[j], s->head_lo[j],
+                        s->head_hi[j]);
+        }
+    }
+}

@@ -1,0 +1,562 @@
+/*
+ * loadgen.c - the load generator: request order, open-loop arrival
+ * schedules, and the event loop that drives the engine.
+ *
+ * The engine is single-threaded at the API level, so the load generator is
+ * an event loop in the calling thread:
+ *
+ *   loop: submit every request whose time has come (closed loop: a user
+ *         is free; open loop: its scheduled arrival has passed and the
+ *         in-flight cap allows); if the engine has work, run one step and
+ *         collect what finished; if it is idle and the next arrival is in
+ *         the future, sleep until then (clock_nanosleep, CLOCK_MONOTONIC,
+ *         absolute).
+ *
+ * Latency is counted from the request's *intended* time: its scheduled
+ * arrival (open loop) or the moment its user became free (closed loop).
+ * The difference between the intended time and the actual
+ * k25_engine_submit call is the scheduling lag, recorded per request: it
+ * shows how late the generator itself was (a request that arrives while a
+ * step runs can only be submitted after it).  The loop's wall time minus
+ * the time inside the engine (steps, submits) and asleep is the harness's
+ * own overhead.
+ *
+ * Busy fraction: every step's busy_ns increase is spread over the step's
+ * wall interval and accumulated into fixed 100 ms windows; queue depth, KV
+ * blocks and memory are sampled into each window at the first loop
+ * iteration at or after its start.
+ */
+#include "bench.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------ random */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1). */
+static double unif(uint64_t *s)
+{
+    return ((double)(splitmix64(s) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static double normal(uint64_t *s)
+{
+    double u1 = unif(s), u2 = unif(s);
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* Gamma(shape k, scale 1): Marsaglia-Tsang; k < 1 via Gamma(k+1) U^(1/k). */
+static double gamma_draw(uint64_t *s, double k)
+{
+    if (k < 1.0) {
+        double u = unif(s);
+        return gamma_draw(s, k + 1.0) * pow(u, 1.0 / k);
+    }
+    double d = k - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+    for (;;) {
+        double x, v;
+        do {
+            x = normal(s);
+            v = 1.0 + c * x;
+        } while (v <= 0);
+        v = v * v * v;
+        double u = unif(s);
+        if (u < 1.0 - 0.0331 * x * x * x * x || log(u) < 0.5 * x * x + d * (1.0 - v + log(v)))
+            return d * v;
+    }
+}
+
+size_t *k25_loadgen_order(size_t n, uint64_t seed)
+{
+    size_t *o = malloc(sizeof(size_t) * (n ? n : 1));
+    if (!o)
+        return NULL;
+    uint64_t s = seed ^ 0x6f726465725f6b32ULL; /* "order_k2" */
+    for (size_t i = 0; i < n; i++)
+        o[i] = i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(splitmix64(&s) % i);
+        size_t t = o[i - 1];
+        o[i - 1] = o[j];
+        o[j] = t;
+    }
+    return o;
+}
+
+int k25_loadgen_schedule(double rate_rps, double burstiness, uint64_t seed, int64_t max_n, int64_t duration_ns,
+                         int64_t **out, size_t *n_out, struct k25_error *err)
+{
+    *out = NULL;
+    *n_out = 0;
+    if (!(rate_rps > 0) || !(burstiness > 0) || (max_n <= 0 && duration_ns <= 0))
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "--rate", "the schedule needs a rate > 0, burstiness > 0 "
+                             "and a request count or duration");
+    uint64_t s = seed ^ 0x7363686564756c65ULL; /* "schedule" */
+    double scale_s = 1.0 / (rate_rps * burstiness); /* mean interval = k * scale = 1 / rate */
+    size_t cap = max_n > 0 ? (size_t)max_n : 1024, n = 0;
+    int64_t *t = malloc(sizeof(int64_t) * cap);
+    if (!t)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    double now_s = 0;
+    for (;;) {
+        if (max_n > 0 && n == (size_t)max_n)
+            break;
+        now_s += gamma_draw(&s, burstiness) * scale_s;
+        int64_t ns = (int64_t)llround(now_s * 1e9);
+        if (max_n <= 0 && ns >= duration_ns)
+            break;
+        if (n == cap) {
+            int64_t *nt = realloc(t, sizeof(int64_t) * (cap *= 2));
+            if (!nt) {
+                free(t);
+                return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            }
+            t = nt;
+        }
+        t[n++] = ns;
+    }
+    *out = t;
+    *n_out = n;
+    return K25_OK;
+}
+
+/* ------------------------------------------------------------ the loop */
+
+/* What the loop knows about a request in flight, by engine handle. */
+struct inflight {
+    long rec;        /* index into run->reqs, or -1 (warm-up / not recorded) */
+    int user;
+    int64_t n_chunks, cap_chunks;
+    int64_t *cs, *ce;
+};
+
+struct loop {
+    k25_engine_t *e;
+    struct k25_bench_run *run;
+    struct inflight *fl;      /* [cap_fl], indexed by handle */
+    int cap_fl;
+    int *finished;            /* handles finished during the current step */
+    int n_finished, cap_finished;
+    uint64_t step_start;      /* k25_now_ns() when the current step began */
+    int oom;
+};
+
+static void on_event(const struct k25_event *ev, void *user)
+{
+    struct loop *L = user;
+    if (ev->type == K25_EV_PREFILL_CHUNK) {
+        if (ev->handle >= L->cap_fl || L->fl[ev->handle].rec < 0)
+            return;
+        struct inflight *f = &L->fl[ev->handle];
+        if (f->n_chunks == f->cap_chunks) {
+            int64_t nc = f->cap_chunks ? 2 * f->cap_chunks : 8;
+            int64_t *a = realloc(f->cs, sizeof(int64_t) * (size_t)nc);
+            if (a)
+                f->cs = a;
+            int64_t *b = realloc(f->ce, sizeof(int64_t) * (size_t)nc);
+            if (b)
+                f->ce = b;
+            if (!a || !b) {
+                L->oom = 1;
+                return;
+            }
+            f->cap_chunks = nc;
+        }
+        f->cs[f->n_chunks] = (int64_t)(L->step_start - L->run->t0_ns);
+        f->ce[f->n_chunks++] = (int64_t)(ev->t_ns - L->run->t0_ns);
+    } else if (ev->type == K25_EV_FINISH) {
+        if (L->n_finished == L->cap_finished) {
+            int nc = L->cap_finished ? 2 * L->cap_finished : 64;
+            int *nf = realloc(L->finished, sizeof(int) * (size_t)nc);
+            if (!nf) {
+                L->oom = 1;
+                return;
+            }
+            L->finished = nf;
+            L->cap_finished = nc;
+        }
+        L->finished[L->n_finished++] = ev->handle;
+    }
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t nc = *cap ? *cap : 64;
+    while (nc < need)
+        nc *= 2;
+    void *np = realloc(*p, nc * elem);
+    if (!np)
+        return -1;
+    memset((char *)np + *cap * elem, 0, (nc - *cap) * elem);
+    *p = np;
+    *cap = nc;
+    return 0;
+}
+
+/* Adds busy nanoseconds spread over [s0, s1) (relative) into the 100 ms windows. */
+static int add_busy(struct k25_bench_run *run, int64_t s0, int64_t s1, double busy, int rep)
+{
+    if (s1 <= s0)
+        s1 = s0 + 1;
+    size_t w1 = (size_t)((s1 - 1) / K25_BENCH_WINDOW_NS);
+    size_t cap = run->cap_win;
+    if (grow((void **)&run->win, &cap, w1 + 1, sizeof(*run->win)) != 0)
+        return -1;
+    run->cap_win = cap;
+    for (size_t w = run->n_win; w <= w1; w++) {
+        run->win[w].t_ns = (int64_t)w * K25_BENCH_WINDOW_NS;
+        run->win[w].len_ns = K25_BENCH_WINDOW_NS;
+        run->win[w].rep = rep;
+        run->win[w].n_waiting = -1; /* not sampled yet */
+    }
+    if (w1 + 1 > run->n_win)
+        run->n_win = w1 + 1;
+    for (size_t w = (size_t)(s0 / K25_BENCH_WINDOW_NS); w <= w1; w++) {
+        int64_t a = (int64_t)w * K25_BENCH_WINDOW_NS, b = a + K25_BENCH_WINDOW_NS;
+        int64_t lo = s0 > a ? s0 : a, hi = s1 < b ? s1 : b;
+        if (hi > lo)
+            run->win[w].busy_ns += busy * (double)(hi - lo) / (double)(s1 - s0);
+    }
+    return 0;
+}
+
+/* Samples the engine state into every window from the last sampled one to now's. */
+static int sample_state(struct loop *L, int64_t now_rel, int n_held, int rep)
+{
+    struct k25_bench_run *run = L->run;
+    if (add_busy(run, now_rel, now_rel + 1, 0.0, rep) != 0)
+        return -1;
+    size_t w = (size_t)(now_rel / K25_BENCH_WINDOW_NS);
+    if (run->win[w].n_waiting >= 0)
+        return 0;
+    struct k25_engine_stats st;
+    struct k25_mem_stats ms;
+    k25_engine_get_stats(L->e, &st);
+    k25_mem_get(&ms);
+    for (size_t k = w + 1; k-- > 0;) {
+        if (run->win[k].n_waiting >= 0)
+            break;
+        run->win[k].n_waiting = st.n_waiting + n_held;
+        run->win[k].n_running = st.n_running;
+        run->win[k].kv_blocks = st.kv_blocks_in_use;
+        run->win[k].mem_bytes = ms.total_cur_bytes;
+        run->win[k].rep = rep;
+    }
+    return 0;
+}
+
+/* Copies a finished request's result into its record and releases it. */
+static int collect(struct loop *L, int h, int64_t *free_at, int *users_free)
+{
+    const struct k25_result *r = k25_engine_result(L->e, h);
+    struct inflight *f = &L->fl[h];
+    uint64_t t0 = L->run->t0_ns;
+    if (f->rec >= 0) {
+        struct k25_bench_req *q = &L->run->reqs[f->rec];
+        q->state = r->state;
+        snprintf(q->reason, sizeof(q->reason), "%s", r->reason);
+        q->n_input = r->n_input;
+        q->n_output = r->n_output;
+        q->admit_ns = r->admit_t_ns ? (int64_t)(r->admit_t_ns - t0) : -1;
+        q->first_ns = r->n_output > 0 ? (int64_t)(r->token_t_ns[0] - t0) : -1;
+        q->finish_ns = (int64_t)(r->finish_t_ns - t0);
+        if (r->n_output > 0) {
+            q->token_ns = malloc(sizeof(int64_t) * (size_t)r->n_output);
+            q->token_ids = malloc(sizeof(int32_t) * (size_t)r->n_output);
+            if (!q->token_ns || !q->token_ids)
+                return -1;
+            for (int i = 0; i < r->n_output; i++) {
+                q->token_ns[i] = (int64_t)(r->token_t_ns[i] - t0);
+                q->token_ids[i] = r->output_ids[i];
+            }
+        }
+        q->n_chunks = (int32_t)f->n_chunks;
+        q->chunk_start_ns = f->cs;
+        q->chunk_end_ns = f->ce;
+        f->cs = f->ce = NULL;
+        L->run->output_tokens += r->n_output;
+    }
+    free(f->cs);
+    free(f->ce);
+    f->cs = f->ce = NULL;
+    if (f->user >= 0) {
+        free_at[f->user] = (int64_t)r->finish_t_ns;
+        (*users_free)++;
+    }
+    k25_engine_release(L->e, h);
+    return 0;
+}
+
+static void sleep_until(uint64_t t_ns)
+{
+    struct timespec ts = {(time_t)(t_ns / 1000000000ULL), (long)(t_ns % 1000000000ULL)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+/* Progress line (stderr is a terminal, not --quiet). */
+static void progress(const struct k25_bench_run *run, size_t first_rec, int64_t done, int64_t total,
+                     double elapsed_s, double duration_s, int rep, int n_reps)
+{
+    size_t n = run->n_reqs - first_rec, k = 0;
+    double *v = malloc(sizeof(double) * (n ? n : 1));
+    for (size_t i = 0; v && i < n; i++) {
+        const struct k25_bench_req *q = &run->reqs[first_rec + i];
+        if (q->state == K25_REQ_COMPLETED && q->first_ns >= 0)
+            v[k++] = (double)(q->first_ns - q->arrival_ns) / 1e6;
+    }
+    struct k25_dist d;
+    if (v)
+        k25_stats_describe(v, k, &d);
+    free(v);
+    double eta = total > 0 ? (done > 0 ? elapsed_s * (double)(total - done) / (double)done : NAN)
+                           : duration_s - elapsed_s;
+    char eta_s[32] = "?", total_s[32] = "";
+    if (!isnan(eta))
+        snprintf(eta_s, sizeof(eta_s), "%.0f s", eta < 0 ? 0 : eta);
+    if (total > 0)
+        snprintf(total_s, sizeof(total_s), "/%lld", (long long)total);
+    fprintf(stderr, "\r\033[K[rep %d/%d] %lld%s requests done, %.1f s elapsed, ETA %s, P50 TTFT ", rep + 1,
+            n_reps, (long long)done, total_s, elapsed_s, eta_s);
+    if (v && d.p[0].supported)
+        fprintf(stderr, "%.1f ms", d.p[0].value);
+    else
+        fprintf(stderr, "-");
+}
+
+int k25_loadgen_run(k25_engine_t *e, const struct k25_bench_opts *o, const struct k25_bench_input *in,
+                    size_t n_in, const size_t *order, size_t first, int64_t n_requests, int rep, bool record,
+                    struct k25_bench_run *run, struct k25_error *err)
+{
+    K25_ASSERT(n_in > 0);
+    int rc = K25_OK;
+    struct loop L = {.e = e, .run = run};
+    bool open = o->mode == K25_BENCH_OPEN && record;
+    int users = open ? 0 : (o->concurrency > 0 ? o->concurrency : 1);
+    int cap = open ? o->concurrency : users; /* 0 = no cap (open loop) */
+    int64_t *sched = NULL, *free_at = NULL;
+    size_t n_sched = 0;
+    uint64_t start = k25_now_ns();
+    if (record && rep == 0)
+        run->t0_ns = start;
+    int64_t rep_start = (int64_t)(start - run->t0_ns);
+    int64_t duration_ns = o->duration_s > 0 ? (int64_t)llround(o->duration_s * 1e9) : 0;
+    size_t first_rec = run->n_reqs;
+    if (open && (rc = k25_loadgen_schedule(o->rate_rps, o->burstiness, k25_engine_config(e)->seed, n_requests,
+                                           duration_ns, &sched, &n_sched, err)) != K25_OK)
+        return rc;
+    if (!open && !(free_at = malloc(sizeof(int64_t) * (size_t)users))) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    for (int u = 0; u < users; u++)
+        free_at[u] = (int64_t)start;
+    int users_free = users;
+    int64_t issued = 0, inflight = 0, done = 0;
+    int64_t total = open ? (int64_t)n_sched : n_requests; /* 0: closed loop for a duration */
+    struct k25_engine_stats st;
+    k25_engine_get_stats(e, &st);
+    uint64_t busy_prev = st.busy_ns;
+    int64_t steps0 = st.steps;
+    uint64_t last_progress = start;
+    bool stall_pending = record && rep == 0 && o->stall_at_ns >= 0 && o->stall_ns > 0;
+    struct k25_bench_overhead ov = {0};
+    k25_engine_set_event_cb(e, on_event, &L);
+
+    for (;;) {
+        if (o->stop && *o->stop) {
+            run->interrupted = true;
+            rc = k25_error_set(err, K25_EIO, NULL, 0, NULL, "interrupted");
+            goto out;
+        }
+        uint64_t now = k25_now_ns();
+        bool can_issue = open ? (size_t)issued < n_sched
+                              : (total > 0 ? issued < total : (int64_t)(now - start) < duration_ns);
+        /* submit what is due */
+        while (can_issue && (cap == 0 || inflight < cap)) {
+            int64_t intended;
+            int user = -1;
+            if (open) {
+                intended = (int64_t)start + sched[issued];
+                if (intended > (int64_t)now)
+                    break;
+            } else {
+                if (users_free == 0)
+                    break;
+                /* the user free the longest: each keeps its own clock */
+                int best = -1;
+                for (int u = 0; u < users; u++)
+                    if (free_at[u] >= 0 && (best < 0 || free_at[u] < free_at[best]))
+                        best = u;
+                user = best;
+                intended = free_at[user];
+                free_at[user] = -1;
+                users_free--;
+            }
+            const struct k25_bench_input *bi = &in[order[(first + (size_t)issued) % n_in]];
+            long rec = -1;
+            if (record) {
+                size_t capr = run->cap_reqs;
+                if (grow((void **)&run->reqs, &capr, run->n_reqs + 1, sizeof(*run->reqs)) != 0) {
+                    rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+                    goto out;
+                }
+                run->cap_reqs = capr;
+                rec = (long)run->n_reqs++;
+                struct k25_bench_req *q = &run->reqs[rec];
+                memset(q, 0, sizeof(*q));
+                snprintf(q->id, sizeof(q->id), "%s", bi->id);
+                q->seq = issued;
+                q->rep = rep;
+                q->user = user;
+                q->line = bi->line;
+                q->max_new = bi->max_new;
+                q->n_input = bi->n_ids;
+                q->state = K25_REQ_WAITING;
+                q->arrival_ns = intended - (int64_t)run->t0_ns;
+                q->admit_ns = q->first_ns = -1;
+            }
+            struct k25_request req = {.id = bi->id, .input_ids = bi->ids, .n_input = bi->n_ids,
+                                      .max_new_tokens = bi->max_new};
+            int h;
+            uint64_t s0 = k25_now_ns();
+            rc = k25_engine_submit(e, &req, &h, err);
+            uint64_t s1 = k25_now_ns();
+            ov.submit_ns += (int64_t)(s1 - s0);
+            if (rc != K25_OK)
+                goto out;
+            if (record)
+                run->reqs[rec].submit_ns = (int64_t)(k25_engine_result(e, h)->submit_t_ns - run->t0_ns);
+            if (h >= L.cap_fl) {
+                size_t c = (size_t)L.cap_fl;
+                if (grow((void **)&L.fl, &c, (size_t)h + 1, sizeof(*L.fl)) != 0) {
+                    rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+                    goto out;
+                }
+                L.cap_fl = (int)c;
+            }
+            L.fl[h] = (struct inflight){.rec = rec, .user = user};
+            issued++;
+            inflight++;
+            can_issue = open ? (size_t)issued < n_sched : (total > 0 ? issued < total : (int64_t)(k25_now_ns() - start) < duration_ns);
+        }
+        int n_held = 0;
+        if (open)
+            for (size_t i = (size_t)issued; i < n_sched && (int64_t)start + sched[i] <= (int64_t)now; i++)
+                n_held++;
+        if (record && sample_state(&L, (int64_t)(now - run->t0_ns), n_held, rep) != 0) {
+            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            goto out;
+        }
+
+        if (!k25_engine_idle(e)) {
+            uint64_t s0 = k25_now_ns();
+            L.step_start = s0;
+            if (stall_pending && (int64_t)(s0 - start) >= o->stall_at_ns) {
+                stall_pending = false;
+                run->stall_start_ns = (int64_t)(s0 - run->t0_ns);
+                sleep_until(s0 + (uint64_t)o->stall_ns);
+                run->stall_end_ns = (int64_t)(k25_now_ns() - run->t0_ns);
+            }
+            L.n_finished = 0;
+            rc = k25_engine_step(e, err);
+            uint64_t s1 = k25_now_ns();
+            ov.step_ns += (int64_t)(s1 - s0);
+            if (rc != K25_OK)
+                goto out;
+            if (L.oom) {
+                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+                goto out;
+            }
+            k25_engine_get_stats(e, &st);
+            if (record && add_busy(run, (int64_t)(s0 - run->t0_ns), (int64_t)(s1 - run->t0_ns),
+                                   (double)(st.busy_ns - busy_prev), rep) != 0) {
+                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+                goto out;
+            }
+            busy_prev = st.busy_ns;
+            for (int i = 0; i < L.n_finished; i++) {
+                if (collect(&L, L.finished[i], free_at, &users_free) != 0) {
+                    rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+                    goto out;
+                }
+                inflight--;
+                done++;
+            }
+        } else if (!can_issue && inflight == 0) {
+            break; /* everything issued and finished */
+        } else if (open && (size_t)issued < n_sched) {
+            uint64_t t = start + (uint64_t)sched[issued];
+            uint64_t s0 = k25_now_ns();
+            if (t > s0) {
+                sleep_until(t);
+                ov.sleep_ns += (int64_t)(k25_now_ns() - s0);
+            }
+        }
+        if (o->progress && record && k25_now_ns() - last_progress > 500000000ULL) {
+            last_progress = k25_now_ns();
+            progress(run, first_rec, done, total, (double)(last_progress - start) / 1e9, o->duration_s, rep,
+                     o->repeat);
+        }
+    }
+    uint64_t end = k25_now_ns();
+    if (o->progress && record)
+        fprintf(stderr, "\r\033[K");
+    if (record) {
+        k25_engine_get_stats(e, &st);
+        int64_t last = rep_start;
+        for (size_t i = first_rec; i < run->n_reqs; i++)
+            if (run->reqs[i].finish_ns > last)
+                last = run->reqs[i].finish_ns;
+        run->rep_start_ns[rep] = rep_start;
+        run->rep_end_ns[rep] = last;
+        run->n_reps = rep + 1;
+        ov.loop_ns = (int64_t)(end - start);
+        ov.harness_ns = ov.loop_ns - ov.step_ns - ov.submit_ns - ov.sleep_ns;
+        ov.steps = st.steps - steps0;
+        run->ov.loop_ns += ov.loop_ns;
+        run->ov.step_ns += ov.step_ns;
+        run->ov.submit_ns += ov.submit_ns;
+        run->ov.sleep_ns += ov.sleep_ns;
+        run->ov.harness_ns += ov.harness_ns;
+        run->ov.steps += ov.steps;
+        /* the forward-pass time of these steps */
+        double busy = 0;
+        for (size_t w = 0; w < run->n_win; w++)
+            if (run->win[w].rep == rep)
+                busy += run->win[w].busy_ns;
+        run->ov.busy_ns += (int64_t)llround(busy);
+        /* the last window ends with the last repetition */
+        if (rep + 1 == o->repeat && run->n_win > 0) {
+            struct k25_bench_window *lw = &run->win[run->n_win - 1];
+            int64_t end_rel = (int64_t)(end - run->t0_ns);
+            if (end_rel - lw->t_ns < lw->len_ns)
+                lw->len_ns = end_rel - lw->t_ns > 0 ? end_rel - lw->t_ns : 1;
+        }
+    }
+
+out:
+    k25_engine_set_event_cb(e, NULL, NULL);
+    for (int h = 0; h < L.cap_fl; h++) {
+        free(L.fl[h].cs);
+        free(L.fl[h].ce);
+    }
+    free(L.fl);
+    free(L.finished);
+    free(sched);
+    free(free_at);
+    return rc;
+}

@@ -1,0 +1,491 @@
+/*
+ * trace.c - the HDF5 file of one `k25 bench` run (kind "run"), written and
+ * read through h5store.  Layout (docs/trace-schema.md):
+ *
+ *   /meta       attributes: schema_version, kind, k25_version, provenance,
+ *               config, workload (JSON texts) and a few flat copies
+ *   /requests   compound table, one row per measured request
+ *   /tokens     offsets[n+1], time_ns[], token_id[]: ragged per request
+ *   /prefill    offsets[n+1], start_ns[], end_ns[]: the prefill chunks
+ *   /timeline   compound table, one row per 100 ms window
+ *   /summary    attributes (summary JSON, headline figures), tables
+ *               percentiles and moments, arrays rep_start_ns/rep_end_ns
+ *
+ * The file is created under a temporary name before the measurement and
+ * renamed into place by k25_trace_write only when everything is written.
+ */
+#include "bench.h"
+#include "h5store.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One /requests row, as stored. */
+struct req_row {
+    char id[64];
+    int64_t seq;
+    int32_t rep, user;
+    int64_t line;
+    char state[16];
+    char reason[128];
+    int32_t n_input, n_output, max_new, n_chunks;
+    int64_t arrival_ns, submit_ns, admit_ns, first_token_ns, finish_ns;
+    double queue_ms, ttft_ms, tpot_ms, e2e_ms, sched_lag_ms, output_tok_s;
+};
+
+#define RC(name, type, member, len) {name, type, offsetof(struct req_row, member), len}
+static const struct k25_h5_col req_cols[] = {
+    RC("id", K25_H5_STR, id, 64),
+    RC("seq", K25_H5_I64, seq, 0),
+    RC("rep", K25_H5_I32, rep, 0),
+    RC("user", K25_H5_I32, user, 0),
+    RC("line", K25_H5_I64, line, 0),
+    RC("state", K25_H5_STR, state, 16),
+    RC("reason", K25_H5_STR, reason, 128),
+    RC("input_tokens", K25_H5_I32, n_input, 0),
+    RC("output_tokens", K25_H5_I32, n_output, 0),
+    RC("max_new_tokens", K25_H5_I32, max_new, 0),
+    RC("prefill_chunks", K25_H5_I32, n_chunks, 0),
+    RC("arrival_ns", K25_H5_I64, arrival_ns, 0),
+    RC("submit_ns", K25_H5_I64, submit_ns, 0),
+    RC("admit_ns", K25_H5_I64, admit_ns, 0),
+    RC("first_token_ns", K25_H5_I64, first_token_ns, 0),
+    RC("finish_ns", K25_H5_I64, finish_ns, 0),
+    RC("queue_ms", K25_H5_F64, queue_ms, 0),
+    RC("ttft_ms", K25_H5_F64, ttft_ms, 0),
+    RC("tpot_ms", K25_H5_F64, tpot_ms, 0),
+    RC("e2e_ms", K25_H5_F64, e2e_ms, 0),
+    RC("sched_lag_ms", K25_H5_F64, sched_lag_ms, 0),
+    RC("output_tok_s", K25_H5_F64, output_tok_s, 0),
+};
+#define N_REQ_COLS ((int)(sizeof(req_cols) / sizeof(req_cols[0])))
+
+/* One /timeline row. */
+struct win_row {
+    int64_t t_ns, len_ns;
+    int32_t rep;
+    double busy_fraction, busy_ns;
+    int32_t n_waiting, n_running;
+    int64_t kv_blocks, mem_bytes;
+};
+#define WC(name, type, member) {name, type, offsetof(struct win_row, member), 0}
+static const struct k25_h5_col win_cols[] = {
+    WC("t_ns", K25_H5_I64, t_ns),
+    WC("len_ns", K25_H5_I64, len_ns),
+    WC("rep", K25_H5_I32, rep),
+    WC("busy_fraction", K25_H5_F64, busy_fraction),
+    WC("busy_ns", K25_H5_F64, busy_ns),
+    WC("n_waiting", K25_H5_I32, n_waiting),
+    WC("n_running", K25_H5_I32, n_running),
+    WC("kv_blocks", K25_H5_I64, kv_blocks),
+    WC("mem_bytes", K25_H5_I64, mem_bytes),
+};
+#define N_WIN_COLS ((int)(sizeof(win_cols) / sizeof(win_cols[0])))
+
+struct pctl_row {
+    char metric[24];
+    double q, value, ci_lo, ci_hi, coverage;
+    uint8_t supported;
+};
+static const struct k25_h5_col pctl_cols[] = {
+    {"metric", K25_H5_STR, offsetof(struct pctl_row, metric), 24},
+    {"q", K25_H5_F64, offsetof(struct pctl_row, q), 0},
+    {"value", K25_H5_F64, offsetof(struct pctl_row, value), 0},
+    {"ci95_lo", K25_H5_F64, offsetof(struct pctl_row, ci_lo), 0},
+    {"ci95_hi", K25_H5_F64, offsetof(struct pctl_row, ci_hi), 0},
+    {"ci_coverage", K25_H5_F64, offsetof(struct pctl_row, coverage), 0},
+    {"supported", K25_H5_U8, offsetof(struct pctl_row, supported), 0},
+};
+
+struct mom_row {
+    char metric[24];
+    int64_t n;
+    double mean, stdev, min, max;
+};
+static const struct k25_h5_col mom_cols[] = {
+    {"metric", K25_H5_STR, offsetof(struct mom_row, metric), 24},
+    {"n", K25_H5_I64, offsetof(struct mom_row, n), 0},
+    {"mean", K25_H5_F64, offsetof(struct mom_row, mean), 0},
+    {"stdev", K25_H5_F64, offsetof(struct mom_row, stdev), 0},
+    {"min", K25_H5_F64, offsetof(struct mom_row, min), 0},
+    {"max", K25_H5_F64, offsetof(struct mom_row, max), 0},
+};
+
+static int state_parse(const char *s)
+{
+    for (int k = K25_REQ_WAITING; k <= K25_REQ_REJECTED; k++)
+        if (!strcmp(s, k25_req_state_name(k)))
+            return k;
+    return -1;
+}
+
+/* Writes the ragged arrays of one group: offsets + two columns. */
+static int write_ragged(struct k25_h5 *h, const char *group, const char *a_name, enum k25_h5_type a_type,
+                        const void *a, const char *b_name, enum k25_h5_type b_type, const void *b,
+                        const int64_t *offsets, size_t n_reqs, size_t total, struct k25_error *err)
+{
+    hid_t g = k25_h5_group(h, group, err);
+    if (g < 0)
+        return K25_EIO;
+    int rc;
+    if ((rc = k25_h5_write_array(g, "offsets", K25_H5_I64, offsets, n_reqs + 1, err)) == K25_OK &&
+        (rc = k25_h5_write_array(g, a_name, a_type, a, total, err)) == K25_OK)
+        rc = k25_h5_write_array(g, b_name, b_type, b, total, err);
+    if (H5Gclose(g) < 0 && rc == K25_OK)
+        rc = k25_error_set(err, K25_EIO, h->path, 0, group, "closing the group failed");
+    return rc;
+}
+
+static int write_summary(struct k25_h5 *h, const struct k25_bench_run *run, const struct k25_bench_summary *s,
+                         const char *summary_json, struct k25_error *err)
+{
+    int rc = K25_OK;
+    hid_t g = k25_h5_group(h, "/summary", err);
+    if (g < 0)
+        return K25_EIO;
+    struct pctl_row pr[(K25_M_NMETRICS + 1) * K25_NPCTL];
+    struct mom_row mr[K25_M_NMETRICS + 1];
+    memset(pr, 0, sizeof(pr));
+    memset(mr, 0, sizeof(mr));
+    size_t np = 0;
+    for (int m = 0; m <= K25_M_NMETRICS; m++) {
+        const struct k25_dist *d = m < K25_M_NMETRICS ? &s->d[m] : &s->busy;
+        const char *name = m < K25_M_NMETRICS ? k25_metric_names[m] : "busy_fraction";
+        snprintf(mr[m].metric, sizeof(mr[m].metric), "%s", name);
+        mr[m].n = d->n;
+        mr[m].mean = d->mean;
+        mr[m].stdev = d->stdev;
+        mr[m].min = d->min;
+        mr[m].max = d->max;
+        for (int i = 0; i < K25_NPCTL; i++, np++) {
+            snprintf(pr[np].metric, sizeof(pr[np].metric), "%s", name);
+            pr[np].q = d->p[i].q;
+            pr[np].value = d->p[i].value;
+            pr[np].ci_lo = d->p[i].ci_lo;
+            pr[np].ci_hi = d->p[i].ci_hi;
+            pr[np].coverage = d->p[i].coverage;
+            pr[np].supported = d->p[i].supported;
+        }
+    }
+    const struct { const char *name; double v; } flat[] = {
+        {"duration_s", s->duration_s},
+        {"requests_per_s", s->requests_per_s},
+        {"output_tok_per_s", s->output_tok_per_s},
+        {"input_tok_per_s", s->input_tok_per_s},
+        {"goodput_rps", s->goodput_rps},
+        {"ttft_p50_ms", s->d[K25_M_TTFT].p[0].value},
+        {"ttft_p99_ms", s->d[K25_M_TTFT].p[3].value},
+        {"tpot_p50_ms", s->d[K25_M_TPOT].p[0].value},
+        {"e2e_p50_ms", s->d[K25_M_E2E].p[0].value},
+        {"busy_fraction_p95", s->busy.p[2].value},
+        {"overhead_per_request_us", s->overhead_per_request_us},
+        {"overhead_per_token_us", s->overhead_per_token_us},
+    };
+    int64_t rs[K25_BENCH_MAX_REPEAT], re[K25_BENCH_MAX_REPEAT];
+    for (int k = 0; k < run->n_reps; k++) {
+        rs[k] = run->rep_start_ns[k];
+        re[k] = run->rep_end_ns[k];
+    }
+    if ((rc = k25_h5_attr_str(g, "json", summary_json, err)) != K25_OK)
+        goto out;
+    for (size_t i = 0; i < sizeof(flat) / sizeof(flat[0]); i++)
+        if ((rc = k25_h5_attr_f64(g, flat[i].name, flat[i].v, err)) != K25_OK)
+            goto out;
+    if ((rc = k25_h5_attr_i64(g, "requests_total", s->n_total, err)) != K25_OK ||
+        (rc = k25_h5_attr_i64(g, "requests_completed", s->n_completed, err)) != K25_OK ||
+        (rc = k25_h5_attr_i64(g, "repetitions", run->n_reps, err)) != K25_OK ||
+        (rc = k25_h5_write_table(g, "percentiles", pctl_cols, 7, sizeof(struct pctl_row), pr, np, err)) != K25_OK ||
+        (rc = k25_h5_write_table(g, "moments", mom_cols, 6, sizeof(struct mom_row), mr, K25_M_NMETRICS + 1, err)) !=
+            K25_OK ||
+        (rc = k25_h5_write_array(g, "rep_start_ns", K25_H5_I64, rs, (size_t)run->n_reps, err)) != K25_OK ||
+        (rc = k25_h5_write_array(g, "rep_end_ns", K25_H5_I64, re, (size_t)run->n_reps, err)) != K25_OK)
+        goto out;
+out:
+    if (H5Gclose(g) < 0 && rc == K25_OK)
+        rc = k25_error_set(err, K25_EIO, h->path, 0, "/summary", "closing the group failed");
+    return rc;
+}
+
+/* Flat copies of a few provenance fields on /meta, for h5dump -a readers. */
+static int meta_flat(struct k25_h5 *h, const char *provenance_json, struct k25_error *err)
+{
+    json_t *p = json_loads(provenance_json, 0, NULL);
+    if (!p)
+        return k25_error_set(err, K25_EINTERNAL, h->path, 0, "provenance", "provenance is not JSON");
+    const char *paths[][3] = {{"build", "git", "git"},
+                              {"machine", "hostname", "hostname"},
+                              {"machine", "cpu_model", "cpu_model"},
+                              {NULL, "start_time_utc", "start_time_utc"},
+                              {NULL, "end_time_utc", "end_time_utc"},
+                              {"dataset", "sha256", "dataset_sha256"},
+                              {"dataset", "path", "dataset_path"}};
+    int rc = K25_OK;
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]) && rc == K25_OK; i++) {
+        json_t *o = paths[i][0] ? json_object_get(p, paths[i][0]) : p;
+        const char *v = json_string_value(json_object_get(o, paths[i][1]));
+        rc = k25_h5_attr_str(h->meta, paths[i][2], v ? v : "", err);
+    }
+    if (rc == K25_OK)
+        rc = k25_h5_attr_i64(h->meta, "seed", json_integer_value(json_object_get(p, "seed")), err);
+    json_decref(p);
+    return rc;
+}
+
+int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const struct k25_bench_summary *s,
+                    const char *provenance_json, const char *config_json, const char *workload_json,
+                    const char *summary_json, struct k25_error *err)
+{
+    int rc = K25_OK;
+    size_t n = run->n_reqs, n_tok = 0, n_chk = 0;
+    struct req_row *rows = calloc(n + 1, sizeof(*rows));
+    struct win_row *wrows = calloc(run->n_win + 1, sizeof(*wrows));
+    int64_t *toff = calloc(n + 1, sizeof(int64_t)), *coff = calloc(n + 1, sizeof(int64_t));
+    for (size_t i = 0; i < n; i++) {
+        n_tok += (size_t)run->reqs[i].n_output;
+        n_chk += (size_t)run->reqs[i].n_chunks;
+    }
+    int64_t *tns = malloc(sizeof(int64_t) * (n_tok + 1)), *cs = malloc(sizeof(int64_t) * (n_chk + 1)),
+            *ce = malloc(sizeof(int64_t) * (n_chk + 1));
+    int32_t *tid = malloc(sizeof(int32_t) * (n_tok + 1));
+    if (!rows || !wrows || !toff || !coff || !tns || !cs || !ce || !tid) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    size_t kt = 0, kc = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct k25_bench_req *q = &run->reqs[i];
+        struct req_row *r = &rows[i];
+        snprintf(r->id, sizeof(r->id), "%s", q->id);
+        r->seq = q->seq;
+        r->rep = q->rep;
+        r->user = q->user;
+        r->line = q->line;
+        snprintf(r->state, sizeof(r->state), "%s", k25_req_state_name(q->state));
+        snprintf(r->reason, sizeof(r->reason), "%s", q->reason);
+        r->n_input = q->n_input;
+        r->n_output = q->n_output;
+        r->max_new = q->max_new;
+        r->n_chunks = q->n_chunks;
+        r->arrival_ns = q->arrival_ns;
+        r->submit_ns = q->submit_ns;
+        r->admit_ns = q->admit_ns;
+        r->first_token_ns = q->first_ns;
+        r->finish_ns = q->finish_ns;
+        r->queue_ms = k25_bench_req_queue_ms(q);
+        r->ttft_ms = k25_bench_req_ttft_ms(q);
+        r->tpot_ms = k25_bench_req_tpot_ms(q);
+        r->e2e_ms = k25_bench_req_e2e_ms(q);
+        r->sched_lag_ms = k25_bench_req_lag_ms(q);
+        r->output_tok_s = k25_bench_req_out_tps(q);
+        for (int t = 0; t < q->n_output; t++, kt++) {
+            tns[kt] = q->token_ns[t];
+            tid[kt] = q->token_ids[t];
+        }
+        for (int c = 0; c < q->n_chunks; c++, kc++) {
+            cs[kc] = q->chunk_start_ns[c];
+            ce[kc] = q->chunk_end_ns[c];
+        }
+        toff[i + 1] = (int64_t)kt;
+        coff[i + 1] = (int64_t)kc;
+    }
+    for (size_t w = 0; w < run->n_win; w++) {
+        const struct k25_bench_window *x = &run->win[w];
+        wrows[w] = (struct win_row){x->t_ns, x->len_ns, x->rep, x->len_ns > 0 ? x->busy_ns / (double)x->len_ns : NAN,
+                                    x->busy_ns, x->n_waiting, x->n_running, x->kv_blocks, x->mem_bytes};
+    }
+
+    if ((rc = k25_h5_attr_str(h->meta, "provenance", provenance_json, err)) != K25_OK ||
+        (rc = k25_h5_attr_str(h->meta, "config", config_json, err)) != K25_OK ||
+        (rc = k25_h5_attr_str(h->meta, "workload", workload_json, err)) != K25_OK ||
+        (rc = meta_flat(h, provenance_json, err)) != K25_OK)
+        goto out;
+    if ((rc = k25_h5_write_table(h->file, "/requests", req_cols, N_REQ_COLS, sizeof(struct req_row), rows, n,
+                                 err)) != K25_OK ||
+        (rc = write_ragged(h, "/tokens", "time_ns", K25_H5_I64, tns, "token_id", K25_H5_I32, tid, toff, n, n_tok,
+                           err)) != K25_OK ||
+        (rc = write_ragged(h, "/prefill", "start_ns", K25_H5_I64, cs, "end_ns", K25_H5_I64, ce, coff, n, n_chk,
+                           err)) != K25_OK ||
+        (rc = k25_h5_write_table(h->file, "/timeline", win_cols, N_WIN_COLS, sizeof(struct win_row), wrows,
+                                 run->n_win, err)) != K25_OK ||
+        (rc = write_summary(h, run, s, summary_json, err)) != K25_OK)
+        goto out;
+    rc = k25_h5_commit(h, err);
+out:
+    if (rc != K25_OK)
+        k25_h5_abort(h);
+    free(rows);
+    free(wrows);
+    free(toff);
+    free(coff);
+    free(tns);
+    free(cs);
+    free(ce);
+    free(tid);
+    return rc;
+}
+
+/* Reads a ragged group and checks its offsets against the table's counts. */
+static int read_ragged(struct k25_h5 *h, const char *group, const char *a_name, enum k25_h5_type a_type, void **a,
+                       const char *b_name, enum k25_h5_type b_type, void **b, int64_t **off, size_t n_reqs,
+                       struct k25_error *err)
+{
+    size_t no = 0, na = 0, nb = 0;
+    int rc;
+    hid_t g = k25_h5_group(h, group, err);
+    if (g < 0)
+        return K25_EFORMAT;
+    if ((rc = k25_h5_read_array(g, "offsets", K25_H5_I64, (void **)off, &no, err)) != K25_OK ||
+        (rc = k25_h5_read_array(g, a_name, a_type, a, &na, err)) != K25_OK ||
+        (rc = k25_h5_read_array(g, b_name, b_type, b, &nb, err)) != K25_OK)
+        goto out;
+    if (no != n_reqs + 1 || na != nb || (*off)[0] != 0 || (*off)[n_reqs] != (int64_t)na) {
+        rc = k25_error_set(err, K25_EFORMAT, h->path, 0, group, "offsets do not match /requests");
+        goto out;
+    }
+    for (size_t i = 0; i < n_reqs; i++)
+        if ((*off)[i + 1] < (*off)[i]) {
+            rc = k25_error_set(err, K25_EFORMAT, h->path, 0, group, "offsets decrease at %zu", i);
+            goto out;
+        }
+out:
+    H5Gclose(g);
+    return rc;
+}
+
+int k25_trace_read(const char *path, struct k25_trace *t, struct k25_error *err)
+{
+    memset(t, 0, sizeof(*t));
+    struct k25_h5 h;
+    int rc = k25_h5_open_read(&h, path, "run", err);
+    if (rc != K25_OK)
+        return rc;
+    struct req_row *rows = NULL;
+    struct win_row *wrows = NULL;
+    int64_t *toff = NULL, *tns = NULL, *coff = NULL, *cs = NULL, *ce = NULL, *rs = NULL, *re = NULL;
+    int32_t *tid = NULL;
+    size_t n = 0, nw = 0, nrs = 0, nre = 0;
+    hid_t g = H5I_INVALID_HID;
+    t->schema_version = K25_H5_SCHEMA_VERSION;
+    if ((rc = k25_h5_get_attr_str(h.meta, "provenance", &t->provenance_json, err)) != K25_OK ||
+        (rc = k25_h5_get_attr_str(h.meta, "config", &t->config_json, err)) != K25_OK ||
+        (rc = k25_h5_get_attr_str(h.meta, "workload", &t->workload_json, err)) != K25_OK)
+        goto out;
+    if ((rc = k25_h5_read_table(h.file, "/requests", req_cols, N_REQ_COLS, sizeof(struct req_row), (void **)&rows,
+                                &n, err)) != K25_OK ||
+        (rc = read_ragged(&h, "/tokens", "time_ns", K25_H5_I64, (void **)&tns, "token_id", K25_H5_I32,
+                          (void **)&tid, &toff, n, err)) != K25_OK ||
+        (rc = read_ragged(&h, "/prefill", "start_ns", K25_H5_I64, (void **)&cs, "end_ns", K25_H5_I64, (void **)&ce,
+                          &coff, n, err)) != K25_OK ||
+        (rc = k25_h5_read_table(h.file, "/timeline", win_cols, N_WIN_COLS, sizeof(struct win_row),
+                                (void **)&wrows, &nw, err)) != K25_OK)
+        goto out;
+    if ((g = k25_h5_group(&h, "/summary", err)) < 0) {
+        rc = K25_EFORMAT;
+        goto out;
+    }
+    if ((rc = k25_h5_get_attr_str(g, "json", &t->summary_json, err)) != K25_OK ||
+        (rc = k25_h5_read_array(g, "rep_start_ns", K25_H5_I64, (void **)&rs, &nrs, err)) != K25_OK ||
+        (rc = k25_h5_read_array(g, "rep_end_ns", K25_H5_I64, (void **)&re, &nre, err)) != K25_OK)
+        goto out;
+    if (nrs != nre || nrs > K25_BENCH_MAX_REPEAT) {
+        rc = k25_error_set(err, K25_EFORMAT, path, 0, "/summary/rep_start_ns", "bad repetition arrays");
+        goto out;
+    }
+    struct k25_bench_run *run = &t->run;
+    run->n_reps = (int)nrs;
+    for (size_t k = 0; k < nrs; k++) {
+        run->rep_start_ns[k] = rs[k];
+        run->rep_end_ns[k] = re[k];
+    }
+    if (!(run->reqs = calloc(n + 1, sizeof(*run->reqs))) || !(run->win = calloc(nw + 1, sizeof(*run->win)))) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    run->cap_reqs = n + 1;
+    run->cap_win = nw + 1;
+    for (size_t i = 0; i < n; i++) {
+        const struct req_row *r = &rows[i];
+        struct k25_bench_req *q = &run->reqs[i];
+        run->n_reqs = i + 1;
+        memcpy(q->id, r->id, sizeof(q->id));
+        q->id[sizeof(q->id) - 1] = '\0';
+        q->seq = r->seq;
+        q->rep = r->rep;
+        q->user = r->user;
+        q->line = r->line;
+        char st[17];
+        memcpy(st, r->state, 16);
+        st[16] = '\0';
+        int s = state_parse(st);
+        if (s < 0) {
+            rc = k25_error_set(err, K25_EFORMAT, path, 0, "/requests", "row %zu: unknown state '%s'", i, st);
+            goto out;
+        }
+        q->state = s;
+        memcpy(q->reason, r->reason, sizeof(q->reason));
+        q->reason[sizeof(q->reason) - 1] = '\0';
+        q->n_input = r->n_input;
+        q->n_output = r->n_output;
+        q->max_new = r->max_new;
+        q->arrival_ns = r->arrival_ns;
+        q->submit_ns = r->submit_ns;
+        q->admit_ns = r->admit_ns;
+        q->first_ns = r->first_token_ns;
+        q->finish_ns = r->finish_ns;
+        if (toff[i + 1] - toff[i] != r->n_output || coff[i + 1] - coff[i] != r->n_chunks || r->n_output < 0 ||
+            r->n_chunks < 0) {
+            rc = k25_error_set(err, K25_EFORMAT, path, 0, "/requests",
+                               "row %zu: token or chunk count disagrees with /tokens or /prefill", i);
+            goto out;
+        }
+        q->token_ns = malloc(sizeof(int64_t) * ((size_t)r->n_output + 1));
+        q->token_ids = malloc(sizeof(int32_t) * ((size_t)r->n_output + 1));
+        q->chunk_start_ns = malloc(sizeof(int64_t) * ((size_t)r->n_chunks + 1));
+        q->chunk_end_ns = malloc(sizeof(int64_t) * ((size_t)r->n_chunks + 1));
+        if (!q->token_ns || !q->token_ids || !q->chunk_start_ns || !q->chunk_end_ns) {
+            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            goto out;
+        }
+        memcpy(q->token_ns, tns + toff[i], sizeof(int64_t) * (size_t)r->n_output);
+        memcpy(q->token_ids, tid + toff[i], sizeof(int32_t) * (size_t)r->n_output);
+        memcpy(q->chunk_start_ns, cs + coff[i], sizeof(int64_t) * (size_t)r->n_chunks);
+        memcpy(q->chunk_end_ns, ce + coff[i], sizeof(int64_t) * (size_t)r->n_chunks);
+        q->n_chunks = r->n_chunks;
+        run->output_tokens += r->n_output;
+    }
+    for (size_t w = 0; w < nw; w++) {
+        const struct win_row *x = &wrows[w];
+        run->win[w] = (struct k25_bench_window){x->t_ns, x->len_ns, x->busy_ns, x->rep, x->n_waiting,
+                                                x->n_running, x->kv_blocks, x->mem_bytes};
+    }
+    run->n_win = nw;
+out:
+    if (g >= 0)
+        H5Gclose(g);
+    k25_h5_close(&h);
+    free(rows);
+    free(wrows);
+    free(toff);
+    free(tns);
+    free(tid);
+    free(coff);
+    free(cs);
+    free(ce);
+    free(rs);
+    free(re);
+    if (rc != K25_OK)
+        k25_trace_free(t);
+    return rc;
+}
+
+void k25_trace_free(struct k25_trace *t)
+{
+    free(t->provenance_json);
+    free(t->config_json);
+    free(t->workload_json);
+    free(t->summary_json);
+    k25_bench_run_free(&t->run);
+    memset(t, 0, sizeof(*t));
+}

@@ -1,0 +1,692 @@
+/*
+ * spec.c - sweep specs: YAML parsing and validation, grid expansion,
+ * stable point ids, --only expressions and constraints.
+ *
+ * The spec is read with libyaml's document API so every error can name
+ * the line of the node at fault.  Axis and fixed values are validated by
+ * the engine's own config parser (k25_config_set), so a sweep accepts
+ * exactly what `--config` accepts.
+ */
+#include "sweep.h"
+
+#include "gold.h"
+
+#include <errno.h>
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#define LINE(n) ((int)(n)->start_mark.line + 1)
+
+static const char *scalar(const yaml_node_t *n)
+{
+    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+static int expect_scalar(const char *path, const yaml_node_t *n, const char *key, const char **out,
+                         struct k25_error *err)
+{
+    *out = scalar(n);
+    if (!*out)
+        return k25_error_set(err, K25_EINVAL, path, LINE(n), key, "expected a single value");
+    return K25_OK;
+}
+
+static int parse_int64(const char *path, const yaml_node_t *n, const char *key, int64_t lo, int64_t *out,
+                       struct k25_error *err)
+{
+    const char *s;
+    int rc = expect_scalar(path, n, key, &s, err);
+    if (rc)
+        return rc;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno)
+        return k25_error_set(err, K25_EINVAL, path, LINE(n), key, "expected an integer, got \"%s\"", s);
+    if (v < lo)
+        return k25_error_set(err, K25_ERANGE, path, LINE(n), key, "must be at least %lld, got %lld",
+                             (long long)lo, v);
+    *out = v;
+    return K25_OK;
+}
+
+static int parse_double(const char *path, const yaml_node_t *n, const char *key, double lo, double *out,
+                        struct k25_error *err)
+{
+    const char *s;
+    int rc = expect_scalar(path, n, key, &s, err);
+    if (rc)
+        return rc;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v))
+        return k25_error_set(err, K25_EINVAL, path, LINE(n), key, "expected a number, got \"%s\"", s);
+    if (v < lo)
+        return k25_error_set(err, K25_ERANGE, path, LINE(n), key, "must be at least %g, got %g", lo, v);
+    *out = v;
+    return K25_OK;
+}
+
+static int parse_bool(const char *path, const yaml_node_t *n, const char *key, bool *out, struct k25_error *err)
+{
+    const char *s;
+    int rc = expect_scalar(path, n, key, &s, err);
+    if (rc)
+        return rc;
+    if (!strcmp(s, "true") || !strcmp(s, "yes") || !strcmp(s, "on"))
+        *out = true;
+    else if (!strcmp(s, "false") || !strcmp(s, "no") || !strcmp(s, "off"))
+        *out = false;
+    else
+        return k25_error_set(err, K25_EINVAL, path, LINE(n), key, "expected true or false, got \"%s\"", s);
+    return K25_OK;
+}
+
+/* Validates "key: value" against the engine's config parser. */
+static int check_config_value(const char *path, int line, const char *key, const char *value,
+                              struct k25_error *err)
+{
+    struct k25_config scratch;
+    k25_config_init(&scratch);
+    return k25_config_set(&scratch, key, value, path, line, err);
+}
+
+static int parse_workload(struct k25_sweep_spec *s, yaml_document_t *doc, yaml_node_t *n, struct k25_error *err)
+{
+    struct k25_sweep_workload *w = &s->wl;
+    if (n->type != YAML_MAPPING_NODE)
+        return k25_error_set(err, K25_EINVAL, s->path, LINE(n), "workload", "expected a mapping");
+    int rc = K25_OK;
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !rc; p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key), *v = yaml_document_get_node(doc, p->value);
+        const char *key = scalar(k);
+        int64_t iv;
+        if (!key)
+            return k25_error_set(err, K25_EINVAL, s->path, LINE(k), "workload", "keys must be names");
+        if (!strcmp(key, "concurrency")) {
+            if (!(rc = parse_int64(s->path, v, key, 1, &iv, err)))
+                w->concurrency = (int)iv;
+        } else if (!strcmp(key, "requests")) {
+            rc = parse_int64(s->path, v, key, 1, &w->requests, err);
+        } else if (!strcmp(key, "duration_s")) {
+            rc = parse_double(s->path, v, key, 0.001, &w->duration_s, err);
+        } else if (!strcmp(key, "rate")) {
+            rc = parse_double(s->path, v, key, 0.0, &w->rate_rps, err);
+        } else if (!strcmp(key, "burstiness")) {
+            rc = parse_double(s->path, v, key, 0.01, &w->burstiness, err);
+        } else if (!strcmp(key, "warmup")) {
+            rc = parse_int64(s->path, v, key, 0, &w->warmup, err);
+        } else if (!strcmp(key, "slo")) {
+            const char *sv;
+            if (!(rc = expect_scalar(s->path, v, key, &sv, err)))
+                snprintf(w->slo, sizeof(w->slo), "%s", sv);
+        } else if (!strcmp(key, "search")) {
+            const char *sv;
+            if ((rc = expect_scalar(s->path, v, key, &sv, err)))
+                break;
+            if (strcmp(sv, "max_rate") != 0)
+                return k25_error_set(err, K25_EINVAL, s->path, LINE(v), key,
+                                     "the only search is max_rate, got \"%s\"", sv);
+            w->search = true;
+        } else if (!strcmp(key, "search_slo")) {
+            /* search_slo: {ttft_p99_ms: 1200} - the metric the rate may push to its limit */
+            if (v->type != YAML_MAPPING_NODE || v->data.mapping.pairs.top - v->data.mapping.pairs.start != 1)
+                return k25_error_set(err, K25_EINVAL, s->path, LINE(v), key,
+                                     "expected one `metric: limit`, e.g. {ttft_p99_ms: 1200}");
+            yaml_node_pair_t *q = v->data.mapping.pairs.start;
+            const char *m = scalar(yaml_document_get_node(doc, q->key));
+            if (!m || !k25_sweep_metric_known(m))
+                return k25_error_set(err, K25_EINVAL, s->path, LINE(v), key, "unknown metric '%s'", m ? m : "?");
+            snprintf(w->search_metric, sizeof(w->search_metric), "%s", m);
+            rc = parse_double(s->path, yaml_document_get_node(doc, q->value), m, 0.0, &w->search_limit, err);
+        } else if (!strcmp(key, "rate_lo")) {
+            rc = parse_double(s->path, v, key, 0.0001, &w->rate_lo, err);
+        } else if (!strcmp(key, "rate_hi")) {
+            rc = parse_double(s->path, v, key, 0.0001, &w->rate_hi, err);
+        } else if (!strcmp(key, "precision")) {
+            rc = parse_double(s->path, v, key, 0.001, &w->precision, err);
+        } else {
+            return k25_error_set(err, K25_ENOTFOUND, s->path, LINE(k), key,
+                                 "unknown workload key (concurrency, requests, duration_s, rate, burstiness, "
+                                 "warmup, slo, search, search_slo, rate_lo, rate_hi, precision)");
+        }
+    }
+    if (rc)
+        return rc;
+    if (w->requests > 0 && w->duration_s > 0)
+        return k25_error_set(err, K25_EINVAL, s->path, LINE(n), "workload", "give requests or duration_s, not both");
+    if (w->requests == 0 && w->duration_s == 0 && !w->search)
+        return k25_error_set(err, K25_EINVAL, s->path, LINE(n), "workload", "needs requests or duration_s");
+    if (w->search) {
+        if (!w->search_metric[0])
+            return k25_error_set(err, K25_EINVAL, s->path, LINE(n), "workload",
+                                 "search: max_rate needs search_slo: {metric: limit}");
+        if (w->rate_hi <= w->rate_lo)
+            return k25_error_set(err, K25_EINVAL, s->path, LINE(n), "workload",
+                                 "search needs rate_lo < rate_hi (requests/s)");
+        if (w->requests == 0 && w->duration_s == 0)
+            w->requests = 32;
+    }
+    return K25_OK;
+}
+
+static int parse_axes(struct k25_sweep_spec *s, yaml_document_t *doc, yaml_node_t *n, struct k25_error *err)
+{
+    if (n->type != YAML_MAPPING_NODE)
+        return k25_error_set(err, K25_EINVAL, s->path, LINE(n), "axes", "expected a mapping of key: [values]");
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key), *v = yaml_document_get_node(doc, p->value);
+        const char *key = scalar(k);
+        if (!key)
+            return k25_error_set(err, K25_EINVAL, s->path, LINE(k), "axes", "axis names must be config keys");
+        if (s->n_axes == K25_SWEEP_MAX_AXES)
+            return k25_error_set(err, K25_ERANGE, s->path, LINE(k), key, "more than %d axes", K25_SWEEP_MAX_AXES);
+        for (int i = 0; i < s->n_axes; i++)
+            if (!strcmp(s->axes[i].key, key))
+                return k25_error_set(err, K25_EINVAL, s->path, LINE(k), key, "axis given twice");
+        struct k25_sweep_axis *a = &s->axes[s->n_axes];
+        snprintf(a->key, sizeof(a->key), "%s", key);
+        a->line = LINE(k);
+        if (v->type != YAML_SEQUENCE_NODE)
+            return k25_error_set(err, K25_EINVAL, s->path, LINE(v), key, "expected a list of values, e.g. [512, 1024]");
+        for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+            yaml_node_t *e = yaml_document_get_node(doc, *it);
+            const char *val = scalar(e);
+            if (!val)
+                return k25_error_set(err, K25_EINVAL, s->path, LINE(e), key, "axis values must be single values");
+            if (a->n == K25_SWEEP_MAX_VALUES)
+                return k25_error_set(err, K25_ERANGE, s->path, LINE(e), key, "more than %d values",
+                                     K25_SWEEP_MAX_VALUES);
+            int rc = check_config_value(s->path, LINE(e), key, val, err);
+            if (rc)
+                return rc;
+            for (int i = 0; i < a->n; i++)
+                if (!strcmp(a->values[i], val))
+                    return k25_error_set(err, K25_EINVAL, s->path, LINE(e), key, "value %s listed twice", val);
+            snprintf(a->values[a->n++], sizeof(a->values[0]), "%s", val);
+        }
+        if (a->n == 0)
+            return k25_error_set(err, K25_EINVAL, s->path, LINE(v), key, "axis with no values");
+        s->n_axes++;
+    }
+    return K25_OK;
+}
+
+static int parse_fixed(struct k25_sweep_spec *s, yaml_document_t *doc, yaml_node_t *n, struct k25_error *err)
+{
+    if (n->type != YAML_MAPPING_NODE)
+        return k25_error_set(err, K25_EINVAL, s->path, LINE(n), "fixed", "expected a mapping of key: value");
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key), *v = yaml_document_get_node(doc, p->value);
+        const char *key = scalar(k), *val = scalar(v);
+        if (!key || !val)
+            return k25_error_set(err, K25_EINVAL, s->path, LINE(k), "fixed", "expected key: value");
+        if (s->n_fixed == K25_SWEEP_MAX_FIXED)
+            return k25_error_set(err, K25_ERANGE, s->path, LINE(k), key, "too many fixed keys");
+        int rc = check_config_value(s->path, LINE(v), key, val, err);
+        if (rc)
+            return rc;
+        snprintf(s->fixed_key[s->n_fixed], sizeof(s->fixed_key[0]), "%s", key);
+        snprintf(s->fixed_val[s->n_fixed++], sizeof(s->fixed_val[0]), "%s", val);
+    }
+    return K25_OK;
+}
+
+static int parse_objective(struct k25_sweep_spec *s, yaml_document_t *doc, yaml_node_t *n, struct k25_error *err)
+{
+    if (n->type != YAML_MAPPING_NODE)
+        return k25_error_set(err, K25_EINVAL, s->path, LINE(n), "objective",
+                             "expected {minimize: METRIC, subject_to: [...]}");
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key), *v = yaml_document_get_node(doc, p->value);
+        const char *key = scalar(k);
+        if (key && (!strcmp(key, "minimize") || !strcmp(key, "maximize"))) {
+            const char *m;
+            int rc = expect_scalar(s->path, v, key, &m, err);
+            if (rc)
+                return rc;
+            if (!k25_sweep_metric_known(m))
+                return k25_error_set(err, K25_EINVAL, s->path, LINE(v), key,
+                                     "unknown metric '%s' (see docs/sweeps.md for the list)", m);
+            snprintf(s->objective, sizeof(s->objective), "%s", m);
+            s->maximize = key[1] == 'a';
+        } else if (key && !strcmp(key, "subject_to")) {
+            if (v->type != YAML_SEQUENCE_NODE)
+                return k25_error_set(err, K25_EINVAL, s->path, LINE(v), key,
+                                     "expected a list, e.g. [\"fidelity_kl_mean <= 0.05\"]");
+            for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+                yaml_node_t *e = yaml_document_get_node(doc, *it);
+                const char *c = scalar(e);
+                if (!c)
+                    return k25_error_set(err, K25_EINVAL, s->path, LINE(e), key, "expected \"metric op value\"");
+                if (s->n_cons == K25_SWEEP_MAX_CONS)
+                    return k25_error_set(err, K25_ERANGE, s->path, LINE(e), key, "too many constraints");
+                int rc = k25_sweep_constraint_parse(c, s->path, LINE(e), &s->cons[s->n_cons], err);
+                if (rc)
+                    return rc;
+                s->n_cons++;
+            }
+        } else {
+            return k25_error_set(err, K25_ENOTFOUND, s->path, LINE(k), key ? key : "objective",
+                                 "unknown objective key (minimize, maximize, subject_to)");
+        }
+    }
+    if (!s->objective[0])
+        return k25_error_set(err, K25_EINVAL, s->path, LINE(n), "objective", "needs minimize: or maximize:");
+    return K25_OK;
+}
+
+int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_error *err)
+{
+    memset(s, 0, sizeof(*s));
+    snprintf(s->path, sizeof(s->path), "%s", path);
+    snprintf(s->model, sizeof(s->model), "tiny");
+    s->repeats = 1;
+    s->wl.concurrency = 1;
+    s->wl.burstiness = 1.0;
+    s->wl.precision = 0.05;
+    snprintf(s->objective, sizeof(s->objective), "%s", "");
+    int rc = K25_OK;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return k25_error_set(err, errno == ENOENT ? K25_ENOTFOUND : K25_EIO, path, 0, NULL, "cannot open: %s",
+                             strerror(errno));
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_file(&parser, f);
+    if (!yaml_parser_load(&parser, &doc)) {
+        rc = k25_error_set(err, K25_EFORMAT, path, (int)parser.problem_mark.line + 1, NULL, "YAML: %s",
+                           parser.problem ? parser.problem : "syntax error");
+        goto out_parser;
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    int objective_line = 0, dataset_line = 0, filter_line = 0;
+    if (!root || root->type != YAML_MAPPING_NODE) {
+        rc = k25_error_set(err, K25_EFORMAT, path, root ? LINE(root) : 1, NULL, "a sweep spec is a mapping of keys");
+        goto out_doc;
+    }
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top && !rc; p++) {
+        yaml_node_t *k = yaml_document_get_node(&doc, p->key), *v = yaml_document_get_node(&doc, p->value);
+        const char *key = scalar(k), *sv = NULL;
+        int64_t iv;
+        if (!key) {
+            rc = k25_error_set(err, K25_EINVAL, path, LINE(k), NULL, "keys must be names");
+        } else if (!strcmp(key, "name")) {
+            if (!(rc = expect_scalar(path, v, key, &sv, err))) {
+                snprintf(s->name, sizeof(s->name), "%s", sv);
+                if (strpbrk(sv, "/ \t") || !*sv)
+                    rc = k25_error_set(err, K25_EINVAL, path, LINE(v), key, "a name without '/' or spaces");
+            }
+        } else if (!strcmp(key, "model")) {
+            if (!(rc = expect_scalar(path, v, key, &sv, err)))
+                snprintf(s->model, sizeof(s->model), "%s", sv);
+        } else if (!strcmp(key, "dataset")) {
+            if (!(rc = expect_scalar(path, v, key, &sv, err)))
+                snprintf(s->dataset, sizeof(s->dataset), "%s", sv);
+            dataset_line = LINE(v);
+        } else if (!strcmp(key, "filter")) {
+            if (!(rc = expect_scalar(path, v, key, &sv, err)))
+                snprintf(s->filter, sizeof(s->filter), "%s", sv);
+            filter_line = LINE(v);
+        } else if (!strcmp(key, "workload")) {
+            rc = parse_workload(s, &doc, v, err);
+        } else if (!strcmp(key, "repeats")) {
+            if (!(rc = parse_int64(path, v, key, 1, &iv, err))) {
+                if (iv > 64)
+                    rc = k25_error_set(err, K25_ERANGE, path, LINE(v), key, "at most 64 repeats");
+                s->repeats = (int)iv;
+            }
+        } else if (!strcmp(key, "seed")) {
+            if (!(rc = parse_int64(path, v, key, 0, &iv, err)))
+                s->seed = (uint64_t)iv;
+        } else if (!strcmp(key, "axes")) {
+            rc = parse_axes(s, &doc, v, err);
+        } else if (!strcmp(key, "fixed")) {
+            rc = parse_fixed(s, &doc, v, err);
+        } else if (!strcmp(key, "fidelity")) {
+            rc = parse_bool(path, v, key, &s->fidelity, err);
+        } else if (!strcmp(key, "objective")) {
+            objective_line = LINE(k);
+            rc = parse_objective(s, &doc, v, err);
+        } else {
+            rc = k25_error_set(err, K25_ENOTFOUND, path, LINE(k), key,
+                               "unknown key (name, model, dataset, filter, workload, repeats, seed, axes, fixed, "
+                               "fidelity, objective)");
+        }
+    }
+    if (rc)
+        goto out_doc;
+    if (!s->dataset[0]) {
+        rc = k25_error_set(err, K25_EINVAL, path, 0, "dataset", "a spec needs a dataset");
+        goto out_doc;
+    }
+    if (!objective_line) {
+        rc = k25_error_set(err, K25_EINVAL, path, 0, "objective", "a spec needs an objective");
+        goto out_doc;
+    }
+    if (!s->name[0]) { /* default: the spec's file name without .yaml */
+        const char *b = strrchr(path, '/');
+        snprintf(s->name, sizeof(s->name), "%s", b ? b + 1 : path);
+        char *dot = strrchr(s->name, '.');
+        if (dot)
+            *dot = 0;
+    }
+    /* metrics that need fidelity measured */
+    bool needs_fid = !strncmp(s->objective, "fidelity_", 9);
+    for (int i = 0; i < s->n_cons; i++)
+        needs_fid |= !strncmp(s->cons[i].metric, "fidelity_", 9);
+    if (needs_fid && !s->fidelity) {
+        rc = k25_error_set(err, K25_EINVAL, path, objective_line, "fidelity",
+                           "the objective uses a fidelity metric: set `fidelity: true`");
+        goto out_doc;
+    }
+    /* the dataset must validate (and its hash goes into every point id) */
+    {
+        struct k25_gold_opts go;
+        k25_gold_opts_init(&go);
+        struct k25_gold_set set;
+        struct k25_error ge;
+        k25_gold_filter_t *flt = NULL;
+        if (s->filter[0] && k25_gold_filter_parse(s->filter, &flt, NULL, &ge) != K25_OK) {
+            rc = k25_error_set(err, K25_EINVAL, path, filter_line, "filter", "%s", ge.msg);
+            goto out_doc;
+        }
+        go.filter = flt;
+        int lrc = k25_gold_load(s->dataset, &go, &set, &ge);
+        k25_gold_filter_destroy(flt);
+        if (lrc != K25_OK) {
+            rc = k25_error_set(err, K25_EINVAL, path, dataset_line, "dataset", "%s", ge.msg);
+            goto out_doc;
+        }
+        size_t n = set.n;
+        snprintf(s->dataset_sha256, sizeof(s->dataset_sha256), "%s", set.sha256);
+        k25_gold_set_free(&set);
+        if (n == 0) {
+            rc = k25_error_set(err, K25_EINVAL, path, filter_line ? filter_line : dataset_line, "filter", "selects no request of %s",
+                               s->dataset);
+            goto out_doc;
+        }
+    }
+
+out_doc:
+    yaml_document_delete(&doc);
+out_parser:
+    yaml_parser_delete(&parser);
+    fclose(f);
+    return rc;
+}
+
+/* Applies model, fixed keys and the point's axis values to a fresh config. */
+static int point_config(const struct k25_sweep_spec *s, const int *idx, struct k25_config *cfg,
+                        struct k25_error *err)
+{
+    k25_config_init(cfg);
+    snprintf(cfg->model, sizeof(cfg->model), "%s", s->model);
+    cfg->seed = s->seed;
+    for (int i = 0; i < s->n_fixed; i++) {
+        int rc = k25_config_set(cfg, s->fixed_key[i], s->fixed_val[i], s->path, 0, err);
+        if (rc)
+            return rc;
+    }
+    for (int a = 0; a < s->n_axes; a++) {
+        if (idx[a] < 0)
+            continue; /* reference point: the default */
+        int rc = k25_config_set(cfg, s->axes[a].key, s->axes[a].values[idx[a]], s->path, s->axes[a].line, err);
+        if (rc)
+            return rc;
+    }
+    return k25_config_validate(cfg, err);
+}
+
+/* Stable id: SHA-256 of (config JSON, workload, repeats-independent dataset hash, filter, fidelity). */
+static int point_id(const struct k25_sweep_spec *s, const struct k25_config *cfg, char id[17])
+{
+    char *cj = k25_config_to_json(cfg);
+    if (!cj)
+        return K25_ENOMEM;
+    char *buf = NULL;
+    const struct k25_sweep_workload *w = &s->wl;
+    int n = asprintf(&buf, "%s|c=%d r=%lld d=%.17g rate=%.17g b=%.17g wu=%lld slo=%s search=%d:%s:%.17g:%.17g:%.17g:%.17g"
+                           "|ds=%s|f=%s|fid=%d",
+                     cj, w->concurrency, (long long)w->requests, w->duration_s, w->rate_rps, w->burstiness,
+                     (long long)w->warmup, w->slo, w->search, w->search_metric, w->search_limit, w->rate_lo,
+                     w->rate_hi, w->precision, s->dataset_sha256, s->filter, s->fidelity);
+    free(cj);
+    if (n < 0)
+        return K25_ENOMEM;
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned int dn = 0;
+    int ok = EVP_Digest(buf, (size_t)n, d, &dn, EVP_sha256(), NULL) == 1;
+    free(buf);
+    if (!ok)
+        return K25_EINTERNAL;
+    for (int i = 0; i < 8; i++)
+        snprintf(id + 2 * i, 3, "%02x", d[i]);
+    return K25_OK;
+}
+
+int k25_sweep_expand(const struct k25_sweep_spec *s, struct k25_sweep_point **points, int *n_points,
+                     struct k25_error *err)
+{
+    int64_t total = 1;
+    for (int a = 0; a < s->n_axes; a++)
+        total *= s->axes[a].n;
+    if (total > 100000)
+        return k25_error_set(err, K25_ERANGE, s->path, 0, "axes", "the grid has %lld points (limit 100000)",
+                             (long long)total);
+    struct k25_sweep_point *p = calloc((size_t)total + 1, sizeof(*p));
+    if (!p)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    int rc = K25_OK, n = 0;
+    struct k25_config defaults;
+    int none[K25_SWEEP_MAX_AXES];
+    for (int a = 0; a < K25_SWEEP_MAX_AXES; a++)
+        none[a] = -1;
+    if ((rc = point_config(s, none, &defaults, err)))
+        goto out_fail;
+    bool grid_has_defaults = false;
+    for (int64_t i = 0; i < total; i++) {
+        int64_t r = i;
+        for (int a = s->n_axes - 1; a >= 0; a--) { /* last axis varies fastest */
+            p[n].idx[a] = (int)(r % s->axes[a].n);
+            r /= s->axes[a].n;
+        }
+        if ((rc = point_config(s, p[n].idx, &p[n].cfg, err)) || (rc = point_id(s, &p[n].cfg, p[n].id)))
+            goto out_fail;
+        if (!memcmp(&p[n].cfg, &defaults, sizeof(defaults)))
+            grid_has_defaults = true;
+        n++;
+    }
+    if (!grid_has_defaults && s->n_axes > 0) {
+        memcpy(p[n].idx, none, sizeof(none));
+        p[n].reference = true;
+        p[n].cfg = defaults;
+        if ((rc = point_id(s, &p[n].cfg, p[n].id)))
+            goto out_fail;
+        n++;
+    }
+    *points = p;
+    *n_points = n;
+    return K25_OK;
+
+out_fail:
+    free(p);
+    return rc ? rc : K25_EINTERNAL;
+}
+
+void k25_sweep_points_free(struct k25_sweep_point *points, int n)
+{
+    if (!points)
+        return;
+    for (int i = 0; i < n; i++) {
+        json_decref(points[i].metrics);
+        json_decref(points[i].metrics_ci);
+    }
+    free(points);
+}
+
+void k25_sweep_point_label(const struct k25_sweep_spec *s, const struct k25_sweep_point *p, char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    if (p->reference || s->n_axes == 0) {
+        snprintf(buf, n, "defaults");
+        return;
+    }
+    for (int a = 0; a < s->n_axes && used < n; a++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%s=%s", a ? " " : "", s->axes[a].key,
+                                 s->axes[a].values[p->idx[a]]);
+}
+
+/* ---------------------------------------------------- small expressions */
+
+static const char *op_text[] = {"<", "<=", ">", ">=", "==", "!="};
+
+/* Reads an operator at *p; advances.  -1 when none. */
+static int read_op(const char **p)
+{
+    static const struct { const char *t; enum k25_sweep_op op; } ops[] = {
+        {"<=", K25_OP_LE}, {">=", K25_OP_GE}, {"==", K25_OP_EQ}, {"!=", K25_OP_NE}, {"<", K25_OP_LT}, {">", K25_OP_GT}};
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+        if (!strncmp(*p, ops[i].t, strlen(ops[i].t))) {
+            *p += strlen(ops[i].t);
+            return (int)ops[i].op;
+        }
+    return -1;
+}
+
+static bool cmp(double a, enum k25_sweep_op op, double b)
+{
+    switch (op) {
+    case K25_OP_LT: return a < b;
+    case K25_OP_LE: return a <= b;
+    case K25_OP_GT: return a > b;
+    case K25_OP_GE: return a >= b;
+    case K25_OP_EQ: return a == b;
+    case K25_OP_NE: return a != b;
+    }
+    return false;
+}
+
+static void skip_ws(const char **p)
+{
+    while (**p == ' ' || **p == '\t')
+        (*p)++;
+}
+
+/* name: [A-Za-z_][A-Za-z0-9_]* */
+static size_t read_name(const char *p, char *out, size_t n)
+{
+    size_t i = 0;
+    while ((p[i] == '_' || (p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z') ||
+            (i > 0 && p[i] >= '0' && p[i] <= '9')) && i + 1 < n) {
+        out[i] = p[i];
+        i++;
+    }
+    out[i] = 0;
+    return i;
+}
+
+int k25_sweep_constraint_parse(const char *text, const char *file, int line, struct k25_sweep_constraint *c,
+                               struct k25_error *err)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->text, sizeof(c->text), "%s", text);
+    c->line = line;
+    const char *p = text;
+    skip_ws(&p);
+    size_t nl = read_name(p, c->metric, sizeof(c->metric));
+    if (!nl)
+        return k25_error_set(err, K25_EINVAL, file, line, "subject_to",
+                             "\"%s\": column %d: expected a metric name", text, (int)(p - text) + 1);
+    if (!k25_sweep_metric_known(c->metric))
+        return k25_error_set(err, K25_EINVAL, file, line, "subject_to",
+                             "\"%s\": unknown metric '%s' (see docs/sweeps.md for the list)", text, c->metric);
+    p += nl;
+    skip_ws(&p);
+    int op = read_op(&p);
+    if (op < 0)
+        return k25_error_set(err, K25_EINVAL, file, line, "subject_to",
+                             "\"%s\": column %d: expected one of < <= > >= == !=", text, (int)(p - text) + 1);
+    c->op = (enum k25_sweep_op)op;
+    skip_ws(&p);
+    char *end;
+    errno = 0;
+    c->value = strtod(p, &end);
+    if (end == p || errno || !isfinite(c->value))
+        return k25_error_set(err, K25_EINVAL, file, line, "subject_to", "\"%s\": column %d: expected a number", text,
+                             (int)(p - text) + 1);
+    p = end;
+    skip_ws(&p);
+    if (*p)
+        return k25_error_set(err, K25_EINVAL, file, line, "subject_to", "\"%s\": column %d: unexpected '%s'", text,
+                             (int)(p - text) + 1, p);
+    return K25_OK;
+}
+
+bool k25_sweep_constraint_holds(const struct k25_sweep_constraint *c, double v)
+{
+    return !isnan(v) && cmp(v, c->op, c->value);
+}
+
+int k25_sweep_only_match(const struct k25_sweep_spec *s, const struct k25_sweep_point *pt, const char *expr,
+                         bool *match, struct k25_error *err)
+{
+    const char *p = expr;
+    *match = true;
+    for (;;) {
+        skip_ws(&p);
+        char name[64];
+        size_t nl = read_name(p, name, sizeof(name));
+        int a = -1;
+        for (int i = 0; nl && i < s->n_axes; i++)
+            if (!strcmp(s->axes[i].key, name))
+                a = i;
+        if (a < 0)
+            return k25_error_set(err, K25_EINVAL, "--only", 0, NULL, "column %d: expected an axis name (%s%s)",
+                                 (int)(p - expr) + 1, s->n_axes ? s->axes[0].key : "none", s->n_axes > 1 ? ", ..." : "");
+        p += nl;
+        skip_ws(&p);
+        int op = read_op(&p);
+        if (op < 0)
+            return k25_error_set(err, K25_EINVAL, "--only", 0, NULL, "column %d: expected one of < <= > >= == !=",
+                                 (int)(p - expr) + 1);
+        skip_ws(&p);
+        const char *v0 = p;
+        while (*p && *p != ' ' && *p != '\t' && *p != '&')
+            p++;
+        if (p == v0)
+            return k25_error_set(err, K25_EINVAL, "--only", 0, NULL, "column %d: expected a value", (int)(p - expr) + 1);
+        char val[128];
+        snprintf(val, sizeof(val), "%.*s", (int)(p - v0), v0);
+        const char *mine = pt->reference || pt->idx[a] < 0 ? NULL : s->axes[a].values[pt->idx[a]];
+        bool ok;
+        if (!mine) {
+            ok = false; /* the reference point has no axis value */
+        } else {
+            char *e1, *e2;
+            double x = strtod(mine, &e1), y = strtod(val, &e2);
+            if (!*e1 && !*e2 && e1 != mine && e2 != val)
+                ok = cmp(x, (enum k25_sweep_op)op, y);
+            else if (op == K25_OP_EQ || op == K25_OP_NE)
+                ok = (strcmp(mine, val) == 0) == (op == K25_OP_EQ);
+            else
+                return k25_error_set(err, K25_EINVAL, "--only", 0, NULL,
+                                     "column %d: %s compares text values; use == or !=", (int)(v0 - expr) + 1,
+                                     op_text[op]);
+        }
+        *match = *match && ok;
+        skip_ws(&p);
+        if (!*p)
+            return K25_OK;
+        if (strncmp(p, "&&", 2) != 0)
+            return k25_error_set(err, K25_EINVAL, "--only", 0, NULL, "column %d: expected && or the end",
+                                 (int)(p - expr) + 1);
+        p += 2;
+    }
+}

@@ -1,0 +1,479 @@
+/*
+ * test_attention.c - the attention kernels against a double-precision
+ * reference written here, and against each other.
+ *
+ * Inputs follow the protocol of the FlashAttention papers: N(0,1) with rare
+ * large outliers (N(0,100) with probability 0.001).  Bars: RMSE <= 1e-6
+ * with fp32 KV and <= 2e-4 with fp16 KV against the reference on the
+ * original (unrounded) values; the three implementations agree within a
+ * max relative error of 1e-4 (max |a-b| / max |b| per output) in fp32, on
+ * odd sizes (context 1, 17, 1000; chunk longer than the context; 3 heads on
+ * 2 threads; GQA ratios 1, 4, 8); a query chunk shorter than the keys is
+ * aligned bottom-right (its last query sees every key).  Also: the decode
+ * split path (contexts past one split), bit-identical results on 1 and 2
+ * threads, the tracking allocator, and attn-bench's skip-with-reason path
+ * and output files.
+ */
+#include "testutil.h"
+
+#include "backend.h"
+#include "baselines.h"
+#include "h5store.h"
+#include "harness.h"
+
+#include <math.h>
+
+static uint64_t g_rng = 88172645463325252ULL;
+
+static double urand(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return ((double)(g_rng >> 11) + 0.5) / 9007199254740992.0;
+}
+
+/* N(0,1), or N(0,100) (variance 100, standard deviation 10) with probability 0.001:
+ * the FlashAttention papers' protocol. */
+static float draw(void)
+{
+    double z = sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand());
+    return (float)(urand() < 0.001 ? 10.0 * z : z);
+}
+
+/* A sequence's paged KV for one layer plus the original fp32 values. */
+struct tkv {
+    int n, bs, kvh, hd;
+    enum k25_dtype dt;
+    float *k, *v;          /* [kvh][n][hd] original values */
+    void **blocks;
+    const void **kp, **vp;
+    struct k25_kv_view view;
+};
+
+static void tkv_make(struct tkv *t, int n, int kvh, int hd, int bs, enum k25_dtype dt)
+{
+    memset(t, 0, sizeof(*t));
+    t->n = n, t->bs = bs, t->kvh = kvh, t->hd = hd, t->dt = dt;
+    t->k = malloc(sizeof(float) * (size_t)kvh * n * hd);
+    t->v = malloc(sizeof(float) * (size_t)kvh * n * hd);
+    for (size_t i = 0; i < (size_t)kvh * n * hd; i++) {
+        t->k[i] = draw();
+        t->v[i] = draw();
+    }
+    int nb = (n + bs - 1) / bs;
+    size_t elem = dt == K25_DTYPE_FP32 ? 4 : 2, half = (size_t)kvh * bs * hd * elem;
+    t->blocks = calloc((size_t)nb, sizeof(void *));
+    t->kp = calloc((size_t)nb, sizeof(void *));
+    t->vp = calloc((size_t)nb, sizeof(void *));
+    for (int b = 0; b < nb; b++) {
+        unsigned char *blk = k25_alloc(K25_MEM_KV, 2 * half);
+        assert_non_null(blk);
+        t->blocks[b] = blk;
+        t->kp[b] = blk;
+        t->vp[b] = blk + half;
+        for (int g = 0; g < kvh; g++)
+            for (int tok = b * bs; tok < n && tok < (b + 1) * bs; tok++)
+                for (int d = 0; d < hd; d++) {
+                    size_t src = ((size_t)g * n + tok) * hd + d, dst = ((size_t)g * bs + tok % bs) * hd + d;
+                    if (dt == K25_DTYPE_FP32) {
+                        ((float *)blk)[dst] = t->k[src];
+                        ((float *)(blk + half))[dst] = t->v[src];
+                    } else {
+                        ((uint16_t *)blk)[dst] = k25_fp32_to_fp16(t->k[src]);
+                        ((uint16_t *)(blk + half))[dst] = k25_fp32_to_fp16(t->v[src]);
+                    }
+                }
+    }
+    t->view = (struct k25_kv_view){n, bs, kvh, hd, dt, t->kp, t->vp};
+}
+
+static void tkv_free(struct tkv *t)
+{
+    for (int b = 0; b < (t->n + t->bs - 1) / t->bs; b++)
+        k25_free(t->blocks[b]);
+    free(t->blocks);
+    free(t->kp);
+    free(t->vp);
+    free(t->k);
+    free(t->v);
+}
+
+/* Double reference: queries q[n_q][H*hd] at positions pos0.., bottom-right causal. */
+static double *reference(const struct tkv *t, const float *q, int n_q, int pos0, int H)
+{
+    const int hd = t->hd, group = H / t->kvh;
+    double *out = calloc((size_t)n_q * H * hd, sizeof(double));
+    double *s = malloc(sizeof(double) * (size_t)t->n);
+    double scale = 1.0 / sqrt((double)hd);
+    for (int i = 0; i < n_q; i++)
+        for (int h = 0; h < H; h++) {
+            int g = h / group, lim = pos0 + i + 1;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < lim; j++) {
+                double dot = 0;
+                for (int d = 0; d < hd; d++)
+                    dot += (double)q[((size_t)i * H + h) * hd + d] * t->k[((size_t)g * t->n + j) * hd + d];
+                s[j] = dot * scale;
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            for (int j = 0; j < lim; j++)
+                sum += (s[j] = exp(s[j] - mx));
+            double *o = out + ((size_t)i * H + h) * hd;
+            for (int j = 0; j < lim; j++)
+                for (int d = 0; d < hd; d++)
+                    o[d] += s[j] / sum * t->v[((size_t)g * t->n + j) * hd + d];
+        }
+    free(s);
+    return out;
+}
+
+/* Runs fn over queries [n - n_q, n) of the cache in one job; returns the output. */
+static float *run_impl(k25_attention_fn fn, const struct tkv *t, const float *q, int n_q, int H)
+{
+    float *out = calloc((size_t)n_q * H * t->hd, sizeof(float));
+    struct k25_attn_job job = {q, H * t->hd, n_q, t->n - n_q, t->view, out, H * t->hd};
+    fn(&job, 1, H, 1.0f / sqrtf((float)t->hd));
+    return out;
+}
+
+static float *rand_q(int n_q, int H, int hd)
+{
+    float *q = malloc(sizeof(float) * (size_t)n_q * H * hd);
+    for (size_t i = 0; i < (size_t)n_q * H * hd; i++)
+        q[i] = draw();
+    return q;
+}
+
+static double rmse(const float *a, const double *ref, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+    return sqrt(s / (double)n);
+}
+
+/* max |a-b| / max |b| */
+static double max_rel(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num = fmax(num, fabs((double)a[i] - b[i]));
+        den = fmax(den, fabs((double)b[i]));
+    }
+    return num / (den > 0 ? den : 1);
+}
+
+struct shape {
+    int n, n_q, H, kvh, hd, bs;
+};
+
+static const k25_attention_fn impls[3] = {k25_cpu_attention, k25_baseline_flash2_attention,
+                                          k25_baseline_naive_attention};
+static const char *const impl_names[3] = {"chunked", "flash2", "naive"};
+
+/*
+ * Every implementation against the reference and each other on one shape.
+ * on_stored: the reference uses the values as stored (fp16-rounded), which
+ * checks the kernels' own arithmetic; otherwise the original values, which
+ * adds the storage error.
+ */
+static void check_shape_ref(struct shape s, enum k25_dtype dt, double rmse_bar, bool on_stored)
+{
+    struct tkv t;
+    tkv_make(&t, s.n, s.kvh, s.hd, s.bs, dt);
+    if (on_stored && dt == K25_DTYPE_FP16)
+        for (size_t i = 0; i < (size_t)s.kvh * s.n * s.hd; i++) {
+            t.k[i] = k25_fp16_to_fp32(k25_fp32_to_fp16(t.k[i]));
+            t.v[i] = k25_fp16_to_fp32(k25_fp32_to_fp16(t.v[i]));
+        }
+    float *q = rand_q(s.n_q, s.H, s.hd);
+    double *ref = reference(&t, q, s.n_q, s.n - s.n_q, s.H);
+    size_t cnt = (size_t)s.n_q * s.H * s.hd;
+    float *outs[3];
+    for (int i = 0; i < 3; i++) {
+        outs[i] = run_impl(impls[i], &t, q, s.n_q, s.H);
+        double e = rmse(outs[i], ref, cnt);
+        double rr = 0;
+        for (size_t k = 0; k < cnt; k++)
+            rr += ref[k] * ref[k];
+        rr = sqrt(rr / cnt);
+        if (getenv("K25_TEST_VERBOSE"))
+            fprintf(stderr, "%s %s n=%d n_q=%d H=%d kv=%d: rmse %.3g rms(ref) %.3g nrmse %.3g\n", impl_names[i],
+                    k25_dtype_name(dt), s.n, s.n_q, s.H, s.kvh, e, rr, e / rr);
+        if (e > rmse_bar && !getenv("K25_TEST_VERBOSE"))
+            fail_msg("%s %s n=%d n_q=%d H=%d kv=%d hd=%d bs=%d: RMSE %.3g > %.3g", impl_names[i],
+                     k25_dtype_name(dt), s.n, s.n_q, s.H, s.kvh, s.hd, s.bs, e, rmse_bar);
+    }
+    for (int i = 1; i < 3; i++) {
+        double r = max_rel(outs[i], outs[0], cnt);
+        double bar = dt == K25_DTYPE_FP32 ? 1e-4 : 2e-4;
+        if (r > bar)
+            fail_msg("%s vs chunked %s n=%d n_q=%d H=%d kv=%d: max rel err %.3g > %g", impl_names[i],
+                     k25_dtype_name(dt), s.n, s.n_q, s.H, s.kvh, r, bar);
+    }
+    for (int i = 0; i < 3; i++)
+        free(outs[i]);
+    free(ref);
+    free(q);
+    tkv_free(&t);
+}
+
+static void check_shape(struct shape s, enum k25_dtype dt, double rmse_bar)
+{
+    check_shape_ref(s, dt, rmse_bar, false);
+}
+
+static void test_fp32_odd_sizes(void **state)
+{
+    (void)state;
+    k25_set_threads(2);
+    const struct shape shapes[] = {
+        {1, 1, 8, 2, 32, 16},      /* context 1 */
+        {17, 17, 8, 2, 32, 16},    /* chunk = context, crosses blocks */
+        {17, 5, 8, 1, 32, 16},     /* GQA 8, chunk shorter than keys: bottom-right */
+        {17, 1, 4, 1, 64, 256},    /* decode, GQA 4 */
+        {1000, 1000, 4, 4, 32, 256}, /* GQA 1, one pass */
+        {1000, 70, 8, 2, 64, 256}, /* a tail chunk: 70 queries over 1000 keys */
+        {1000, 3, 3, 3, 16, 100},  /* 3 heads on 2 threads, block size not a tile multiple */
+        {300, 2, 8, 2, 24, 64},    /* head_dim 24: the portable decode path */
+        {200, 300 > 200 ? 200 : 300, 8, 1, 32, 64}, /* chunk longer than the context: clipped to it */
+    };
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+        check_shape(shapes[i], K25_DTYPE_FP32, 1e-6);
+}
+
+static void test_fp16_kv(void **state)
+{
+    (void)state;
+    k25_set_threads(2);
+    /* against the original values: the storage error included, over enough
+     * outputs for the RMSE to mean something */
+    const struct shape shapes[] = {
+        {17, 17, 8, 2, 32, 16},
+        {1000, 64, 8, 2, 64, 256},
+        {1000, 32, 8, 1, 128, 256},
+    };
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+        check_shape(shapes[i], K25_DTYPE_FP16, 2e-4);
+    /* against the stored values: the fused dequantization adds nothing */
+    const struct shape dec[] = {{1000, 1, 8, 1, 128, 256}, {700, 2, 8, 2, 64, 256}};
+    for (size_t i = 0; i < sizeof(dec) / sizeof(dec[0]); i++)
+        check_shape_ref(dec[i], K25_DTYPE_FP16, 1e-6, true);
+}
+
+/* Decode past one split (2048 tokens): the partials merge to the same answer. */
+static void test_decode_splits(void **state)
+{
+    (void)state;
+    k25_set_threads(2);
+    int n = tu_quick() ? 2500 : 5000;
+    for (int dt = 0; dt < 2; dt++) {
+        struct shape s = {n, dt ? 1 : 3, 8, 2, 64, 256};
+        check_shape_ref(s, dt ? K25_DTYPE_FP16 : K25_DTYPE_FP32, 1e-6, true);
+    }
+}
+
+/* Same inputs on 1 and 2 threads: bit-identical outputs (prefill and split decode). */
+static void test_thread_count_determinism(void **state)
+{
+    (void)state;
+    struct tkv t;
+    tkv_make(&t, 2300, 2, 64, 256, K25_DTYPE_FP16);
+    const int nqs[2] = {300, 1};
+    for (int c = 0; c < 2; c++) {
+        float *q = rand_q(nqs[c], 8, 64);
+        k25_set_threads(1);
+        float *a = run_impl(k25_cpu_attention, &t, q, nqs[c], 8);
+        k25_set_threads(2);
+        float *b = run_impl(k25_cpu_attention, &t, q, nqs[c], 8);
+        assert_memory_equal(a, b, sizeof(float) * (size_t)nqs[c] * 8 * 64);
+        free(a);
+        free(b);
+        free(q);
+    }
+    tkv_free(&t);
+}
+
+/* Batches of mixed jobs (prefill chunks + decode tokens) equal the jobs run alone. */
+static void test_mixed_batch(void **state)
+{
+    (void)state;
+    k25_set_threads(2);
+    struct tkv t1, t2;
+    tkv_make(&t1, 300, 2, 32, 64, K25_DTYPE_FP32);
+    tkv_make(&t2, 90, 2, 32, 64, K25_DTYPE_FP32);
+    float *q1 = rand_q(100, 8, 32), *q2 = rand_q(1, 8, 32);
+    float *o1 = calloc(100 * 8 * 32, sizeof(float)), *o2 = calloc(8 * 32, sizeof(float));
+    struct k25_attn_job jobs[2] = {{q2, 256, 1, 89, t2.view, o2, 256}, {q1, 256, 100, 200, t1.view, o1, 256}};
+    for (int i = 0; i < 3; i++) {
+        k25_cpu_attention(jobs, 2, 8, 1.0f / sqrtf(32.0f));
+        float *a1 = run_impl(impls[i], &t1, q1, 100, 8), *a2 = run_impl(impls[i], &t2, q2, 1, 8);
+        assert_true(max_rel(o1, a1, 100 * 8 * 32) <= 1e-4);
+        assert_true(max_rel(o2, a2, 8 * 32) <= 1e-4);
+        free(a1);
+        free(a2);
+    }
+    free(q1), free(q2), free(o1), free(o2);
+    tkv_free(&t1);
+    tkv_free(&t2);
+}
+
+/* The tracking allocator: categories, current, peak after free, reset. */
+static void test_allocator(void **state)
+{
+    (void)state;
+    struct k25_mem_stats a, b, c;
+    k25_mem_reset_peak();
+    k25_mem_get(&a);
+    void *x = k25_alloc(K25_MEM_ATTN_SCRATCH, 1000), *y = k25_alloc(K25_MEM_KV, 64);
+    assert_non_null(x);
+    assert_non_null(y);
+    assert_int_equal((uintptr_t)x % 64, 0);
+    k25_mem_get(&b);
+    assert_int_equal(b.cur_bytes[K25_MEM_ATTN_SCRATCH] - a.cur_bytes[K25_MEM_ATTN_SCRATCH], 1000);
+    assert_int_equal(b.cur_bytes[K25_MEM_KV] - a.cur_bytes[K25_MEM_KV], 64);
+    assert_int_equal(b.total_cur_bytes - a.total_cur_bytes, 1064);
+    k25_free(x);
+    k25_free(y);
+    k25_mem_get(&c);
+    assert_int_equal(c.cur_bytes[K25_MEM_ATTN_SCRATCH], a.cur_bytes[K25_MEM_ATTN_SCRATCH]);
+    assert_int_equal(c.peak_bytes[K25_MEM_ATTN_SCRATCH] - a.cur_bytes[K25_MEM_ATTN_SCRATCH], 1000);
+    assert_true(c.total_peak_bytes - a.total_cur_bytes >= 1064);
+    k25_mem_reset_peak();
+    k25_mem_get(&c);
+    assert_int_equal(c.peak_bytes[K25_MEM_ATTN_SCRATCH], c.cur_bytes[K25_MEM_ATTN_SCRATCH]);
+    assert_string_equal(k25_mem_cat_name(K25_MEM_ATTN_SCRATCH), "attn_scratch");
+
+    /* a kernel call's scratch is freed and its peak is what the calculator says */
+    k25_set_threads(2);
+    struct tkv t;
+    tkv_make(&t, 700, 2, 64, 256, K25_DTYPE_FP16);
+    float *q = rand_q(700, 8, 64);
+    for (int i = 0; i < 3; i++) {
+        enum k25_attn_impl im = (enum k25_attn_impl)i;
+        k25_mem_get(&a);
+        k25_mem_reset_peak();
+        float *o = run_impl(k25_attention_impl(im), &t, q, 700, 8);
+        k25_mem_get(&b);
+        assert_int_equal(b.cur_bytes[K25_MEM_ATTN_SCRATCH], a.cur_bytes[K25_MEM_ATTN_SCRATCH]);
+        int64_t peak = b.peak_bytes[K25_MEM_ATTN_SCRATCH] - a.cur_bytes[K25_MEM_ATTN_SCRATCH];
+        int64_t calc = k25_attn_scratch_bytes(im, 8, 2, 64, 256, K25_DTYPE_FP16, 1, 700, 700, 2);
+        if (peak != calc)
+            fail_msg("%s: scratch peak %lld, calculator %lld", impl_names[i], (long long)peak, (long long)calc);
+        free(o);
+    }
+    free(q);
+    tkv_free(&t);
+}
+
+/* attn-bench: a setting that cannot fit is skipped with the calculator's figure. */
+static void test_bench_skip_and_outputs(void **state)
+{
+    (void)state;
+    k25_set_threads(2);
+    struct k25_attn_bench_opts o;
+    memset(&o, 0, sizeof(o));
+    o.impls[0] = K25_ATTN_CHUNKED, o.impls[1] = K25_ATTN_FLASH2, o.impls[2] = K25_ATTN_NAIVE, o.n_impls = 3;
+    o.contexts[0] = 1024, o.n_contexts = 1;
+    o.chunks[0] = 256, o.n_chunks = 1;
+    o.dtypes[0] = K25_DTYPE_FP16, o.n_dtypes = 1;
+    o.heads = 4, o.kv_heads = 2, o.head_dim = 32, o.block_size = 64;
+    o.repeat = 1, o.warmup = 0, o.seed = 7;
+    /* naive needs 4 x 1024 x 1024 floats of scores (16 MiB); the others well under 4 MiB */
+    o.mem_limit_bytes = 6 << 20;
+    struct k25_attn_machine m = {2, 100.0, 10.0, 0, 0};
+    struct k25_attn_bench_result res;
+    struct k25_error err;
+    assert_int_equal(k25_attn_bench_run(&o, &m, &res, &err), 0);
+    assert_int_equal(res.n_rows, 4); /* chunked 256, chunked one-pass, flash2, naive */
+    int skipped = 0;
+    for (int i = 0; i < res.n_rows; i++) {
+        const struct k25_attn_bench_row *r = &res.rows[i];
+        if (!strcmp(r->impl, "naive")) {
+            assert_string_equal(r->status, "skipped");
+            assert_non_null(strstr(r->reason, "calculator"));
+            assert_true(r->calc_scratch_bytes >= 16 << 20);
+            skipped++;
+        } else {
+            assert_string_equal(r->status, "ok");
+            assert_true(r->median_ms > 0 && r->gflops > 0);
+            assert_int_equal(r->scratch_peak_bytes, r->calc_scratch_bytes);
+        }
+    }
+    assert_int_equal(skipped, 1);
+    assert_int_equal(res.n_cmp, 1);
+    assert_true(res.cmp[0].time_vs_flash2 > 0);
+
+    char *dir = tu_tmpdir(), path[512];
+    snprintf(path, sizeof(path), "%s/attn.h5", dir);
+    assert_int_equal(k25_attn_bench_write_h5(path, &o, &res, "test", &err), 0);
+    struct k25_h5 h;
+    assert_int_equal(k25_h5_open_read(&h, path, "attn-bench", &err), 0);
+    hid_t g = k25_h5_group(&h, "attn", &err);
+    assert_true(g >= 0);
+    struct row {
+        char impl[16], status[16];
+        double median_ms;
+    };
+    const struct k25_h5_col cols[] = {{"impl", K25_H5_STR, offsetof(struct row, impl), 16},
+                                      {"status", K25_H5_STR, offsetof(struct row, status), 16},
+                                      {"median_ms", K25_H5_F64, offsetof(struct row, median_ms), 0}};
+    void *rows;
+    size_t n;
+    assert_int_equal(k25_h5_read_table(g, "results", cols, 3, sizeof(struct row), &rows, &n, &err), 0);
+    assert_int_equal(n, 4);
+    assert_string_equal(((struct row *)rows)[3].status, "skipped");
+    free(rows);
+    H5Gclose(g);
+    k25_h5_close(&h);
+    char *js = k25_attn_bench_json(&o, &res);
+    assert_non_null(js);
+    assert_non_null(strstr(js, "\"skipped\""));
+    free(js);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    free(dir);
+    k25_attn_bench_result_free(&res);
+}
+
+/* The binary: bad arguments name the flag; a tiny run prints JSON. */
+static void test_bench_cli(void **state)
+{
+    (void)state;
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "%s attn-bench --dtype int8", tu_k25());
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "--dtype"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s attn-bench --heads 6 --kv-heads 4", tu_k25());
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "evenly"));
+    free(out);
+    snprintf(cmd, sizeof(cmd),
+             "%s attn-bench --quick-probe --quiet --impl chunked,flash2 --context 300 --chunk 128 --heads 4 "
+             "--kv-heads 1 --head-dim 32 --repeat 1 --decode --json",
+             tu_k25());
+    assert_int_equal(tu_run(cmd, &out), 0);
+    assert_non_null(strstr(out, "\"frac_bandwidth\""));
+    assert_non_null(strstr(out, "\"triad_gbps\""));
+    free(out);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    k25_blas_reexec(argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fp32_odd_sizes),
+        cmocka_unit_test(test_fp16_kv),
+        cmocka_unit_test(test_decode_splits),
+        cmocka_unit_test(test_thread_count_determinism),
+        cmocka_unit_test(test_mixed_batch),
+        cmocka_unit_test(test_allocator),
+        cmocka_unit_test(test_bench_skip_and_outputs),
+        cmocka_unit_test(test_bench_cli),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

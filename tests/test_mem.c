@@ -1,0 +1,207 @@
+/*
+ * test_mem.c - the memory calculator (k25_mem_estimate, `k25 mem`) against
+ * the tracking allocator: for every attention implementation and several
+ * settings (chunked and one-pass prefill, fp32 and fp16 KV, batch 1 and 2)
+ * the `tiny` engine serves the setting and the calculator's figures agree
+ * with the measured peaks within 10% (total and each category); bad
+ * arguments are refused by name; the CLI and its alias print the table and
+ * JSON.
+ */
+#include "testutil.h"
+
+#include "k25.h"
+
+#include <jansson.h>
+#include <math.h>
+
+static k25_model_t *g_tiny;
+
+static int setup(void **state)
+{
+    (void)state;
+    struct k25_config cfg;
+    struct k25_error err;
+    k25_config_init(&cfg);
+    if (k25_model_load(&cfg, &g_tiny, &err) != K25_OK) {
+        fprintf(stderr, "setup: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    k25_model_destroy(g_tiny);
+    return 0;
+}
+
+struct setting {
+    enum k25_attn_impl impl;
+    int context, batch, chunk;
+    enum k25_dtype dtype;
+    bool one_pass;
+};
+
+static void within(const char *what, const struct setting *s, double measured, double calc)
+{
+    double rel = fabs(measured - calc) / (measured > 0 ? measured : 1);
+    if (rel > 0.10)
+        fail_msg("%s, context %d batch %d chunk %d %s%s: %s measured %.0f, calculator %.0f (%.1f%%)",
+                 k25_attn_impl_name(s->impl), s->context, s->batch, s->chunk, k25_dtype_name(s->dtype),
+                 s->one_pass ? " one-pass" : "", what, measured, calc, 100 * rel);
+}
+
+/* Serves batch requests of `context` tokens (prompt + 4 generated) and compares peaks. */
+static void check_setting(const struct setting *s)
+{
+    struct k25_config cfg;
+    struct k25_error err;
+    k25_config_init(&cfg);
+    cfg.attention = s->impl;
+    cfg.prefill_chunk_size = s->chunk;
+    cfg.kv_cache_dtype = s->dtype;
+    cfg.disable_prefill_optimization = s->one_pass;
+    cfg.max_batch_size = s->batch;
+    cfg.threads = 2;
+    const int gen = 4, prompt = s->context - gen;
+
+    struct k25_mem_estimate est;
+    assert_int_equal(k25_mem_estimate(&cfg, k25_model_get_shape(g_tiny), s->context, s->batch, &est, &err), 0);
+
+    struct k25_mem_stats before, after;
+    k25_mem_reset_peak();
+    k25_mem_get(&before);
+    k25_engine_t *e;
+    assert_int_equal(k25_engine_create(&cfg, g_tiny, &e, &err), 0);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)prompt);
+    for (int i = 0; i < prompt; i++)
+        ids[i] = (i * 7 + 3) % 256;
+    for (int b = 0; b < s->batch; b++) {
+        char id[16];
+        snprintf(id, sizeof(id), "r%d", b);
+        struct k25_request req = {.id = id, .input_ids = ids, .n_input = prompt, .max_new_tokens = gen};
+        int h;
+        assert_int_equal(k25_engine_submit(e, &req, &h, &err), 0);
+    }
+    assert_int_equal(k25_engine_run(e, &err), 0);
+    k25_mem_get(&after);
+    k25_engine_destroy(e);
+    free(ids);
+
+    /* before holds the model (weights + its struct): the calculator counts them too */
+    for (int c = 0; c < K25_MEM_NCAT; c++) {
+        if (c == K25_MEM_OTHER)
+            continue; /* a few KiB of bookkeeping; checked through the total */
+        within(k25_mem_cat_name(c), s, (double)after.peak_bytes[c], (double)est.bytes[c]);
+    }
+    within("total", s, (double)after.total_peak_bytes, (double)est.total_bytes);
+    assert_true(est.recommended_bytes >= (int64_t)(est.total_bytes * 1.149));
+}
+
+static void test_calculator_vs_tracker(void **state)
+{
+    (void)state;
+    const struct setting settings[] = {
+        {K25_ATTN_CHUNKED, 700, 1, 256, K25_DTYPE_FP32, false},
+        {K25_ATTN_CHUNKED, 1200, 2, 512, K25_DTYPE_FP16, false},
+        {K25_ATTN_CHUNKED, 600, 1, 2048, K25_DTYPE_FP32, true},
+        {K25_ATTN_FLASH2, 700, 1, 256, K25_DTYPE_FP32, false},
+        {K25_ATTN_FLASH2, 1200, 2, 512, K25_DTYPE_FP16, false},
+        {K25_ATTN_NAIVE, 700, 1, 256, K25_DTYPE_FP32, false},
+        {K25_ATTN_NAIVE, 1200, 2, 512, K25_DTYPE_FP16, false},
+        {K25_ATTN_NAIVE, 1000, 1, 2048, K25_DTYPE_FP32, true},
+    };
+    size_t n = sizeof(settings) / sizeof(settings[0]);
+    for (size_t i = 0; i < n; i++)
+        if (!tu_quick() || i % 2 == 0)
+            check_setting(&settings[i]);
+}
+
+/* The figures grow the way the implementations do. */
+static void test_calculator_shapes(void **state)
+{
+    (void)state;
+    struct k25_config cfg;
+    struct k25_error err;
+    struct k25_model_shape s;
+    struct k25_mem_estimate a, b;
+    k25_config_init(&cfg);
+    cfg.threads = 2;
+    assert_int_equal(k25_model_preset("llama3-8b", &s), 0);
+    assert_int_equal(k25_mem_estimate(&cfg, &s, 131072, 1, &a, &err), 0);
+    /* 128K tokens x 32 layers x 8 KV heads x 128 x 2 (K, V) x 4 bytes = 32 GiB */
+    assert_int_equal(a.bytes[K25_MEM_KV], INT64_C(32) << 30);
+    cfg.kv_cache_dtype = K25_DTYPE_FP16;
+    assert_int_equal(k25_mem_estimate(&cfg, &s, 131072, 1, &b, &err), 0);
+    assert_int_equal(b.bytes[K25_MEM_KV], INT64_C(16) << 30);
+    /* naive one-pass at 128K: 32 heads x 128K x 128K floats of scores alone */
+    cfg.attention = K25_ATTN_NAIVE;
+    cfg.disable_prefill_optimization = true;
+    assert_int_equal(k25_mem_estimate(&cfg, &s, 131072, 1, &b, &err), 0);
+    assert_true(b.bytes[K25_MEM_ATTN_SCRATCH] >= INT64_C(32) * 131072 * 131072 * 4);
+    assert_true(a.bytes[K25_MEM_ATTN_SCRATCH] < INT64_C(64) << 20); /* chunked: tiles only */
+    /* bad arguments name themselves */
+    assert_int_equal(k25_mem_estimate(&cfg, &s, 0, 1, &b, &err), K25_EINVAL);
+    assert_string_equal(err.field, "context");
+    assert_int_equal(k25_mem_estimate(&cfg, &s, 10, 0, &b, &err), K25_EINVAL);
+    assert_string_equal(err.field, "batch");
+}
+
+static void test_cli(void **state)
+{
+    (void)state;
+    char cmd[12800], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "%s mem --model llama3-8b --context 128k --kv-cache-dtype fp16 --json", tu_k25());
+    assert_int_equal(tu_run(cmd, &out), 0);
+    json_error_t je;
+    json_t *o = json_loads(out, 0, &je);
+    assert_non_null(o);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(o, "bytes"), "kv")), INT64_C(16) << 30);
+    assert_true(json_integer_value(json_object_get(o, "recommended_bytes")) >
+                json_integer_value(json_object_get(o, "total_bytes")));
+    json_decref(o);
+    free(out);
+
+    /* the installed alias dispatches on argv[0] */
+    char *dir = tu_tmpdir();
+    char self[4096];
+    const char *k = tu_k25();
+    if (k[0] != '/') {
+        assert_non_null(getcwd(self, sizeof(self) - strlen(k) - 2));
+        strcat(self, "/");
+        strcat(self, k);
+    } else {
+        snprintf(self, sizeof(self), "%s", k);
+    }
+    snprintf(cmd, sizeof(cmd), "ln -s %s %s/k25-mem-calculator && %s/k25-mem-calculator --model tiny --context 4096",
+             self, dir, dir);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    assert_non_null(strstr(out, "recommended"));
+    assert_non_null(strstr(out, "attn_scratch"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    free(dir);
+
+    snprintf(cmd, sizeof(cmd), "%s mem --model tiny", tu_k25());
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "--context"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s mem --model tiny --context 1k --attention flash3", tu_k25());
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "--attention"));
+    free(out);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    k25_blas_reexec(argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_calculator_vs_tracker),
+        cmocka_unit_test(test_calculator_shapes),
+        cmocka_unit_test(test_cli),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,338 @@
+/*
+ * test_trace.c - the run trace file: HDF5 round trip of every field,
+ * atomic write (nothing under the final name before commit, no temporary
+ * after a failure), refusal of files that are not run traces or have an
+ * unknown schema version, the Chrome trace export, and provenance fields.
+ */
+#include "testutil.h"
+
+#include "bench.h"
+#include "h5store.h"
+
+#include <math.h>
+#include <sys/stat.h>
+
+static bool exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* A synthetic run of two repetitions, ragged tokens and chunks, a rejected request. */
+static void make_run(struct k25_bench_run *run)
+{
+    memset(run, 0, sizeof(*run));
+    enum { N = 7 };
+    run->reqs = calloc(N, sizeof(*run->reqs));
+    run->n_reqs = N;
+    run->n_reps = 2;
+    for (int i = 0; i < N; i++) {
+        struct k25_bench_req *q = &run->reqs[i];
+        snprintf(q->id, sizeof(q->id), "req-\"%d\"-\xc3\xa9", i); /* quotes and UTF-8 survive */
+        q->seq = i;
+        q->rep = i >= 4;
+        q->user = i % 3 - (i == 6);
+        q->line = 100 + i;
+        q->state = i == 5 ? K25_REQ_REJECTED : K25_REQ_COMPLETED;
+        if (i == 5)
+            snprintf(q->reason, sizeof(q->reason), "needs 9 KV blocks, the memory budget holds 4");
+        q->n_input = 17 * (i + 1);
+        q->max_new = 5;
+        q->n_output = i == 5 ? 0 : i % 4 + 1;
+        q->arrival_ns = 1000003LL * i;
+        q->submit_ns = q->arrival_ns + 17;
+        q->admit_ns = i == 5 ? -1 : q->submit_ns + 1000;
+        q->n_chunks = i == 5 ? 0 : i % 3 + 1;
+        q->chunk_start_ns = malloc(sizeof(int64_t) * 4);
+        q->chunk_end_ns = malloc(sizeof(int64_t) * 4);
+        for (int c = 0; c < q->n_chunks; c++) {
+            q->chunk_start_ns[c] = q->admit_ns + c * 5000;
+            q->chunk_end_ns[c] = q->admit_ns + c * 5000 + 4000;
+        }
+        q->token_ns = malloc(sizeof(int64_t) * 5);
+        q->token_ids = malloc(sizeof(int32_t) * 5);
+        for (int t = 0; t < q->n_output; t++) {
+            q->token_ns[t] = q->admit_ns + 20000 + 3001 * t;
+            q->token_ids[t] = (i * 31 + t * 7) % 256;
+        }
+        q->first_ns = q->n_output ? q->token_ns[0] : -1;
+        q->finish_ns = q->n_output ? q->token_ns[q->n_output - 1] + 3 : q->submit_ns + 50;
+    }
+    run->rep_start_ns[0] = 0;
+    run->rep_end_ns[0] = 3000000;
+    run->rep_start_ns[1] = 4000000;
+    run->rep_end_ns[1] = 7000000;
+    run->n_win = 3;
+    run->win = calloc(3, sizeof(*run->win));
+    for (int w = 0; w < 3; w++)
+        run->win[w] = (struct k25_bench_window){w * K25_BENCH_WINDOW_NS, w == 2 ? 7000 : K25_BENCH_WINDOW_NS,
+                                                0.25 * w * K25_BENCH_WINDOW_NS, w >= 1, w, 2 - w, 10 + w, 1 << 20};
+}
+
+static int write_run(const char *path, struct k25_bench_run *run, struct k25_error *err)
+{
+    struct k25_h5 h;
+    int rc = k25_h5_create(&h, path, "run", err);
+    if (rc)
+        return rc;
+    assert_false(exists(path)); /* only the temporary while writing */
+    struct k25_bench_summary s;
+    struct k25_bench_slo slo = {0};
+    assert_int_equal(k25_bench_summarize(run, &slo, &s, NULL), K25_OK);
+    json_t *sj = k25_bench_summary_json(&s);
+    char *sum = json_dumps(sj, JSON_COMPACT);
+    rc = k25_trace_write(&h, run, &s,
+                         "{\"build\":{\"git\":\"abc\"},\"machine\":{\"hostname\":\"h\"},\"seed\":7,"
+                         "\"dataset\":{\"sha256\":\"00\",\"path\":\"x.jsonl\"}}",
+                         "{\"model\":\"tiny\"}", "{\"mode\":\"closed\"}", sum, err);
+    free(sum);
+    json_decref(sj);
+    return rc;
+}
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir(), path[512];
+    snprintf(path, sizeof(path), "%s/run.h5", dir);
+    struct k25_bench_run run;
+    struct k25_error err;
+    make_run(&run);
+    assert_int_equal(write_run(path, &run, &err), K25_OK);
+    assert_true(exists(path));
+
+    struct k25_trace t;
+    if (k25_trace_read(path, &t, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    assert_string_equal(t.config_json, "{\"model\":\"tiny\"}");
+    assert_string_equal(t.workload_json, "{\"mode\":\"closed\"}");
+    assert_non_null(strstr(t.provenance_json, "\"git\":\"abc\""));
+    json_t *sj = json_loads(t.summary_json, 0, NULL);
+    assert_non_null(sj);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(sj, "requests"), "completed")), 6);
+    json_decref(sj);
+    assert_int_equal(t.run.n_reps, 2);
+    assert_int_equal(t.run.n_reqs, run.n_reqs);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(t.run.rep_start_ns[k], run.rep_start_ns[k]);
+        assert_int_equal(t.run.rep_end_ns[k], run.rep_end_ns[k]);
+    }
+    for (size_t i = 0; i < run.n_reqs; i++) {
+        const struct k25_bench_req *a = &run.reqs[i], *b = &t.run.reqs[i];
+        assert_string_equal(a->id, b->id);
+        assert_string_equal(a->reason, b->reason);
+        assert_int_equal(a->seq, b->seq);
+        assert_int_equal(a->rep, b->rep);
+        assert_int_equal(a->user, b->user);
+        assert_int_equal(a->line, b->line);
+        assert_int_equal(a->state, b->state);
+        assert_int_equal(a->n_input, b->n_input);
+        assert_int_equal(a->n_output, b->n_output);
+        assert_int_equal(a->max_new, b->max_new);
+        assert_int_equal(a->arrival_ns, b->arrival_ns);
+        assert_int_equal(a->submit_ns, b->submit_ns);
+        assert_int_equal(a->admit_ns, b->admit_ns);
+        assert_int_equal(a->first_ns, b->first_ns);
+        assert_int_equal(a->finish_ns, b->finish_ns);
+        assert_int_equal(a->n_chunks, b->n_chunks);
+        for (int c = 0; c < a->n_chunks; c++) {
+            assert_int_equal(a->chunk_start_ns[c], b->chunk_start_ns[c]);
+            assert_int_equal(a->chunk_end_ns[c], b->chunk_end_ns[c]);
+        }
+        for (int k = 0; k < a->n_output; k++) {
+            assert_int_equal(a->token_ns[k], b->token_ns[k]);
+            assert_int_equal(a->token_ids[k], b->token_ids[k]);
+        }
+    }
+    assert_int_equal(t.run.n_win, run.n_win);
+    for (size_t w = 0; w < run.n_win; w++) {
+        const struct k25_bench_window *a = &run.win[w], *b = &t.run.win[w];
+        assert_int_equal(a->t_ns, b->t_ns);
+        assert_int_equal(a->len_ns, b->len_ns);
+        assert_float_equal(a->busy_ns, b->busy_ns, 0);
+        assert_int_equal(a->rep, b->rep);
+        assert_int_equal(a->n_waiting, b->n_waiting);
+        assert_int_equal(a->n_running, b->n_running);
+        assert_int_equal(a->kv_blocks, b->kv_blocks);
+        assert_int_equal(a->mem_bytes, b->mem_bytes);
+    }
+
+    /* derived columns, read with plain HDF5 calls as any reader would */
+    struct k25_h5 h;
+    assert_int_equal(k25_h5_open_read(&h, path, "run", &err), K25_OK);
+    struct row { double ttft_ms; char state[16]; } *rows = NULL;
+    const struct k25_h5_col cols[] = {{"ttft_ms", K25_H5_F64, offsetof(struct row, ttft_ms), 0},
+                                      {"state", K25_H5_STR, offsetof(struct row, state), 16}};
+    size_t n;
+    assert_int_equal(k25_h5_read_table(h.file, "/requests", cols, 2, sizeof(struct row), (void **)&rows, &n, &err),
+                     K25_OK);
+    assert_float_equal(rows[1].ttft_ms, k25_bench_req_ttft_ms(&run.reqs[1]), 1e-12);
+    assert_true(isnan(rows[5].ttft_ms));
+    assert_string_equal(rows[5].state, "rejected");
+    free(rows);
+    char *seed_txt = NULL;
+    int64_t seed = 0;
+    assert_int_equal(k25_h5_get_attr_i64(h.meta, "seed", &seed, &err), K25_OK);
+    assert_int_equal(seed, 7);
+    assert_int_equal(k25_h5_get_attr_str(h.meta, "dataset_path", &seed_txt, &err), K25_OK);
+    assert_string_equal(seed_txt, "x.jsonl");
+    free(seed_txt);
+    k25_h5_close(&h);
+
+    /* Chrome trace: valid JSON, one slice per queue, chunk and decode token */
+    char chrome[600];
+    snprintf(chrome, sizeof(chrome), "%s/trace.json", dir);
+    assert_int_equal(k25_trace_export_chrome(&t, chrome, &err), K25_OK);
+    json_error_t je;
+    json_t *cj = json_load_file(chrome, 0, &je);
+    if (!cj)
+        fail_msg("chrome trace: %s at %d:%d", je.text, je.line, je.column);
+    json_t *ev = json_object_get(cj, "traceEvents");
+    int queue = 0, prefill = 0, decode = 0, counters = 0;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        const char *cat = json_string_value(json_object_get(json_array_get(ev, i), "cat"));
+        const char *ph = json_string_value(json_object_get(json_array_get(ev, i), "ph"));
+        queue += cat && !strcmp(cat, "queue");
+        prefill += cat && !strcmp(cat, "prefill");
+        decode += cat && !strcmp(cat, "decode");
+        counters += ph && !strcmp(ph, "C");
+    }
+    int want_chunks = 0, want_decode = 0;
+    for (size_t i = 0; i < run.n_reqs; i++) {
+        want_chunks += run.reqs[i].n_chunks;
+        want_decode += run.reqs[i].n_output > 1 ? run.reqs[i].n_output - 1 : 0;
+    }
+    assert_int_equal(queue, (int)run.n_reqs);
+    assert_int_equal(prefill, want_chunks);
+    assert_int_equal(decode, want_decode);
+    assert_int_equal(counters, 3);
+    json_decref(cj);
+
+    k25_trace_free(&t);
+    k25_bench_run_free(&run);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    free(dir);
+}
+
+/* A failed write leaves neither the final file nor the temporary. */
+static void test_atomic_failure(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir(), path[512];
+    snprintf(path, sizeof(path), "%s/run.h5", dir);
+    struct k25_bench_run run;
+    struct k25_error err;
+    make_run(&run);
+    /* a token count that disagrees with the ragged arrays cannot be read back... */
+    struct k25_h5 h;
+    assert_int_equal(k25_h5_create(&h, path, "run", &err), K25_OK);
+    char tmp[1100];
+    snprintf(tmp, sizeof(tmp), "%s", h.tmp_path);
+    assert_true(exists(tmp));
+    /* ...and a write into a closed file fails: the temporary must go */
+    H5Gclose(h.meta);
+    h.meta = H5I_INVALID_HID;
+    struct k25_bench_summary s;
+    struct k25_bench_slo slo = {0};
+    assert_int_equal(k25_bench_summarize(&run, &slo, &s, NULL), K25_OK);
+    assert_int_not_equal(k25_trace_write(&h, &run, &s, "{}", "{}", "{}", "{}", &err), K25_OK);
+    assert_false(exists(path));
+    assert_false(exists(tmp));
+    /* a directory that does not exist: clear error, nothing created */
+    char bad[600];
+    snprintf(bad, sizeof(bad), "%s/no/such/dir/run.h5", dir);
+    assert_int_equal(k25_h5_create(&h, bad, "run", &err), K25_EIO);
+    assert_non_null(strstr(err.msg, "no/such/dir/run.h5"));
+    k25_bench_run_free(&run);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    free(dir);
+}
+
+static void test_refuses_other_files(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir(), path[512];
+    struct k25_error err;
+    struct k25_trace t;
+    /* not HDF5 */
+    snprintf(path, sizeof(path), "%s/text.h5", dir);
+    tu_write_file(path, "hello\n");
+    assert_int_equal(k25_trace_read(path, &t, &err), K25_EFORMAT);
+    assert_non_null(strstr(err.msg, "not an HDF5 file"));
+    /* another kind of k25 file */
+    struct k25_h5 h;
+    snprintf(path, sizeof(path), "%s/attn.h5", dir);
+    assert_int_equal(k25_h5_create(&h, path, "attn-bench", &err), K25_OK);
+    assert_int_equal(k25_h5_commit(&h, &err), K25_OK);
+    assert_int_equal(k25_trace_read(path, &t, &err), K25_EINVAL);
+    assert_non_null(strstr(err.msg, "expected 'run'"));
+    /* an unknown schema version */
+    snprintf(path, sizeof(path), "%s/future.h5", dir);
+    assert_int_equal(k25_h5_create(&h, path, "run", &err), K25_OK);
+    assert_int_equal(k25_h5_attr_i64(h.meta, "schema_version", 99, &err), K25_OK);
+    assert_int_equal(k25_h5_commit(&h, &err), K25_OK);
+    assert_int_equal(k25_trace_read(path, &t, &err), K25_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "schema version 99"));
+    /* a run file missing its tables */
+    snprintf(path, sizeof(path), "%s/empty.h5", dir);
+    assert_int_equal(k25_h5_create(&h, path, "run", &err), K25_OK);
+    assert_int_equal(k25_h5_commit(&h, &err), K25_OK);
+    assert_int_equal(k25_trace_read(path, &t, &err), K25_ENOTFOUND);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    free(dir);
+}
+
+static void test_provenance_fields(void **state)
+{
+    (void)state;
+    struct k25_config cfg;
+    k25_config_init(&cfg);
+    cfg.seed = 42;
+    json_t *p = k25_provenance_collect(&cfg, "data.jsonl", "abcd", "domain == \"legal\"", "k25 bench ...");
+    assert_non_null(p);
+    k25_provenance_finish(p);
+    const json_t *b = json_object_get(p, "build"), *m = json_object_get(p, "machine");
+    assert_string_equal(json_string_value(json_object_get(b, "k25_version")), K25_VERSION);
+    assert_true(json_is_string(json_object_get(b, "git")));
+    assert_true(json_is_boolean(json_object_get(b, "git_dirty")) || json_is_null(json_object_get(b, "git_dirty")));
+    assert_true(strlen(json_string_value(json_object_get(b, "compiler"))) > 0);
+    assert_true(json_is_string(json_object_get(b, "cflags")));
+    assert_true(json_is_string(json_object_get(m, "cpu_model")));  /* /proc/cpuinfo on Linux x86 */
+    assert_true(json_is_string(json_object_get(m, "cpu_flags")));
+    assert_true(json_integer_value(json_object_get(m, "cores_online")) >= 1);
+    assert_true(json_integer_value(json_object_get(m, "threads_used")) >= 1);
+    assert_non_null(json_object_get(m, "cpufreq_governor")); /* present, null where not exposed */
+    assert_non_null(json_object_get(m, "boost"));
+    assert_int_equal(json_array_size(json_object_get(m, "loadavg_start")), 3);
+    assert_int_equal(json_array_size(json_object_get(m, "loadavg_end")), 3);
+    assert_true(json_is_array(json_object_get(m, "gpus")));
+    assert_true(json_is_string(json_object_get(m, "hostname")));
+    assert_string_equal(json_string_value(json_object_get(json_object_get(m, "kernel"), "sysname")), "Linux");
+    assert_int_equal(json_integer_value(json_object_get(p, "seed")), 42);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(p, "config"), "model")), "tiny");
+    const json_t *d = json_object_get(p, "dataset");
+    assert_string_equal(json_string_value(json_object_get(d, "sha256")), "abcd");
+    assert_string_equal(json_string_value(json_object_get(d, "filter")), "domain == \"legal\"");
+    const char *st = json_string_value(json_object_get(p, "start_time_utc"));
+    const char *en = json_string_value(json_object_get(p, "end_time_utc"));
+    assert_int_equal(strlen(st), 20);
+    assert_true(st[19] == 'Z' && strcmp(st, en) <= 0);
+    json_decref(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_atomic_failure),
+        cmocka_unit_test(test_refuses_other_files),
+        cmocka_unit_test(test_provenance_fields),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
