@@ -45,6 +45,7 @@ int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k2
     e->be = k25_backend_cpu();
     e->attn = k25_attention_impl(cfg->attention);
     int threads = k25_set_threads(cfg->threads);
+    e->threads = e->step_threads_now = threads;
     const struct k25_model_shape *s = &model->shape;
 
     /* With a budget, the KV pool gets what weights and activations leave. */
@@ -119,6 +120,8 @@ void k25_engine_destroy(k25_engine_t *e)
 {
     if (!e)
         return;
+    if (e->step_threads_now != e->threads)
+        k25_threads_apply(e->threads); /* leave the pools as configured */
     for (int i = 0; i < e->n_slots; i++)
         slot_free(e, e->slots[i]);
     free(e->slots);
@@ -279,6 +282,27 @@ static int append_token(struct k25_engine *e, struct k25_slot *sl, int32_t tok, 
     return K25_OK;
 }
 
+/*
+ * Threads for one step.  Every parallel region costs a fork-join, and on a
+ * loaded machine a descheduled worker stalls each region for a scheduler
+ * time slice (decode of `tiny` on 2 threads fell from ~800 to ~10 tok/s
+ * beside a second busy process).  A step whose work is too small to gain
+ * from threads - a few decode tokens of a small model - runs on one.  The
+ * choice depends only on the step's tokens, and the kernels give the same
+ * results on any thread count, so it changes no output.
+ */
+#define K25_SERIAL_STEP_FLOPS 2e7
+static int step_threads(const struct k25_engine *e, const struct k25_span *spans, int n)
+{
+    const struct k25_model_shape *s = &e->model->shape;
+    double per_token = 2.0 * (double)(k25_model_param_count(s) - (int64_t)s->vocab_size * s->dim);
+    double flops = 0;
+    for (int i = 0; i < n; i++)
+        flops += per_token * spans[i].n +
+                 4.0 * spans[i].n * (spans[i].pos0 + spans[i].n) * (double)s->n_heads * s->head_dim * s->n_layers;
+    return flops < K25_SERIAL_STEP_FLOPS ? 1 : e->threads;
+}
+
 int k25_engine_step(k25_engine_t *e, struct k25_error *err)
 {
     admit(e);
@@ -327,6 +351,13 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
                                            last ? logit_buf + (size_t)n_spans * V : NULL};
         span_h[n_spans++] = e->running[i];
         has_prefill = true;
+    }
+
+    /* small steps run on one thread (see step_threads) */
+    int nt = step_threads(e, spans, n_spans);
+    if (nt != e->step_threads_now) {
+        k25_threads_apply(nt);
+        e->step_threads_now = nt;
     }
 
     uint64_t t0 = k25_now_ns();

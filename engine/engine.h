@@ -66,6 +66,8 @@ struct k25_engine {
     k25_event_cb cb;
     void *cb_user;
     struct k25_engine_stats stats;
+    int threads;              /* the configured thread count */
+    int step_threads_now;     /* the count set for the current step */
 };
 
 /* Activation bytes forward.c allocates for steps of step_tokens tokens

@@ -55,4 +55,10 @@ float k25_fp16_to_fp32(uint16_t h);
 uint16_t k25_fp32_to_fp16(float f);
 float k25_bf16_to_fp32(uint16_t h);
 
+/*
+ * Sizes the OpenMP and OpenBLAS pools for the next step without changing
+ * the configured count that k25_get_threads reports (threads.c).
+ */
+void k25_threads_apply(int n);
+
 #endif /* K25_INTERNAL_H */

@@ -11,18 +11,27 @@
 #include <string.h>
 #include <unistd.h>
 
+static int g_threads; /* the configured count; 0 until set */
+
+/* Sizes OpenMP's pool and OpenBLAS's for the next parallel work. */
+void k25_threads_apply(int n)
+{
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
 int k25_set_threads(int n)
 {
     if (n <= 0)
         n = omp_get_num_procs();
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    g_threads = n;
+    k25_threads_apply(n);
     return n;
 }
 
 int k25_get_threads(void)
 {
-    return omp_get_max_threads();
+    return g_threads > 0 ? g_threads : omp_get_max_threads();
 }
 
 char *openblas_get_corename(void); /* OpenBLAS extension, not in cblas.h */
