@@ -23,24 +23,6 @@
 /* the 4 short requests of ci-small (512 and 1024 tokens, prompt included): quick on tiny */
 #define SMALL "--dataset " GOLD " --filter 'input_length <= 1024' --threads 1 --quiet"
 
-static char *g_dir;
-
-static int setup(void **state)
-{
-    (void)state;
-    g_dir = tu_tmpdir();
-    return g_dir ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[512];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    int rc = system(cmd);
-    free(g_dir);
-    return rc == 0 ? 0 : -1;
-}
 
 static bool exists(const char *p)
 {
@@ -55,14 +37,14 @@ static int k25(const char *args, char **out)
     return tu_run(cmd, out);
 }
 
-/* Nothing in g_dir whose name starts with prefix (final file or temporaries). */
+/* Nothing in tu_dir whose name starts with prefix (final file or temporaries). */
 static void assert_no_file(const char *prefix)
 {
     char cmd[1024], *out;
-    snprintf(cmd, sizeof(cmd), "ls %s | grep -c '^%s' || true", g_dir, prefix);
+    snprintf(cmd, sizeof(cmd), "ls %s | grep -c '^%s' || true", tu_dir, prefix);
     assert_int_equal(tu_run(cmd, &out), 0);
     if (atoi(out) != 0)
-        fail_msg("files named %s* left in %s", prefix, g_dir);
+        fail_msg("files named %s* left in %s", prefix, tu_dir);
     free(out);
 }
 
@@ -222,8 +204,8 @@ static void test_bench_ci_small(void **state)
 {
     (void)state;
     char args[2048], h5[512], js[512], *out;
-    snprintf(h5, sizeof(h5), "%s/run.h5", g_dir);
-    snprintf(js, sizeof(js), "%s/run.json", g_dir);
+    snprintf(h5, sizeof(h5), "%s/run.h5", tu_dir);
+    snprintf(js, sizeof(js), "%s/run.json", tu_dir);
     snprintf(args, sizeof(args), "bench " SMALL " --concurrency 2 --requests 6 --warmup 1 --seed 3 "
                                  "--slo ttft_ms=60000 --out %s --json %s", h5, js);
     int st = k25(args, &out);
@@ -293,7 +275,7 @@ static void test_bench_ci_small(void **state)
     assert_non_null(strstr(out, "ttft_ms"));
     free(out);
     char ct[512];
-    snprintf(ct, sizeof(ct), "%s/chrome.json", g_dir);
+    snprintf(ct, sizeof(ct), "%s/chrome.json", tu_dir);
     snprintf(args, sizeof(args), "inspect %s --chrome-trace %s", h5, ct);
     assert_int_equal(k25(args, &out), 0);
     free(out);
@@ -308,8 +290,8 @@ static void test_bench_open_loop_repeat(void **state)
     if (tu_quick())
         skip();
     char args[2048], h5[512], js[512], *out;
-    snprintf(h5, sizeof(h5), "%s/open.h5", g_dir);
-    snprintf(js, sizeof(js), "%s/open.json", g_dir);
+    snprintf(h5, sizeof(h5), "%s/open.h5", tu_dir);
+    snprintf(js, sizeof(js), "%s/open.json", tu_dir);
     snprintf(args, sizeof(args), "bench " SMALL " --rate 8 --burstiness 0.5 --requests 4 --repeat 3 --out %s --json %s",
              h5, js);
     int st = k25(args, &out);
@@ -332,7 +314,7 @@ static void test_alias_and_help(void **state)
 {
     (void)state;
     char link[512], cmd[2048], *out;
-    snprintf(link, sizeof(link), "%s/k25-benchmark", g_dir);
+    snprintf(link, sizeof(link), "%s/k25-benchmark", tu_dir);
     char *abs = realpath(tu_k25(), NULL);
     assert_non_null(abs);
     assert_int_equal(symlink(abs, link), 0);
@@ -351,10 +333,10 @@ static void test_bad_inputs(void **state)
 {
     (void)state;
     char a[4096], bad[512], h5[512];
-    snprintf(h5, sizeof(h5), "%s/bad.h5", g_dir);
-    snprintf(a, sizeof(a), "bench --dataset %s/missing.jsonl --out %s", g_dir, h5);
+    snprintf(h5, sizeof(h5), "%s/bad.h5", tu_dir);
+    snprintf(a, sizeof(a), "bench --dataset %s/missing.jsonl --out %s", tu_dir, h5);
     expect_fail(a, 2, "missing.jsonl");
-    snprintf(bad, sizeof(bad), "%s/bad.jsonl", g_dir);
+    snprintf(bad, sizeof(bad), "%s/bad.jsonl", tu_dir);
     tu_write_file(bad, "{\"id\":\"a\",\"text\":\"hello\",\"expected_output_length\":4}\n{\"id\": oops}\n");
     snprintf(a, sizeof(a), "bench --dataset %s --out %s", bad, h5);
     expect_fail(a, 2, "bad.jsonl:2");
@@ -378,16 +360,16 @@ static void test_bad_inputs(void **state)
     expect_fail(a, 2, "unknown option");
     snprintf(a, sizeof(a), "bench " SMALL " --requests 2");
     expect_fail(a, 2, "--out");
-    snprintf(a, sizeof(a), "bench " SMALL " --requests 2 --out %s/no/such/dir/run.h5", g_dir);
+    snprintf(a, sizeof(a), "bench " SMALL " --requests 2 --out %s/no/such/dir/run.h5", tu_dir);
     expect_fail(a, 1, "no/such/dir/run.h5");
     snprintf(a, sizeof(a), "bench " SMALL " --requests 2 --prefill-chunk-size -3 --out %s", h5);
     expect_fail(a, 2, "--prefill-chunk-size");
     assert_no_file("bad.h5");
     /* a full disk (file size limit) while writing: clear message, nothing left */
     char script[600];
-    snprintf(script, sizeof(script), "%s/disk.sh", g_dir);
+    snprintf(script, sizeof(script), "%s/disk.sh", tu_dir);
     snprintf(a, sizeof(a), "ulimit -f 8\ntrap '' XFSZ\nexec %s bench " SMALL " --requests 2 --out %s/full.h5 --json %s/full.json\n",
-             tu_k25(), g_dir, g_dir);
+             tu_k25(), tu_dir, tu_dir);
     tu_write_file(script, a);
     snprintf(a, sizeof(a), "sh %s", script);
     char *out;
@@ -412,19 +394,19 @@ static void test_killed_run(void **state)
     snprintf(cmd, sizeof(cmd),
              "(%s bench " SMALL " --duration 30 --out %s/killed.h5 --json %s/killed.json & pid=$!; sleep 2; "
              "kill -9 $pid; wait $pid; echo status=$?)",
-             tu_k25(), g_dir, g_dir);
+             tu_k25(), tu_dir, tu_dir);
     assert_int_equal(tu_run(cmd, &out), 0);
     assert_non_null(strstr(out, "status=137"));
     free(out);
     char p[512];
-    snprintf(p, sizeof(p), "%s/killed.h5", g_dir);
+    snprintf(p, sizeof(p), "%s/killed.h5", tu_dir);
     assert_false(exists(p));
-    snprintf(p, sizeof(p), "%s/killed.json", g_dir);
+    snprintf(p, sizeof(p), "%s/killed.json", tu_dir);
     assert_false(exists(p));
     snprintf(cmd, sizeof(cmd),
              "(%s bench " SMALL " --duration 30 --out %s/int.h5 --json %s/int.json & pid=$!; sleep 2; "
              "kill -INT $pid; wait $pid; echo status=$?)",
-             tu_k25(), g_dir, g_dir);
+             tu_k25(), tu_dir, tu_dir);
     assert_int_equal(tu_run(cmd, &out), 0);
     if (!strstr(out, "status=130") || !strstr(out, "interrupted"))
         fail_msg("SIGINT: %s", out);
@@ -443,5 +425,5 @@ int main(void)
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_killed_run),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

@@ -6,24 +6,6 @@
 
 #include <jansson.h>
 
-static char *g_dir;
-
-static int setup(void **state)
-{
-    (void)state;
-    g_dir = tu_tmpdir();
-    return g_dir ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[512];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    int rc = system(cmd);
-    free(g_dir);
-    return rc == 0 ? 0 : -1;
-}
 
 /* Runs `k25 ARGS`, returns status, output in *out. */
 static int k25(const char *args, char **out)
@@ -115,7 +97,7 @@ static void test_config_and_cli(void **state)
 {
     (void)state;
     char cfg[512], args[1024];
-    snprintf(cfg, sizeof(cfg), "%s/k25.yaml", g_dir);
+    snprintf(cfg, sizeof(cfg), "%s/k25.yaml", tu_dir);
     tu_write_file(cfg, "# test config\nprefill_chunk_size: 64\nmax_batch_size: 4\n");
     /* the file alone: 300 tokens in chunks of 64 = 5 chunks */
     snprintf(args, sizeof(args), "--config %s --prompt x --prompt-len 300 --max-tokens 2", cfg);
@@ -152,7 +134,7 @@ static void test_log_lines(void **state)
 {
     (void)state;
     char log[512], args[1024], *out;
-    snprintf(log, sizeof(log), "%s/engine.log", g_dir);
+    snprintf(log, sizeof(log), "%s/engine.log", tu_dir);
     snprintf(args, sizeof(args),
              "run --model tiny --quiet --prompt x --prompt-len 600 --prefill-chunk-size 256 --max-tokens 3 "
              "--log-level debug --log-file %s",
@@ -184,14 +166,14 @@ static void test_bad_inputs(void **state)
     expect_fail("run --model tiny --prompt a --prefill-chunk-size -3", 2, "--prefill-chunk-size");
     expect_fail("run --model tiny --prompt a --kv-cache-dtype int4", 2, "kv_cache_dtype");
     expect_fail("run --model tiny --prompt-file /nonexistent/p.txt", 2, "/nonexistent/p.txt");
-    snprintf(cfg, sizeof(cfg), "%s/bad.yaml", g_dir);
+    snprintf(cfg, sizeof(cfg), "%s/bad.yaml", tu_dir);
     tu_write_file(cfg, "max_batch_size: 8\nprefill_chunk_sise: 512\n");
     snprintf(args, sizeof(args), "run --model tiny --prompt a --config %s", cfg);
     char want[600];
     snprintf(want, sizeof(want), "%s:2:", cfg);
     expect_fail(args, 2, want);
     expect_fail(args, 2, "prefill_chunk_size"); /* did you mean */
-    snprintf(args, sizeof(args), "run --model tiny --prompt a --log-level info --log-file %s/no/dir/x.log", g_dir);
+    snprintf(args, sizeof(args), "run --model tiny --prompt a --log-level info --log-file %s/no/dir/x.log", tu_dir);
     expect_fail(args, 1, "cannot open the log");
 }
 
@@ -202,7 +184,7 @@ static void test_alias(void **state)
     char link[512], cmd[1200], *out;
     char real[4096];
     assert_non_null(realpath(tu_k25(), real));
-    snprintf(link, sizeof(link), "%s/k25-run", g_dir);
+    snprintf(link, sizeof(link), "%s/k25-run", tu_dir);
     assert_int_equal(symlink(real, link), 0);
     snprintf(cmd, sizeof(cmd), "%s --help", link);
     assert_int_equal(tu_run(cmd, &out), 0);
@@ -226,5 +208,5 @@ int main(void)
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_alias),
     };
-    return cmocka_run_group_tests_name("cli", tests, setup, teardown);
+    return cmocka_run_group_tests_name("cli", tests, tu_group_setup, tu_group_teardown);
 }

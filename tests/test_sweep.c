@@ -14,29 +14,11 @@
 #include <sys/stat.h>
 #include <time.h>
 
-static char *g_dir;
-
-static int setup(void **state)
-{
-    (void)state;
-    g_dir = tu_tmpdir();
-    return g_dir ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[512];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    int rc = system(cmd);
-    free(g_dir);
-    return rc ? -1 : 0;
-}
 
 static const char *write_spec(const char *name, const char *text)
 {
     static char path[512];
-    snprintf(path, sizeof(path), "%s/%s", g_dir, name);
+    snprintf(path, sizeof(path), "%s/%s", tu_dir, name);
     tu_write_file(path, text);
     return path;
 }
@@ -200,7 +182,7 @@ static void test_ci_smoke(void **state)
 {
     (void)state;
     char cmd[2048], *out;
-    snprintf(cmd, sizeof(cmd), "%s sweep sweeps/ci-smoke.yaml --out %s/smoke --quiet --print-best", tu_k25(), g_dir);
+    snprintf(cmd, sizeof(cmd), "%s sweep sweeps/ci-smoke.yaml --out %s/smoke --quiet --print-best", tu_k25(), tu_dir);
     int st = tu_run(cmd, &out);
     if (st != 0)
         fail_msg("%s\n%s", cmd, out);
@@ -211,12 +193,12 @@ static void test_ci_smoke(void **state)
              "jq -e '.points == 5 and (.best | type == \"object\") and (.pareto_front | length >= 1) and "
              "([.all_points[] | select(.repetitions == 1)] | length == 5) and "
              "(.best.metrics.ttft_p50_ms > 0)' %s/smoke/summary.json",
-             g_dir);
+             tu_dir);
     st = tu_run(cmd, &out);
     if (st != 0)
         fail_msg("%s\n%s", cmd, out);
     free(out);
-    snprintf(cmd, sizeof(cmd), "h5dump -H %s/smoke/sweep.h5 | grep -q 'DATASET \"points\"'", g_dir);
+    snprintf(cmd, sizeof(cmd), "h5dump -H %s/smoke/sweep.h5 | grep -q 'DATASET \"points\"'", tu_dir);
     assert_int_equal(tu_run(cmd, NULL), 0);
 }
 
@@ -232,8 +214,8 @@ static void test_resume_after_kill(void **state)
                                          "workload: {concurrency: 1, requests: 6}\nrepeats: 2\n" OBJ
                                          "axes:\n  max_batch_size: [1, 2, 3]\n");
     char out[600], cmd[2048];
-    snprintf(out, sizeof(out), "%s/resume", g_dir);
-    snprintf(cmd, sizeof(cmd), "%s sweep %s --out %s --quiet > %s/resume.log 2>&1 & echo $!", tu_k25(), p, out, g_dir);
+    snprintf(out, sizeof(out), "%s/resume", tu_dir);
+    snprintf(cmd, sizeof(cmd), "%s sweep %s --out %s --quiet > %s/resume.log 2>&1 & echo $!", tu_k25(), p, out, tu_dir);
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     int pid = 0;
@@ -249,7 +231,7 @@ static void test_resume_after_kill(void **state)
     }
     if (kill(pid, SIGKILL) != 0)
     {
-        snprintf(cmd, sizeof(cmd), "cat %s/resume.log", g_dir);
+        snprintf(cmd, sizeof(cmd), "cat %s/resume.log", tu_dir);
         char *log = NULL;
         tu_run(cmd, &log);
         fail_msg("the sweep (pid %d) ended before it could be killed (%s):\n%s", pid, strerror(errno), log);
@@ -267,7 +249,7 @@ static void test_resume_after_kill(void **state)
     free(o2);
     assert_true(done_before >= 2 && done_before < 6);
     /* remember the finished files' inodes and times */
-    snprintf(cmd, sizeof(cmd), "cd %s/points && stat -c '%%n %%i %%Y' */rep-*.h5 | sort > %s/before.txt", out, g_dir);
+    snprintf(cmd, sizeof(cmd), "cd %s/points && stat -c '%%n %%i %%Y' */rep-*.h5 | sort > %s/before.txt", out, tu_dir);
     assert_int_equal(tu_run(cmd, NULL), 0);
     snprintf(cmd, sizeof(cmd), "%s sweep %s --out %s --quiet", tu_k25(), p, out);
     if (tu_run(cmd, &o2) != 0)
@@ -275,7 +257,7 @@ static void test_resume_after_kill(void **state)
     free(o2);
     snprintf(cmd, sizeof(cmd), "cd %s/points && stat -c '%%n %%i %%Y' */rep-*.h5 | sort > %s/after.txt && "
                                "comm -23 %s/before.txt %s/after.txt | wc -l",
-             out, g_dir, g_dir, g_dir);
+             out, tu_dir, tu_dir, tu_dir);
     assert_int_equal(tu_run(cmd, &o2), 0);
     assert_int_equal(atoi(o2), 0); /* nothing finished was redone */
     free(o2);
@@ -297,5 +279,5 @@ int main(void)
         cmocka_unit_test(test_ci_smoke),
         cmocka_unit_test(test_resume_after_kill),
     };
-    return cmocka_run_group_tests_name("sweep", tests, setup, teardown);
+    return cmocka_run_group_tests_name("sweep", tests, tu_group_setup, tu_group_teardown);
 }

@@ -38,6 +38,30 @@ static inline char *tu_tmpdir(void)
     return d ? strdup(d) : NULL;
 }
 
+/*
+ * A temporary directory for a whole test group: pass tu_group_setup and
+ * tu_group_teardown to cmocka_run_group_tests; tests use tu_dir.
+ */
+static char *tu_dir;
+
+static inline int tu_group_setup(void **state)
+{
+    (void)state;
+    tu_dir = tu_tmpdir();
+    return tu_dir ? 0 : -1;
+}
+
+static inline int tu_group_teardown(void **state)
+{
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tu_dir);
+    int rc = system(cmd);
+    free(tu_dir);
+    tu_dir = NULL;
+    return rc == 0 ? 0 : -1;
+}
+
 /* Writes text to path; asserts success. */
 static inline void tu_write_file(const char *path, const char *text)
 {
