@@ -1,9 +1,14 @@
 # k25bench - the one build.
 #
 #   make            build build/k25 and build/libk25.a (CPU backend)
-#   make test       install deps, build, run every CMocka test executable
+#   make test       install deps, build, run every CMocka test executable, then the
+#                   pipeline (ci/pipeline.sh): ci-smoke sweep, report, gate vs the stored baseline
 #   make test-quick the unit tests only (no integration tests)
-#   make demo       install deps, build, run the demo (k25 run on `tiny`)
+#   make demo       install deps, build, run the demo (k25 run, bench, then the ci-smoke
+#                   sweep + report + gate; prints where the report is and the best setting)
+#   make baselines  re-measure baselines/results/ci-smoke, the gate's stored baseline
+#   make gate-ab    interleaved A/B gate: GATE_A=old/k25 GATE_B=build/k25 (default: A = B,
+#                   the noise floor); ROUNDS=N, GATE_ARGS=... passed to k25 gate
 #   make asan       AddressSanitizer + UBSan build of the tests, then run them
 #   make CUDA=1     reserved for the CUDA backend (engine/cuda/)
 #   make PORTABLE=1 no -march=native (a binary for other x86-64 machines)
@@ -41,7 +46,7 @@ LIBK25      := $(BUILD)/libk25.a
 LIBHARNESS  := $(BUILD)/libk25harness.a
 K25         := $(BUILD)/k25
 
-.PHONY: all deps test test-quick demo asan clean cuda-note tests-bin
+.PHONY: all deps test test-quick demo asan clean cuda-note tests-bin baselines gate-ab
 all: cuda-note $(K25)
 
 cuda-note:
@@ -85,6 +90,7 @@ tests-bin: $(K25) $(TEST_BIN)
 test: deps
 	@$(MAKE) --no-print-directory tests-bin
 	@K25=$(K25) ./ci/run-tests.sh $(TEST_BIN)
+	@K25=$(K25) ./ci/pipeline.sh test
 
 test-quick: deps
 	@$(MAKE) --no-print-directory tests-bin
@@ -97,7 +103,22 @@ asan: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	@./ci/demo.sh
+	@K25=$(K25) ./ci/demo.sh
+
+baselines: deps
+	@$(MAKE) --no-print-directory all
+	@K25=$(K25) ./ci/baselines.sh
+
+# The workload of an A/B gate: small, one thread, about a second per run.
+GATE_A        ?= $(K25)
+GATE_B        ?= $(K25)
+ROUNDS        ?= 6
+GATE_WORKLOAD ?= bench --dataset datasets/gold/ci-small.jsonl --model tiny --filter "input_length <= 1024" \
+                 --concurrency 2 --requests 8 --warmup 1 --decode-max-tokens 32 --threads 1 --quiet
+gate-ab: deps
+	@$(MAKE) --no-print-directory all
+	$(K25) gate --ab '$(GATE_A) $(GATE_WORKLOAD)' '$(GATE_B) $(GATE_WORKLOAD)' --rounds $(ROUNDS) \
+	   --max-rounds $$(( $(ROUNDS) * 2 )) --policy ci/gate-policy.yaml $(GATE_ARGS)
 
 clean:
 	rm -rf build build-asan

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The demo `make demo` runs: the main job on the shipped defaults.
-# Today that is the reference engine end to end: `k25 run` on the `tiny`
-# preset, a short prompt and a 4K-token long-context prompt, with the
-# structured log and the JSON result written under results/demo/.
+# The reference engine end to end: `k25 run` on the `tiny` preset, a short
+# prompt and a 4K-token long-context prompt, with the structured log and the
+# JSON result written under results/demo/; `k25 bench` on the shipped gold
+# set; then the whole pipeline (ci/pipeline.sh demo): the ci-smoke sweep,
+# `k25 report` on it and `k25 gate` against the stored baseline, ending with
+# where the report is and the best setting found.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K25=${K25:-build/k25}
@@ -28,5 +31,7 @@ echo "== k25 bench: tiny on the shipped gold set (short requests), 2 users -> $O
 "$K25" bench --dataset datasets/gold/ci-small.jsonl --model tiny --filter 'input_length <= 2048' \
   --concurrency 2 --requests 8 --warmup 1 --quiet --out "$OUT/bench.h5" --json "$OUT/bench.json"
 jq -r '"TTFT P50 \(.summary.ttft_ms.p50|floor) ms, \(.summary.output_tok_per_s|floor) output tok/s, harness overhead \(.summary.harness.overhead_per_token_us) us/token"' "$OUT/bench.json"
+echo "demo runs: results in $OUT/"
 echo
-echo "demo done: results in $OUT/"
+echo "== the pipeline: ci-smoke sweep, report, gate (ci/pipeline.sh demo)"
+K25="$K25" ./ci/pipeline.sh demo

@@ -32,6 +32,7 @@
  * merge) run in an order fixed by the shapes alone.
  */
 #include "backend.h"
+#include "kvquant.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -63,6 +64,37 @@ void k25_fp16_to_fp32_row(const uint16_t *src, float *dst, size_t n)
         dst[i] = k25_fp16_to_fp32(src[i]);
 }
 
+/* Dequantizes slots [k0, k0+n) of KV head g (all in block k0/bs, below n_quant) into dst. */
+static void dequant_run(const struct k25_kv_view *kv, bool keys, int g, int k0, int n, float *dst)
+{
+    const int bs = kv->block_size, hd = kv->head_dim, bits = kv->dtype == K25_DTYPE_INT8 ? 8 : 4;
+    const size_t rb = (size_t)hd * bits / 8;
+    const unsigned char *lay = kv->k_blocks[k0 / bs];
+    const int o = k0 % bs;
+    if (keys) {
+        const uint8_t *q = lay + (size_t)g * bs * rb;
+        const uint16_t *sz = (const uint16_t *)(lay + kv->ks_off) + (size_t)g * (bs / kv->group) * 2 * hd;
+        float szf[2 * 256];
+        int cur = -1;
+        K25_ASSERT(hd <= 256);
+        for (int t = o; t < o + n; t++) {
+            int grp = t / kv->group;
+            if (grp != cur) { /* scale and zero rows of the group as floats */
+                k25_fp16_to_fp32_row(sz + (size_t)grp * 2 * hd, szf, 2 * (size_t)hd);
+                cur = grp;
+            }
+            k25_kvq_dequant_key_row(q + (size_t)t * rb, szf, hd, bits, dst + (size_t)(t - o) * hd);
+        }
+    } else {
+        const uint8_t *q = (const uint8_t *)kv->v_blocks[k0 / bs] + (size_t)g * bs * rb;
+        const int nvg = hd / kv->vgroup;
+        const uint16_t *sz = (const uint16_t *)(lay + kv->vs_off) + (size_t)g * bs * nvg * 2;
+        for (int t = o; t < o + n; t++)
+            k25_kvq_dequant_value_row(q + (size_t)t * rb, sz + (size_t)t * nvg * 2, hd, kv->vgroup, bits,
+                                      dst + (size_t)(t - o) * hd);
+    }
+}
+
 const float *k25_kv_rows(const struct k25_kv_view *kv, const void *const *blocks, int g, int k0,
                          int n, float *tmp)
 {
@@ -70,6 +102,26 @@ const float *k25_kv_rows(const struct k25_kv_view *kv, const void *const *blocks
     int b = k0 / bs, o = k0 % bs;
     if (kv->dtype == K25_DTYPE_FP32 && o + n <= bs)
         return (const float *)blocks[b] + ((size_t)g * bs + o) * hd;
+    if (kv->dtype == K25_DTYPE_INT8 || kv->dtype == K25_DTYPE_INT4) {
+        const bool keys = blocks == kv->k_blocks;
+        const float *res = (keys ? kv->res_k : kv->res_v) + (size_t)g * kv->res_cap * hd;
+        if (k0 >= kv->n_quant) /* all in the fp32 residual: rows in place */
+            return res + (size_t)(k0 - kv->n_quant) * hd;
+        for (int done = 0; done < n;) {
+            int k = k0 + done, take;
+            if (k >= kv->n_quant) {
+                take = n - done;
+                memcpy(tmp + (size_t)done * hd, res + (size_t)(k - kv->n_quant) * hd, sizeof(float) * take * hd);
+            } else {
+                take = bs - k % bs;
+                take = take < n - done ? take : n - done;
+                take = take < kv->n_quant - k ? take : kv->n_quant - k;
+                dequant_run(kv, keys, g, k, take, tmp + (size_t)done * hd);
+            }
+            done += take;
+        }
+        return tmp;
+    }
     for (int done = 0; done < n;) {
         b = (k0 + done) / bs;
         o = (k0 + done) % bs;
@@ -88,6 +140,34 @@ const float *k25_kv_rows(const struct k25_kv_view *kv, const void *const *blocks
 bool k25_kv_rows_need_tmp(const struct k25_kv_view *kv, int tile)
 {
     return kv->dtype != K25_DTYPE_FP32 || kv->block_size % tile != 0;
+}
+
+bool k25_kv_logc(const struct k25_kv_view *kv, int g, int k0, int n, float *out)
+{
+    if (!kv->has_meta)
+        return false;
+    const int bs = kv->block_size;
+    for (int i = 0; i < n; i++) {
+        int k = k0 + i;
+        const struct k25_kv_slot *m =
+            (const struct k25_kv_slot *)((const unsigned char *)kv->k_blocks[k / bs] + kv->meta_off) +
+            (size_t)g * bs + k % bs;
+        out[i] = m->logc;
+    }
+    return true;
+}
+
+/* Adds the slots' ln(count) to a row block of scores s[rows][ld] (nk columns). */
+static void add_logc(const struct k25_kv_view *kv, int g, int k0, int nk, float *s, int rows, int ld, float *lc)
+{
+    if (!k25_kv_logc(kv, g, k0, nk, lc))
+        return;
+    for (int r = 0; r < rows; r++) {
+        float *sr = s + (size_t)r * ld;
+#pragma omp simd
+        for (int j = 0; j < nk; j++)
+            sr[j] += lc[j];
+    }
 }
 
 /* ------------------------------------------------------ online softmax */
@@ -138,13 +218,14 @@ static int tile_queries(int group)
 }
 
 /* Per-thread scratch in floats: q, acc [rows][hd], s [rows][TK], m, l [rows],
- * and, when tiles must be converted or gathered, kt, vt [TK][hd]. */
+ * lc, cs [TK] (slot ln-counts, score column sums), and, when tiles must be
+ * converted or gathered, kt, vt [TK][hd]. */
 static size_t thread_floats(int group, int hd, bool need_tmp)
 {
     size_t rows = (size_t)tile_queries(group) * group;
     if (rows < (size_t)DECODE_MAX_Q * group)
         rows = (size_t)DECODE_MAX_Q * group;
-    return rows * hd * 2 + rows * TK + rows * 2 + (need_tmp ? 2 * (size_t)TK * hd : 0);
+    return rows * hd * 2 + rows * TK + rows * 2 + 2 * (size_t)TK + (need_tmp ? 2 * (size_t)TK * hd : 0);
 }
 
 static int n_splits(int visible)
@@ -177,6 +258,8 @@ struct scratch {
     float *s;    /* [rows][TK]  scores, then probabilities */
     float *m;    /* [rows]      running max */
     float *l;    /* [rows]      running sum */
+    float *lc;   /* [TK]        ln(count) of a tile's slots */
+    float *cs;   /* [TK]        score column sums */
     float *kt;   /* [TK][hd]    converted/gathered keys (NULL when not needed) */
     float *vt;   /* [TK][hd]    values */
 };
@@ -204,7 +287,7 @@ static void load_queries(const struct k25_attn_job *job, int g, int group, int t
 
 /* One prefill item: queries [t0, t1) of job, query heads of KV head g. */
 static void prefill_tile(const struct k25_attn_job *job, int g, int group, int t0, int t1, float scale,
-                         struct scratch *sc)
+                         struct scratch *sc, float *ml)
 {
     const struct k25_kv_view *kv = &job->kv;
     const int hd = kv->head_dim, rows = (t1 - t0) * group;
@@ -219,6 +302,7 @@ static void prefill_tile(const struct k25_attn_job *job, int g, int group, int t
 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, 1.0f, sc->q, hd, K, hd,
                     0.0f, sc->s, nk);
+        add_logc(kv, g, k0, nk, sc->s, rows, nk, sc->lc);
         for (int r = 0; r < rows; r++) /* row r sees keys < q_pos0 + t0 + r/group + 1 */
             k25_softmax_tile_row(sc->s + (size_t)r * nk, nk, job->q_pos0 + t0 + r / group - k0 + 1,
                                  &sc->m[r], &sc->l[r], sc->acc + (size_t)r * hd, hd);
@@ -234,7 +318,51 @@ static void prefill_tile(const struct k25_attn_job *job, int g, int group, int t
             float *dst = job->out + (size_t)t * job->out_stride + (size_t)(g * group + hh) * hd;
             for (int d = 0; d < hd; d++)
                 dst[d] = a[d] * inv;
+            if (ml) { /* final max and sum of the row, for the scoring pass */
+                ml[2 * ((size_t)t * group + hh)] = sc->m[r];
+                ml[2 * ((size_t)t * group + hh) + 1] = sc->l[r];
+            }
         }
+}
+
+/*
+ * Scoring pass of a prefill job (job->score set): for KV head g and the key
+ * tile [k0, k0+nk), the attention each slot received from every query of
+ * the job and every query head of g, from the rows' final max and sum in
+ * ml ([n_q][group][2] for this g).  Recomputes the scores tile by tile (one
+ * more Q K^T, no score matrix kept); sums in query order.
+ */
+static void prefill_score(const struct k25_attn_job *job, int g, int group, int k0, float scale,
+                          struct scratch *sc, const float *ml)
+{
+    const struct k25_kv_view *kv = &job->kv;
+    const int hd = kv->head_dim, tq = tile_queries(group), visible = job->q_pos0 + job->n_q;
+    const int nk = visible - k0 < TK ? visible - k0 : TK;
+    const float *K = k25_kv_rows(kv, kv->k_blocks, g, k0, nk, sc->kt);
+    for (int j = 0; j < nk; j++)
+        sc->cs[j] = 0.0f;
+    /* queries before k0 - q_pos0 see none of the tile */
+    int tfirst = k0 - job->q_pos0 > 0 ? k0 - job->q_pos0 : 0;
+    for (int t0 = tfirst; t0 < job->n_q; t0 += tq) {
+        int t1 = t0 + tq < job->n_q ? t0 + tq : job->n_q, rows = (t1 - t0) * group;
+        load_queries(job, g, group, t0, t1, scale, sc);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, 1.0f, sc->q, hd, K, hd, 0.0f,
+                    sc->s, nk);
+        add_logc(kv, g, k0, nk, sc->s, rows, nk, sc->lc);
+        for (int r = 0; r < rows; r++) {
+            int lim = job->q_pos0 + t0 + r / group - k0 + 1;
+            lim = lim < nk ? lim : nk;
+            const float *mr = ml + 2 * ((size_t)t0 * group + r);
+            float m = mr[0], inv = 1.0f / mr[1], *sr = sc->s + (size_t)r * nk;
+            for (int j = 0; j < lim; j++)
+                sr[j] = k25_fast_expf(sr[j] - m);
+            for (int j = 0; j < lim; j++)
+                sc->cs[j] += sr[j] * inv;
+        }
+    }
+    float *dst = job->score + (size_t)g * visible + k0;
+    for (int j = 0; j < nk; j++)
+        dst[j] = sc->cs[j];
 }
 
 /* -------------------------------------------------------------- decode */
@@ -262,7 +390,8 @@ static inline __m512 kv_load16(const void *base, bool half, size_t i)
  * value rows stream past.
  */
 static void decode_tile_avx512(const void *kb, const void *vb, bool half, int nk, int rows, int hd,
-                               int lim0, int group, struct scratch *sc)
+                               int lim0, int group, struct scratch *sc, const struct k25_kv_view *kv, int g,
+                               int k0, float *raw, int raw_ld)
 {
     const int nv = hd / 16;
     for (int t = 0; t < nk; t++) {
@@ -277,6 +406,10 @@ static void decode_tile_avx512(const void *kb, const void *vb, bool half, int nk
             sc->s[(size_t)r * DT + t] = _mm512_reduce_add_ps(a);
         }
     }
+    add_logc(kv, g, k0, nk, sc->s, rows, DT, sc->lc);
+    if (raw)
+        for (int r = 0; r < rows; r++)
+            memcpy(raw + (size_t)r * raw_ld + k0, sc->s + (size_t)r * DT, sizeof(float) * nk);
     for (int r = 0; r < rows; r++)
         k25_softmax_tile_row(sc->s + (size_t)r * DT, nk, lim0 + r / group + 1, &sc->m[r], &sc->l[r],
                              sc->acc + (size_t)r * hd, hd);
@@ -315,13 +448,14 @@ static void decode_tile_avx512(const void *kb, const void *vb, bool half, int nk
  * Tiles of DT tokens never cross a block, so their rows are contiguous.
  */
 static void decode_split(const struct k25_attn_job *job, int g, int group, int k_lo, int k_hi,
-                         float scale, struct scratch *sc, float *part)
+                         float scale, struct scratch *sc, float *part, float *raw)
 {
     const struct k25_kv_view *kv = &job->kv;
     const int hd = kv->head_dim, rows = job->n_q * group, bs = kv->block_size;
     load_queries(job, g, group, 0, job->n_q, scale, sc);
 #if defined(__AVX512F__)
-    const bool fast = hd % 16 == 0 && hd <= 128;
+    const bool fast = hd % 16 == 0 && hd <= 128 &&
+                      (kv->dtype == K25_DTYPE_FP32 || kv->dtype == K25_DTYPE_FP16);
 #endif
 
     for (int k0 = k_lo, nk; k0 < k_hi; k0 += nk) {
@@ -334,11 +468,12 @@ static void decode_split(const struct k25_attn_job *job, int g, int group, int k
             size_t off = ((size_t)g * bs + k0 % bs) * hd * elem;
             decode_tile_avx512((const char *)kv->k_blocks[k0 / bs] + off,
                                (const char *)kv->v_blocks[k0 / bs] + off, kv->dtype != K25_DTYPE_FP32, nk,
-                               rows, hd, job->q_pos0 - k0, group, sc);
+                               rows, hd, job->q_pos0 - k0, group, sc, kv, g, k0, raw, job->q_pos0 + job->n_q);
             continue;
         }
 #endif
         const float *K = k25_kv_rows(kv, kv->k_blocks, g, k0, nk, sc->kt);
+        const bool has_lc = k25_kv_logc(kv, g, k0, nk, sc->lc);
         for (int r = 0; r < rows; r++) {
             const float *qr = sc->q + (size_t)r * hd;
             float *s = sc->s + (size_t)r * DT;
@@ -348,8 +483,10 @@ static void decode_split(const struct k25_attn_job *job, int g, int group, int k
 #pragma omp simd reduction(+ : dot)
                 for (int d = 0; d < hd; d++)
                     dot += qr[d] * kr[d];
-                s[t] = dot;
+                s[t] = has_lc ? dot + sc->lc[t] : dot;
             }
+            if (raw)
+                memcpy(raw + (size_t)r * (job->q_pos0 + job->n_q) + k0, s, sizeof(float) * nk);
             k25_softmax_tile_row(s, nk, job->q_pos0 + r / group - k0 + 1, &sc->m[r], &sc->l[r],
                                  sc->acc + (size_t)r * hd, hd);
         }
@@ -378,8 +515,10 @@ static void decode_split(const struct k25_attn_job *job, int g, int group, int k
  * M = max m_s, L = sum l_s e^(m_s - M), O = sum acc_s e^(m_s - M) / L.
  * A split a row cannot see (m = -inf) contributes nothing.
  */
-static void decode_merge(const struct k25_attn_job *job, int g, int group, const float *part, int n)
+static void decode_merge(const struct k25_attn_job *job, int g, int group, const float *part, int n,
+                         const float *raw)
 {
+    const int visible = job->q_pos0 + job->n_q;
     const int hd = job->kv.head_dim, rows = job->n_q * group, stride = rows * (hd + 2);
     for (int r = 0; r < rows; r++) {
         float M = -INFINITY;
@@ -403,6 +542,13 @@ static void decode_merge(const struct k25_attn_job *job, int g, int group, const
         float inv = 1.0f / L; /* L >= 1: the split holding the max contributes e^0 */
         for (int d = 0; d < hd; d++)
             dst[d] *= inv;
+        if (raw) { /* scoring: each visible slot's probability, rows in order */
+            const float *rr = raw + (size_t)r * visible;
+            float *sc = job->score + (size_t)g * visible;
+            int lim = job->q_pos0 + r / group + 1;
+            for (int k = 0; k < lim; k++)
+                sc[k] += k25_fast_expf(rr[k] - M) * inv;
+        }
     }
 }
 
@@ -426,9 +572,12 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
 
     /* item i -> (job, kv head, tile or split); first[j] = first item of job j,
      * pfirst[j] = first partial of job j (decode jobs only) */
-    int first[n_jobs + 1], pfirst[n_jobs + 1];
+    int first[n_jobs + 1], pfirst[n_jobs + 1], sfirst[n_jobs + 1];
+    size_t afirst[n_jobs + 1]; /* scoring buffers: prefill [n_kv][n_q*group][2] (max, sum),
+                                * decode [n_kv][n_q*group][visible] raw logits */
     bool need_tmp = false;
-    first[0] = pfirst[0] = 0;
+    first[0] = pfirst[0] = sfirst[0] = 0;
+    afirst[0] = 0;
     for (int j = 0; j < n_jobs; j++) {
         const struct k25_attn_job *jb = &jobs[j];
         K25_ASSERT(jb->n_q >= 1 && jb->kv.n_kv_heads == n_kv && jb->kv.head_dim == hd);
@@ -436,6 +585,12 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
         first[j + 1] = first[j] + n_kv * per_head;
         pfirst[j + 1] = pfirst[j] + (jb->n_q <= DECODE_MAX_Q ? n_kv * per_head * jb->n_q * group * (hd + 2) : 0);
         need_tmp |= k25_kv_rows_need_tmp(&jb->kv, TK);
+        int visible = jb->q_pos0 + jb->n_q;
+        bool pre_score = jb->score && jb->n_q > DECODE_MAX_Q;
+        sfirst[j + 1] = sfirst[j] + (pre_score ? n_kv * ((visible + TK - 1) / TK) : 0);
+        afirst[j + 1] = afirst[j] + (!jb->score ? 0
+                                     : pre_score ? (size_t)n_kv * jb->n_q * group * 2
+                                                 : (size_t)n_kv * jb->n_q * group * visible);
     }
     const int n_items = first[n_jobs];
     float *partials = NULL;
@@ -443,8 +598,14 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
         partials = k25_alloc(K25_MEM_ATTN_SCRATCH, sizeof(float) * (size_t)pfirst[n_jobs]);
         K25_ASSERT(partials != NULL);
     }
+    float *aux = NULL;
+    if (afirst[n_jobs] > 0) {
+        aux = k25_alloc(K25_MEM_ATTN_SCRATCH, sizeof(float) * afirst[n_jobs]);
+        K25_ASSERT(aux != NULL);
+    }
+    const int n_score_items = sfirst[n_jobs];
 
-#pragma omp parallel if (n_items > 1)
+#pragma omp parallel if (n_items > 1 || n_score_items > 1)
     {
         struct scratch sc;
         size_t rows = (size_t)tq * group > (size_t)DECODE_MAX_Q * group ? (size_t)tq * group
@@ -456,7 +617,9 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
         sc.s = sc.acc + rows * hd;
         sc.m = sc.s + rows * TK;
         sc.l = sc.m + rows;
-        sc.kt = need_tmp ? sc.l + rows : NULL;
+        sc.lc = sc.l + rows;
+        sc.cs = sc.lc + TK;
+        sc.kt = need_tmp ? sc.cs + TK : NULL;
         sc.vt = need_tmp ? sc.kt + (size_t)TK * hd : NULL;
         int j = 0;
 #pragma omp for schedule(dynamic, 1)
@@ -473,11 +636,26 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
                 int k_lo = k * SPLIT_TOKENS, k_hi = k_lo + SPLIT_TOKENS < visible ? k_lo + SPLIT_TOKENS : visible;
                 size_t stride = (size_t)jb->n_q * group * (hd + 2);
                 decode_split(jb, g, group, k_lo, k_hi, scale, &sc,
-                             partials + pfirst[j] + ((size_t)g * n_splits(visible) + k) * stride);
+                             partials + pfirst[j] + ((size_t)g * n_splits(visible) + k) * stride,
+                             jb->score ? aux + afirst[j] + (size_t)g * jb->n_q * group * visible : NULL);
             } else {
                 int t0 = k * tq, t1 = t0 + tq < jb->n_q ? t0 + tq : jb->n_q;
-                prefill_tile(jb, g, group, t0, t1, scale, &sc);
+                prefill_tile(jb, g, group, t0, t1, scale, &sc,
+                             jb->score ? aux + afirst[j] + (size_t)g * jb->n_q * group * 2 : NULL);
             }
+        }
+
+        /* scoring pass of prefill jobs: one (job, KV head, key tile) per item */
+        j = 0;
+#pragma omp for schedule(dynamic, 1)
+        for (int it = 0; it < n_score_items; it++) {
+            while (it >= sfirst[j + 1])
+                j++;
+            while (it < sfirst[j])
+                j--;
+            const struct k25_attn_job *jb = &jobs[j];
+            int local = it - sfirst[j], g = local % n_kv, kt = local / n_kv;
+            prefill_score(jb, g, group, kt * TK, scale, &sc, aux + afirst[j] + (size_t)g * jb->n_q * group * 2);
         }
         k25_free(mem);
 
@@ -489,8 +667,11 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
                 continue;
             int g = x % n_kv, n = n_splits(jb->q_pos0 + jb->n_q);
             size_t stride = (size_t)jb->n_q * group * (hd + 2);
-            decode_merge(jb, g, group, partials + pfirst[x / n_kv] + (size_t)g * n * stride, n);
+            int visible = jb->q_pos0 + jb->n_q;
+            decode_merge(jb, g, group, partials + pfirst[x / n_kv] + (size_t)g * n * stride, n,
+                         jb->score ? aux + afirst[x / n_kv] + (size_t)g * jb->n_q * group * visible : NULL);
         }
     }
     k25_free(partials);
+    k25_free(aux);
 }

@@ -11,11 +11,42 @@
 
 /*
  * The KV cache of one sequence for one layer, as the attention kernel
- * reads it.  Block b holds tokens [b*block_size, (b+1)*block_size); its
- * keys for KV head g start at k_blocks[b] + g*block_size*head_dim
- * elements, token-major ([kv_head][token][head_dim]); values likewise.
- * Elements are float (K25_DTYPE_FP32) or IEEE half (K25_DTYPE_FP16).
+ * reads it.  Slots, not positions: slot i of a sequence is its i-th kept
+ * KV entry.  Without compression slot = position; after pruning/merging
+ * the kept slots stay in position order (each keeps its original RoPE
+ * rotation, applied before the key was stored), so the causal mask in slot
+ * space is exact: every compacted slot precedes every later query, and the
+ * uncompressed tail is contiguous (see kvcache.h).
+ *
+ * Block b holds slots [b*block_size, (b+1)*block_size); its keys for KV
+ * head g start at k_blocks[b] + g*block_size*head_dim elements,
+ * token-major ([kv_head][token][head_dim]); values likewise.  Elements are
+ * float (K25_DTYPE_FP32), IEEE half (K25_DTYPE_FP16), or quantized
+ * (K25_DTYPE_INT8: one byte; K25_DTYPE_INT4: two per byte, even channel in
+ * the low nibble) with asymmetric scales:
+ *   keys, per channel over groups of `group` slots:
+ *     k_blocks[b] + ks_off + g*(block_size/group)*2*head_dim*2 bytes:
+ *     [group][scale|zero][head_dim] IEEE half;
+ *   values, per token over groups of `vgroup` channels:
+ *     k_blocks[b] + vs_off + g*block_size*(head_dim/vgroup)*2*2 bytes:
+ *     [token][head_dim/vgroup][scale|zero] IEEE half;
+ *   x = q * scale + zero.
+ * Quantized views hold slots [0, n_quant) in the blocks and slots
+ * [n_quant, n_tokens) in fp32 residual rows res_k/res_v
+ * ([kv_head][res_cap][head_dim]).
+ * A compressed sequence has slot metadata (has_meta): the slot's
+ * struct k25_kv_slot at k_blocks[b] + meta_off, [kv_head][block_size];
+ * its logc (ln of the tokens a merged slot stands for) is added to the
+ * slot's attention logit.
+ * Fields after v_blocks are zero for plain fp32/fp16 views.
  */
+struct k25_kv_slot {
+    float logc;   /* ln(count): added to the attention logit */
+    float count;  /* tokens this slot stands for (1 unless merged) */
+    float score;  /* attention received, summed over queries and query heads */
+    float seen;   /* (query, query head) pairs that could see the slot */
+};
+
 struct k25_kv_view {
     int n_tokens;
     int block_size;
@@ -24,12 +55,24 @@ struct k25_kv_view {
     enum k25_dtype dtype;
     const void *const *k_blocks; /* [n_blocks] */
     const void *const *v_blocks; /* [n_blocks] */
+    /* int8/int4 */
+    int group, vgroup;
+    size_t ks_off, vs_off;
+    int n_quant;
+    const float *res_k, *res_v;
+    int res_cap;
+    /* compression */
+    bool has_meta;
+    size_t meta_off;
 };
 
 /*
- * One attention job: n_q consecutive queries of one sequence at positions
+ * One attention job: n_q consecutive queries of one sequence at slots
  * q_pos0 .. q_pos0+n_q-1 attend causally to the sequence's KV (which
- * already holds their own keys): query i sees tokens 0 .. q_pos0+i.
+ * already holds their own keys): query i sees slots 0 .. q_pos0+i.
+ * score (optional, [n_kv_heads][q_pos0+n_q], zeroed by the caller) receives
+ * the attention each slot got, summed over the job's queries and the query
+ * heads of its KV head (softmax probabilities), for compression scoring.
  */
 struct k25_attn_job {
     const float *q;   /* [n_q][q_stride], heads at [h*head_dim], RoPE applied */
@@ -39,6 +82,7 @@ struct k25_attn_job {
     struct k25_kv_view kv;
     float *out;       /* [n_q][out_stride], heads at [h*head_dim] */
     int out_stride;
+    float *score;     /* NULL or [n_kv_heads][q_pos0 + n_q] */
 };
 
 struct k25_backend {
@@ -81,13 +125,18 @@ int64_t k25_chunked_scratch_bytes(int n_heads, int n_kv_heads, int head_dim, int
 void k25_fp16_to_fp32_row(const uint16_t *src, float *dst, size_t n);
 
 /*
- * Keys (blocks = kv->k_blocks) or values (kv->v_blocks) of tokens
+ * Keys (blocks = kv->k_blocks) or values (kv->v_blocks) of slots
  * [k0, k0+n) for KV head g as fp32 rows [n][head_dim]: a pointer into the
  * cache when the rows are fp32 and inside one block, else dequantized or
- * gathered into tmp ([n][head_dim], only touched then).
+ * gathered into tmp ([n][head_dim], only touched then: a tile buffer,
+ * never a whole-block copy).
  */
 const float *k25_kv_rows(const struct k25_kv_view *kv, const void *const *blocks, int g, int k0,
                          int n, float *tmp);
+/* ln(count) of slots [k0, k0+n) of KV head g into out[n]; false (out
+ * untouched) when the view has no slot metadata. */
+bool k25_kv_logc(const struct k25_kv_view *kv, int g, int k0, int n, float *out);
+
 /* Whether k25_kv_rows may need tmp for tiles of `tile` tokens starting at multiples of tile. */
 bool k25_kv_rows_need_tmp(const struct k25_kv_view *kv, int tile);
 

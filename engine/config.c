@@ -74,7 +74,7 @@ static const struct key_def keys[] = {
     {{"max_batch_size", "int", "8", "sequences per decode batch", ">= 1"},
      KIND_INT, F(max_batch_size), 1, INT_MAX, 0, 0, false, false, NULL, 0},
     {{"kv_cache_dtype", "enum", "fp32",
-      "KV storage precision (the engine refuses int8/int4 until KV quantization lands)",
+      "KV storage precision: int8/int4 quantize keys per channel and values per token in groups",
       "fp32|fp16|int8|int4"},
      KIND_ENUM, F(kv_cache_dtype), 0, 0, 0, 0, false, false, NAMES(dtype_names)},
     {{"prefill_chunk_size", "int", "2048", "tokens per prefill chunk", ">= 1"},
@@ -88,14 +88,29 @@ static const struct key_def keys[] = {
     {{"max_num_batched_tokens", "int", "8192", "token budget per engine step", ">= 1"},
      KIND_INT, F(max_num_batched_tokens), 1, INT_MAX, 0, 0, false, false, NULL, 0},
     {{"kv_compression_ratio", "float", "0.85",
-      "fraction of KV tokens kept, 1 = keep all (takes effect with KV compression)", "(0, 1]"},
+      "fraction of KV tokens kept per layer and KV head (pruning + merging), 1 = keep all; "
+      "the baselines and one-pass prefill keep all", "(0, 1]"},
      KIND_FLOAT, F(kv_compression_ratio), 0, 0, 0.0, 1.0, true, false, NULL, 0},
     {{"kv_merge_threshold", "float", "0.92",
-      "cosine similarity above which KV vectors merge (takes effect with KV compression)",
+      "cosine similarity above which neighbouring keys merge into a weighted prototype",
       "[0, 1]"},
      KIND_FLOAT, F(kv_merge_threshold), 0, 0, 0.0, 1.0, false, false, NULL, 0},
     {{"kv_block_size", "int", "256", "tokens per KV cache block", "1..65536"},
      KIND_INT, F(kv_block_size), 1, 65536, 0, 0, false, false, NULL, 0},
+    {{"kv_quant_group", "int", "32",
+      "int8/int4 KV: tokens per key scale group (per channel), values per value scale group "
+      "(per token, capped at head_dim); must divide kv_block_size",
+      "1..4096"},
+     KIND_INT, F(kv_quant_group), 1, 4096, 0, 0, false, false, NULL, 0},
+    {{"kv_quant_residual", "int", "128",
+      "int8/int4 KV: most recent tokens kept in full precision until their group closes", ">= 0"},
+     KIND_INT, F(kv_quant_residual), 0, 1 << 20, 0, 0, false, false, NULL, 0},
+    {{"kv_sink_tokens", "int", "64", "KV compression: first tokens of a sequence never pruned or merged",
+      ">= 0"},
+     KIND_INT, F(kv_sink_tokens), 0, INT_MAX, 0, 0, false, false, NULL, 0},
+    {{"kv_recent_tokens", "int", "512",
+      "KV compression: most recent tokens of a sequence never pruned or merged", ">= 0"},
+     KIND_INT, F(kv_recent_tokens), 0, INT_MAX, 0, 0, false, false, NULL, 0},
     {{"block_pattern_hint", "enum", "auto",
       "document chunking mode (takes effect with KV tiers)", "auto|legal_doc|plain_text"},
      KIND_ENUM, F(block_pattern_hint), 0, 0, 0, 0, false, false, NAMES(hint_names)},
@@ -143,6 +158,10 @@ void k25_config_init(struct k25_config *cfg)
     cfg->kv_compression_ratio = 0.85;
     cfg->kv_merge_threshold = 0.92;
     cfg->kv_block_size = 256;
+    cfg->kv_quant_group = 32;
+    cfg->kv_quant_residual = 128;
+    cfg->kv_sink_tokens = 64;
+    cfg->kv_recent_tokens = 512;
     cfg->block_pattern_hint = K25_HINT_AUTO;
     cfg->memory_budget_mb = 0;
     cfg->disable_prefill_optimization = false;
@@ -781,6 +800,11 @@ int k25_config_validate(const struct k25_config *cfg, struct k25_error *err)
                              "%d exceeds max_num_batched_tokens (%d): a full decode batch needs "
                              "one token of the step budget per sequence",
                              cfg->max_batch_size, cfg->max_num_batched_tokens);
+    if ((cfg->kv_cache_dtype == K25_DTYPE_INT8 || cfg->kv_cache_dtype == K25_DTYPE_INT4) &&
+        cfg->kv_block_size % cfg->kv_quant_group != 0)
+        return k25_error_set(err, K25_ERANGE, NULL, 0, "kv_quant_group",
+                             "%d does not divide kv_block_size (%d): a key scale group must lie in one block",
+                             cfg->kv_quant_group, cfg->kv_block_size);
     return 0;
 }
 

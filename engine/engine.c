@@ -51,7 +51,7 @@ int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k2
     /* With a budget, the KV pool gets what weights and activations leave. */
     int64_t max_blocks = 0;
     struct k25_kv_pool probe;
-    if ((rc = k25_kv_pool_init(&probe, s, cfg->kv_block_size, cfg->kv_cache_dtype, 0, err)) != K25_OK)
+    if ((rc = k25_kv_pool_init(&probe, s, cfg, 0, err)) != K25_OK)
         goto out_free;
     if (cfg->memory_budget_mb > 0) {
         int64_t budget = cfg->memory_budget_mb * 1024 * 1024;
@@ -71,9 +71,10 @@ int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k2
             goto out_free;
         }
     }
-    if ((rc = k25_kv_pool_init(&e->pool, s, cfg->kv_block_size, cfg->kv_cache_dtype, max_blocks,
-                               err)) != K25_OK)
+    if ((rc = k25_kv_pool_init(&e->pool, s, cfg, max_blocks, err)) != K25_OK)
         goto out_free;
+    e->comp = (struct k25_kv_compress_opts){cfg->kv_compression_ratio, cfg->kv_merge_threshold,
+                                            cfg->kv_sink_tokens, cfg->kv_recent_tokens, 0};
     if ((rc = k25_log_open(&e->log, cfg->log_level, cfg->log_file, err)) != K25_OK)
         goto out_pool;
 
@@ -110,6 +111,8 @@ static void slot_free(struct k25_engine *e, struct k25_slot *sl)
     if (sl->seq.ids)
         k25_kv_seq_release(&e->pool, &sl->seq, NULL, NULL);
     free(sl->prompt);
+    free(sl->forced);
+    free(sl->res.attn_probe);
     free(sl->res.output_ids);
     free(sl->res.token_t_ns);
     free(sl->res.logits);
@@ -163,6 +166,13 @@ int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handl
             return k25_error_set(err, K25_EINVAL, NULL, 0, "input_ids",
                                  "request '%s': token %d is %d, outside the vocabulary [0, %d)", id, i,
                                  req->input_ids[i], V);
+    if (req->n_forced < 0 || (req->n_forced > 0 && !req->forced_ids))
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "forced_ids", "request '%s': bad forced tokens", id);
+    for (int i = 0; i < req->n_forced; i++)
+        if (req->forced_ids[i] < 0 || req->forced_ids[i] >= V)
+            return k25_error_set(err, K25_EINVAL, NULL, 0, "forced_ids",
+                                 "request '%s': forced token %d is %d, outside the vocabulary [0, %d)", id, i,
+                                 req->forced_ids[i], V);
     if (req->max_new_tokens < 0)
         return k25_error_set(err, K25_EINVAL, NULL, 0, "max_new_tokens",
                              "request '%s': negative max_new_tokens %d", id, req->max_new_tokens);
@@ -204,6 +214,16 @@ int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handl
     int cap = e->cfg.decode_max_tokens;
     sl->max_new = (req->max_new_tokens > 0 && req->max_new_tokens < cap) ? req->max_new_tokens : cap;
     sl->keep_logits = req->keep_logits;
+    sl->keep_attn = req->keep_attn;
+    if (req->n_forced > 0) {
+        if (!(sl->forced = malloc(sizeof(int32_t) * (size_t)req->n_forced))) {
+            free(sl->prompt);
+            free(sl);
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        }
+        memcpy(sl->forced, req->forced_ids, sizeof(int32_t) * (size_t)req->n_forced);
+        sl->n_forced = req->n_forced;
+    }
     sl->rng = k25_sample_seed(e->cfg.seed, sl->res.id);
 
     int h = e->n_slots++;
@@ -254,9 +274,12 @@ static void log_block_free(int32_t id, void *user)
 }
 
 static int append_token(struct k25_engine *e, struct k25_slot *sl, int32_t tok, const float *logits,
-                        uint64_t t_ns, struct k25_error *err)
+                        const float *probe, uint64_t t_ns, struct k25_error *err)
 {
     int V = e->model->shape.vocab_size;
+    const struct k25_model_shape *ms = &e->model->shape;
+    int pl[3], np = k25_attn_probe_layers(ms->n_layers, pl);
+    size_t pw = (size_t)np * ms->n_heads * ms->head_dim;
     if (sl->res.n_output == sl->out_cap) {
         int ncap = sl->out_cap ? 2 * sl->out_cap : 16;
         if (ncap > sl->max_new)
@@ -270,16 +293,75 @@ static int append_token(struct k25_engine *e, struct k25_slot *sl, int32_t tok, 
         float *lg = sl->keep_logits ? realloc(sl->res.logits, sizeof(float) * (size_t)ncap * V) : NULL;
         if (lg)
             sl->res.logits = lg;
-        if (!o || !t || (sl->keep_logits && !lg))
+        float *pb = sl->keep_attn ? realloc(sl->res.attn_probe, sizeof(float) * (size_t)ncap * pw) : NULL;
+        if (pb)
+            sl->res.attn_probe = pb;
+        if (!o || !t || (sl->keep_logits && !lg) || (sl->keep_attn && !pb))
             return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (outputs)");
         sl->out_cap = ncap;
     }
     if (sl->keep_logits)
         memcpy(sl->res.logits + (size_t)sl->res.n_output * V, logits, sizeof(float) * V);
+    if (sl->keep_attn) {
+        memcpy(sl->res.attn_probe + (size_t)sl->res.n_output * pw, probe, sizeof(float) * pw);
+        sl->res.n_probe = np;
+    }
     sl->res.output_ids[sl->res.n_output] = tok;
     sl->res.token_t_ns[sl->res.n_output] = t_ns;
     sl->res.n_output++;
     return K25_OK;
+}
+
+int k25_attn_probe_layers(int n_layers, int out[3])
+{
+    int n = 0, cand[3] = {0, n_layers / 2, n_layers - 1};
+    for (int i = 0; i < 3; i++)
+        if (cand[i] >= 0 && (n == 0 || cand[i] > out[n - 1]))
+            out[n++] = cand[i];
+    return n;
+}
+
+/*
+ * Compresses one sequence after a step (pool.compress): at every prefill
+ * chunk to the kept count exactly, during decode once the excess reaches a
+ * quantization group (32 slots for fp32/fp16), so the work per call stays
+ * proportional to the tokens that entered the region since the last one.
+ */
+static int compress_seq(struct k25_engine *e, struct k25_slot *sl, bool prefill, struct k25_error *err)
+{
+    struct k25_kv_compress_opts o = e->comp;
+    o.slack = prefill ? 0 : (e->pool.quant ? e->pool.group : 32);
+    int64_t pr = sl->seq.pruned_slots, mg = sl->seq.merged_slots;
+    int removed = 0, rc = k25_kv_seq_compress(&e->pool, &sl->seq, &o, &removed, err);
+    if (rc == K25_OK && removed > 0 && k25_log_on(&e->log, K25_LOG_DEBUG)) {
+        double hl = (double)e->pool.n_layers * e->pool.n_kv_heads;
+        k25_log_write(&e->log, K25_LOG_DEBUG, "KV_CACHE",
+                      "req_id=%s event=prune tokens=%.1f positions=%d slots=%d", sl->res.id,
+                      (double)(sl->seq.pruned_slots - pr) / hl, sl->seq.n_pos, sl->seq.n_tokens);
+        k25_log_write(&e->log, K25_LOG_DEBUG, "KV_CACHE",
+                      "req_id=%s event=merge tokens=%.1f threshold=%.3f positions=%d slots=%d", sl->res.id,
+                      (double)(sl->seq.merged_slots - mg) / hl, o.merge_threshold, sl->seq.n_pos,
+                      sl->seq.n_tokens);
+    }
+    return rc;
+}
+
+/* Fills the result's KV compression figures from the sequence before its blocks are freed. */
+static void kv_result_stats(struct k25_engine *e, struct k25_slot *sl)
+{
+    struct k25_kv_layout lay;
+    k25_kv_layout(&e->cfg, &e->model->shape, &lay);
+    double hl = (double)e->pool.n_layers * e->pool.n_kv_heads;
+    sl->res.kv_tokens_pruned = (double)sl->seq.pruned_slots / hl;
+    sl->res.kv_tokens_merged = (double)sl->seq.merged_slots / hl;
+    sl->res.kv_slots = sl->seq.n_tokens;
+    sl->res.kv_bytes_before = (int64_t)(lay.bytes_per_token * sl->seq.n_pos + 0.5);
+    sl->res.kv_bytes_after = (int64_t)((lay.bytes_per_token + lay.meta_bytes_per_token) * sl->seq.n_tokens + 0.5);
+    if (k25_log_on(&e->log, K25_LOG_DEBUG) && e->pool.compress)
+        k25_log_write(&e->log, K25_LOG_DEBUG, "KV_CACHE",
+                      "req_id=%s tokens_pruned=%.1f tokens_merged=%.1f kv_bytes_before=%lld kv_bytes_after=%lld",
+                      sl->res.id, sl->res.kv_tokens_pruned, sl->res.kv_tokens_merged,
+                      (long long)sl->res.kv_bytes_before, (long long)sl->res.kv_bytes_after);
 }
 
 /*
@@ -314,9 +396,16 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
     bool has_prefill = false;
     struct k25_span spans[n];
     int span_h[n];
+    const struct k25_model_shape *ms = &e->model->shape;
+    int pl[3];
+    size_t pw = (size_t)k25_attn_probe_layers(ms->n_layers, pl) * ms->n_heads * ms->head_dim;
     float *logit_buf = malloc(sizeof(float) * (size_t)n * V);
-    if (!logit_buf)
+    float *probe_buf = malloc(sizeof(float) * (size_t)n * pw);
+    if (!logit_buf || !probe_buf) {
+        free(logit_buf);
+        free(probe_buf);
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    }
 
     /* decode tokens first: one per sequence past its prefill */
     for (int i = 0; i < n && budget > 0; i++) {
@@ -324,7 +413,8 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         if (sl->res.state != K25_REQ_DECODE)
             continue;
         spans[n_spans] = (struct k25_span){&sl->seq, &sl->res.output_ids[sl->res.n_output - 1], 1,
-                                           sl->seq.n_tokens, logit_buf + (size_t)n_spans * V};
+                                           sl->seq.n_pos, logit_buf + (size_t)n_spans * V,
+                                           sl->keep_attn ? probe_buf + (size_t)n_spans * pw : NULL};
         span_h[n_spans++] = e->running[i];
         budget--;
     }
@@ -348,7 +438,8 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         }
         bool last = chunk == left;
         spans[n_spans] = (struct k25_span){&sl->seq, sl->prompt + sl->n_prefilled, chunk, sl->n_prefilled,
-                                           last ? logit_buf + (size_t)n_spans * V : NULL};
+                                           last ? logit_buf + (size_t)n_spans * V : NULL,
+                                           last && sl->keep_attn ? probe_buf + (size_t)n_spans * pw : NULL};
         span_h[n_spans++] = e->running[i];
         has_prefill = true;
     }
@@ -363,6 +454,7 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
     uint64_t t0 = k25_now_ns();
     if ((rc = k25_forward(e, spans, n_spans, err)) != K25_OK)
         goto out;
+    k25_testknob_apply(spans, n_spans, V, t0); /* TEST-ONLY, off unless K25_TEST_* is set */
     uint64_t t1 = k25_now_ns(), dt = t1 - t0;
     e->stats.steps++;
     e->stats.busy_ns += dt;
@@ -370,6 +462,11 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         e->stats.prefill_ns += dt;
     else
         e->stats.decode_ns += dt;
+
+    for (int i = 0; i < n_spans && e->pool.compress; i++)
+        if ((rc = compress_seq(e, e->slots[span_h[i]], e->slots[span_h[i]]->res.state == K25_REQ_PREFILL, err)) !=
+            K25_OK)
+            goto out;
 
     for (int i = 0; i < n_spans; i++) {
         int h = span_h[i];
@@ -392,7 +489,9 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
             e->stats.decode_tokens++;
         }
         int32_t tok = k25_sample(e, spans[i].logits, &sl->rng);
-        if ((rc = append_token(e, sl, tok, spans[i].logits, t1, err)) != K25_OK)
+        if (sl->res.n_output < sl->n_forced)
+            tok = sl->forced[sl->res.n_output]; /* teacher forcing: the sampler state still advances */
+        if ((rc = append_token(e, sl, tok, spans[i].logits, spans[i].probe, t1, err)) != K25_OK)
             goto out;
         if (k25_log_on(&e->log, K25_LOG_DEBUG))
             k25_log_write(&e->log, K25_LOG_DEBUG, "DECODE",
@@ -409,6 +508,7 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         if (sl->res.state == K25_REQ_DECODE && sl->res.n_output >= sl->max_new) {
             sl->res.state = K25_REQ_COMPLETED;
             sl->res.finish_t_ns = k25_now_ns();
+            kv_result_stats(e, sl);
             k25_kv_seq_release(&e->pool, &sl->seq, k25_log_on(&e->log, K25_LOG_DEBUG) ? log_block_free : NULL,
                                e);
             e->pool.reserved -= sl->reserved_blocks;
@@ -422,6 +522,7 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
 
 out:
     free(logit_buf);
+    free(probe_buf);
     return rc;
 }
 

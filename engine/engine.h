@@ -16,6 +16,9 @@ struct k25_slot {
     int32_t *prompt;          /* [res.n_input] (malloc'd copy) */
     int max_new;              /* tokens to generate */
     bool keep_logits;
+    bool keep_attn;
+    int32_t *forced;          /* [n_forced] teacher-forced output tokens (malloc'd copy) */
+    int n_forced;
     int n_prefilled;          /* prompt tokens already in the KV cache */
     int64_t reserved_blocks;  /* promised by admission (budgeted pool) */
     struct k25_kv_seq seq;
@@ -31,6 +34,7 @@ struct k25_span {
     int n;
     int pos0;                 /* position of tokens[0] */
     float *logits;            /* [vocab] for the last token, or NULL */
+    float *probe;             /* [n_probe][heads*head_dim] attention output of the last token, or NULL */
 };
 
 struct k25_engine {
@@ -39,6 +43,7 @@ struct k25_engine {
     const struct k25_backend *be;
     k25_attention_fn attn;    /* cfg.attention: the engine's kernels or a baseline */
     struct k25_kv_pool pool;
+    struct k25_kv_compress_opts comp; /* compression settings (pool.compress) */
     struct k25_log log;
 
     struct k25_slot **slots;  /* [n_slots], by handle */
@@ -84,5 +89,8 @@ int32_t k25_sample(struct k25_engine *e, const float *logits, uint64_t *rng);
 /* A seed for one request: mixes the run seed with the request id, so a
  * request samples the same tokens whatever else is in the batch. */
 uint64_t k25_sample_seed(uint64_t seed, const char *id);
+
+/* TEST-ONLY degradation knobs (testknob.c: K25_TEST_SLOWDOWN, K25_TEST_LOSSY; off unless set). */
+void k25_testknob_apply(const struct k25_span *spans, int n, int vocab, uint64_t t0_ns);
 
 #endif

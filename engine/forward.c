@@ -6,6 +6,10 @@
  * is a single GEMM over all T tokens; only attention is per sequence.
  * Keys and values of the step's tokens are written to the paged cache
  * before attention, so each chunk attends to earlier KV plus itself.
+ * Positions (RoPE) count tokens; attention works on KV slots, which
+ * differ from positions once a sequence has been compressed.  With
+ * compression on, each attention call also returns the attention every
+ * slot received, which is added to the slots' scores (kvcache.c).
  */
 #include "engine.h"
 
@@ -71,18 +75,29 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struc
     int rc = K25_OK;
 
     K25_ASSERT(n_spans > 0);
-    int T = 0, max_blocks = 0;
+    int T = 0, max_blocks = 0, slot0[n_spans];
+    float *scores = NULL;
+    size_t score_off[n_spans + 1];
+    int probe_l[3], n_probe = k25_attn_probe_layers(s->n_layers, probe_l);
     for (int i = 0; i < n_spans; i++)
         T += spans[i].n;
     if ((rc = ensure_buffers(e, T, err)) != K25_OK)
         return rc;
     for (int i = 0; i < n_spans; i++) {
-        K25_ASSERT(spans[i].seq->n_tokens == spans[i].pos0);
+        K25_ASSERT(spans[i].seq->n_pos == spans[i].pos0);
+        slot0[i] = spans[i].seq->n_tokens;
         if ((rc = k25_kv_seq_reserve(&e->pool, spans[i].seq, spans[i].n, err)) != K25_OK)
             return rc;
         if (spans[i].seq->n_blocks > max_blocks)
             max_blocks = spans[i].seq->n_blocks;
     }
+
+    score_off[0] = 0;
+    for (int i = 0; i < n_spans; i++)
+        score_off[i + 1] = score_off[i] + (e->pool.compress ? (size_t)nkv * spans[i].seq->n_tokens : 0);
+    if (score_off[n_spans] > 0 &&
+        !(scores = k25_alloc(K25_MEM_ATTN_SCRATCH, sizeof(float) * score_off[n_spans])))
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (attention scores)");
 
     struct k25_attn_job *jobs = calloc((unsigned)n_spans, sizeof(*jobs));
     const void **ptrs = calloc((unsigned)n_spans * 2u * (unsigned)max_blocks, sizeof(void *));
@@ -106,20 +121,32 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struc
 
         for (int i = 0, row = 0; i < n_spans; i++) {
             const float *kr = e->qkv + (size_t)row * qkv_w + att_w;
-            k25_kv_seq_write(&e->pool, spans[i].seq, l, spans[i].pos0, spans[i].n, kr, kr + nkv * hd,
-                             qkv_w);
+            k25_kv_seq_write(&e->pool, spans[i].seq, l, slot0[i], spans[i].n, kr, kr + nkv * hd, qkv_w);
             const void **kp = ptrs + (size_t)i * 2 * max_blocks, **vp = kp + max_blocks;
             k25_kv_seq_view(&e->pool, spans[i].seq, l, kp, vp, &jobs[i].kv);
             jobs[i].q = e->qkv + (size_t)row * qkv_w;
             jobs[i].q_stride = qkv_w;
             jobs[i].n_q = spans[i].n;
-            jobs[i].q_pos0 = spans[i].pos0;
+            jobs[i].q_pos0 = slot0[i];
+            jobs[i].score = scores ? scores + score_off[i] : NULL;
             jobs[i].out = e->att + (size_t)row * att_w;
             jobs[i].out_stride = att_w;
             row += spans[i].n;
             e->stats.kv_block_accesses += spans[i].seq->n_blocks;
         }
+        if (scores)
+            memset(scores, 0, sizeof(float) * score_off[n_spans]);
         e->attn(jobs, n_spans, nh, 1.0f / sqrtf((float)hd));
+        for (int i = 0; scores && i < n_spans; i++)
+            k25_kv_seq_add_scores(&e->pool, spans[i].seq, l, jobs[i].score, slot0[i], spans[i].n, nh / nkv);
+        for (int pl = 0; pl < n_probe; pl++) /* attention output of the row that gets logits */
+            if (probe_l[pl] == l)
+                for (int i = 0, row = 0; i < n_spans; i++) {
+                    row += spans[i].n;
+                    if (spans[i].probe)
+                        memcpy(spans[i].probe + (size_t)pl * att_w, e->att + (size_t)(row - 1) * att_w,
+                               sizeof(float) * att_w);
+                }
         be->gemm_xwt(T, d, att_w, e->att, L->wo, e->x, true);
 
         be->rmsnorm(T, d, e->x, L->ffn_norm, s->norm_eps, e->xn);
@@ -145,6 +172,7 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struc
     }
 
 out_free:
+    k25_free(scores);
     free(jobs);
     free(ptrs);
     return rc;

@@ -118,6 +118,10 @@ struct k25_config {
     double kv_compression_ratio; /* fraction of KV tokens kept */
     double kv_merge_threshold;   /* cosine threshold for merging */
     int kv_block_size;           /* tokens per KV block */
+    int kv_quant_group;          /* int8/int4: tokens per key scale group, values per value group */
+    int kv_quant_residual;       /* int8/int4: most recent tokens kept in fp32 until their group closes */
+    int kv_sink_tokens;          /* compression: first tokens never pruned or merged */
+    int kv_recent_tokens;        /* compression: most recent tokens never pruned or merged */
     enum k25_hint block_pattern_hint;
     int64_t memory_budget_mb;    /* 0 = no budget (all memory) */
     bool disable_prefill_optimization; /* one-pass prefill */
@@ -247,7 +251,19 @@ struct k25_request {
     int n_input;
     int max_new_tokens;        /* 0 = decode_max_tokens; capped by it */
     bool keep_logits;          /* store logits of every generated position */
+    /* Teacher forcing (fidelity): when n_forced > 0 the k-th output token is
+     * forced_ids[k] (k < n_forced) instead of the sampled one; the logits are
+     * still those the model produced.  Borrowed until the request finishes. */
+    const int32_t *forced_ids; /* [n_forced] */
+    int n_forced;
+    /* Store the attention output of the row that produced each output token
+     * at the probe layers (k25_attn_probe_layers) in result.attn_probe. */
+    bool keep_attn;
 };
+
+/* The layers whose attention output keep_attn records: first, middle, last
+ * (deduplicated, ascending).  Writes up to 3 indices, returns the count. */
+int k25_attn_probe_layers(int n_layers, int out[3]);
 
 /*
  * What happened to a request.  Owned by the engine; valid until
@@ -263,6 +279,17 @@ struct k25_result {
     int32_t *output_ids;       /* [n_output] */
     uint64_t *token_t_ns;      /* [n_output], when each token was produced */
     float *logits;             /* [n_output][vocab] when keep_logits, else NULL */
+    float *attn_probe;         /* [n_output][n_probe][n_heads*head_dim] when keep_attn, else NULL */
+    int n_probe;               /* probe layers (k25_attn_probe_layers) when keep_attn */
+    /* KV compression (kv_compression_ratio < 1), per request: token-equivalents
+     * (slots over layers x KV heads, averaged) pruned and merged away, and the
+     * KV bytes the sequence would hold uncompressed vs holds (data, scales,
+     * slot metadata) when it finished. */
+    double kv_tokens_pruned;
+    double kv_tokens_merged;
+    int64_t kv_bytes_before;
+    int64_t kv_bytes_after;
+    int kv_slots;              /* KV slots per (layer, KV head) at the end */
     uint64_t submit_t_ns;
     uint64_t admit_t_ns;       /* left the waiting queue */
     uint64_t prefill_done_t_ns;
@@ -374,8 +401,36 @@ int64_t k25_attn_scratch_bytes(enum k25_attn_impl impl, int n_heads, int n_kv_he
                                int block_size, enum k25_dtype kv_dtype, int n_seqs, int64_t n_q,
                                int64_t n_kv, int threads);
 
-/* Bytes of one KV block (every layer, K and V) for this shape and dtype. */
+/* Bytes of one KV block (every layer, K and V) for this shape and dtype,
+ * with the default quantization group (32) and no compression metadata. */
 int64_t k25_kv_block_bytes(const struct k25_model_shape *shape, int block_size, enum k25_dtype dtype);
+
+/*
+ * KV storage figures of a config (engine/kvcache.c arithmetic): bytes of
+ * one block as the engine allocates it (data, int8/int4 scales and zero
+ * points, compression slot metadata when kv_compression_ratio < 1), the
+ * fp32 residual window one sequence holds (int8/int4), the bits per stored
+ * value with the quantization metadata, and the bytes per token (every
+ * layer, K and V) with and without the slot metadata.
+ */
+struct k25_kv_layout {
+    int64_t block_bytes;
+    int64_t residual_bytes;       /* per sequence */
+    double bits_per_value;        /* data + scales + zero points */
+    double bytes_per_token;       /* data + scales */
+    double meta_bytes_per_token;  /* compression slot metadata (0 when r = 1) */
+    bool compress;                /* pruning/merging active for this config */
+};
+void k25_kv_layout(const struct k25_config *cfg, const struct k25_model_shape *shape,
+                   struct k25_kv_layout *out);
+
+/* KV slots a sequence of n positions keeps under cfg's compression:
+ * max(round(r n), min(n, sink + recent)); n when compression is off. */
+int64_t k25_kv_kept_tokens(const struct k25_config *cfg, int64_t n);
+
+/* Whether cfg compresses KV (r < 1 with the ChunkedAttention kernels and
+ * chunked prefill; the baselines and one-pass prefill keep every token). */
+bool k25_kv_compress_active(const struct k25_config *cfg);
 
 /* ------------------------------------------------------------ threads */
 

@@ -1,28 +1,56 @@
 /*
  * kvcache.c - paged KV cache: a block pool with a free list, block tables
- * per sequence, fp32 and fp16 storage.  See kvcache.h for the layout.
+ * per sequence, fp32/fp16 storage, INT8/INT4 storage with an fp32
+ * residual window, and the slot bookkeeping compression needs.  See
+ * kvcache.h for the layout.
  */
 #include "kvcache.h"
+#include "kvquant.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-int k25_kv_pool_init(struct k25_kv_pool *p, const struct k25_model_shape *s, int block_size,
-                     enum k25_dtype dtype, int64_t max_blocks, struct k25_error *err)
+int k25_kv_pool_init(struct k25_kv_pool *p, const struct k25_model_shape *s, const struct k25_config *cfg,
+                     int64_t max_blocks, struct k25_error *err)
 {
     memset(p, 0, sizeof(*p));
-    if (dtype != K25_DTYPE_FP32 && dtype != K25_DTYPE_FP16)
-        return k25_error_set(err, K25_EUNSUPPORTED, NULL, 0, "kv_cache_dtype",
-                             "'%s' KV storage is not implemented yet (fp32 and fp16 are)",
-                             k25_dtype_name(dtype));
-    p->block_size = block_size;
+    const int bs = cfg->kv_block_size, hd = s->head_dim, nkv = s->n_kv_heads;
+    p->block_size = bs;
     p->n_layers = s->n_layers;
-    p->n_kv_heads = s->n_kv_heads;
-    p->head_dim = s->head_dim;
-    p->dtype = dtype;
-    p->elem_bytes = dtype == K25_DTYPE_FP32 ? 4 : 2;
-    p->half_bytes = (size_t)s->n_kv_heads * block_size * s->head_dim * p->elem_bytes;
-    p->block_bytes = (size_t)s->n_layers * 2 * p->half_bytes;
+    p->n_kv_heads = nkv;
+    p->head_dim = hd;
+    p->dtype = cfg->kv_cache_dtype;
+    p->quant = p->dtype == K25_DTYPE_INT8 || p->dtype == K25_DTYPE_INT4;
+    p->compress = k25_kv_compress_active(cfg);
+    if (p->quant) {
+        p->bits = p->dtype == K25_DTYPE_INT8 ? 8 : 4;
+        p->group = cfg->kv_quant_group;
+        p->vgroup = cfg->kv_quant_group < hd ? cfg->kv_quant_group : hd;
+        p->residual = cfg->kv_quant_residual;
+        p->res_cap = p->residual + p->group;
+        if (bs % p->group != 0)
+            return k25_error_set(err, K25_ERANGE, NULL, 0, "kv_quant_group",
+                                 "%d does not divide kv_block_size (%d)", p->group, bs);
+        if (hd % p->vgroup != 0 || (p->bits == 4 && (hd % 2 || p->vgroup % 2)))
+            return k25_error_set(err, K25_EINVAL, NULL, 0, "kv_quant_group",
+                                 "value groups of %d channels do not tile head_dim %d%s", p->vgroup, hd,
+                                 p->bits == 4 ? " in whole bytes (int4 needs even groups)" : "");
+        p->row_bytes = k25_kvq_row_bytes(hd, p->bits);
+        p->ks_head_bytes = (size_t)(bs / p->group) * 2 * hd * sizeof(uint16_t);
+        p->vs_head_bytes = (size_t)bs * (hd / p->vgroup) * 2 * sizeof(uint16_t);
+    } else {
+        p->elem_bytes = p->dtype == K25_DTYPE_FP32 ? 4 : 2;
+        p->row_bytes = (size_t)hd * p->elem_bytes;
+    }
+    p->meta_head_bytes = p->compress ? (size_t)bs * sizeof(struct k25_kv_slot) : 0;
+    p->head_bytes = (size_t)bs * p->row_bytes;
+    p->half_bytes = (size_t)nkv * p->head_bytes;
+    p->ks_off = 2 * p->half_bytes;
+    p->vs_off = p->ks_off + (size_t)nkv * p->ks_head_bytes;
+    p->meta_off = p->vs_off + (size_t)nkv * p->vs_head_bytes;
+    p->layer_bytes = p->meta_off + (size_t)nkv * p->meta_head_bytes;
+    p->layer_bytes = (p->layer_bytes + 63) / 64 * 64; /* keep every layer 64-byte aligned */
+    p->block_bytes = (size_t)s->n_layers * p->layer_bytes;
     p->max_blocks = max_blocks;
     return K25_OK;
 }
@@ -68,8 +96,32 @@ static int32_t block_get(struct k25_kv_pool *p)
     return id;
 }
 
+static void block_put(struct k25_kv_pool *p, int32_t id)
+{
+    p->free_ids[p->n_free++] = id;
+    p->in_use--;
+}
+
+/* Residual rows of (layer, K|V, head g). */
+static float *res_rows(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l, int kv, int g)
+{
+    return seq->res + (((size_t)l * 2 + kv) * p->n_kv_heads + g) * p->res_cap * p->head_dim;
+}
+
 int k25_kv_seq_reserve(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n, struct k25_error *err)
 {
+    if (p->quant && !seq->res) {
+        seq->n_quant = calloc((size_t)p->n_layers, sizeof(int));
+        seq->res = k25_alloc(K25_MEM_KV, sizeof(float) * (size_t)p->n_layers * 2 * p->n_kv_heads *
+                                             p->res_cap * p->head_dim);
+        if (!seq->n_quant || !seq->res) {
+            free(seq->n_quant);
+            k25_free(seq->res);
+            seq->n_quant = NULL;
+            seq->res = NULL;
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV residual)");
+        }
+    }
     int need = (int)k25_kv_blocks_for(p, (int64_t)seq->n_tokens + n);
     if (need > seq->cap) {
         int ncap = seq->cap ? seq->cap : 16;
@@ -89,22 +141,67 @@ int k25_kv_seq_reserve(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n, str
                                  (long long)p->in_use, p->block_size);
         seq->ids[seq->n_blocks++] = id;
     }
+    if (p->compress) /* fresh slots: one token each, nothing received yet */
+        for (int l = 0; l < p->n_layers; l++)
+            for (int g = 0; g < p->n_kv_heads; g++)
+                for (int s = seq->n_tokens; s < seq->n_tokens + n; s++)
+                    *k25_kv_slot_meta(p, seq, l, g, s) = (struct k25_kv_slot){0.0f, 1.0f, 0.0f, 0.0f};
     seq->n_tokens += n;
+    seq->n_pos += n;
     return K25_OK;
 }
 
-void k25_kv_seq_write(struct k25_kv_pool *p, const struct k25_kv_seq *seq, int layer, int pos0, int n,
-                      const float *k, const float *v, int stride)
+/* Quantizes the oldest residual group of layer l into its block and shifts the residual down. */
+static void quantize_group(struct k25_kv_pool *p, struct k25_kv_seq *seq, int l)
+{
+    const int G = p->group, hd = p->head_dim, bs = p->block_size, s0 = seq->n_quant[l];
+    unsigned char *lay = k25_kv_layer(p, seq->ids[s0 / bs], l);
+    const int o = s0 % bs;
+    for (int g = 0; g < p->n_kv_heads; g++) {
+        float *rk = res_rows(p, seq, l, 0, g), *rv = res_rows(p, seq, l, 1, g);
+        uint8_t *kq = lay + (size_t)g * p->head_bytes + (size_t)o * p->row_bytes;
+        uint16_t *ksz = (uint16_t *)(lay + p->ks_off + (size_t)g * p->ks_head_bytes) + (size_t)(o / G) * 2 * hd;
+        k25_kvq_quant_keys(rk, hd, G, hd, p->bits, kq, ksz);
+        uint8_t *vq = lay + p->half_bytes + (size_t)g * p->head_bytes + (size_t)o * p->row_bytes;
+        uint16_t *vsz = (uint16_t *)(lay + p->vs_off + (size_t)g * p->vs_head_bytes);
+        const int nvg = hd / p->vgroup;
+        for (int t = 0; t < G; t++)
+            k25_kvq_quant_value_row(rv + (size_t)t * hd, hd, p->vgroup, p->bits, vq + (size_t)t * p->row_bytes,
+                                    vsz + (size_t)(o + t) * nvg * 2);
+        int keep = p->res_cap - G;
+        memmove(rk, rk + (size_t)G * hd, sizeof(float) * (size_t)keep * hd);
+        memmove(rv, rv + (size_t)G * hd, sizeof(float) * (size_t)keep * hd);
+    }
+    seq->n_quant[l] += G;
+}
+
+/* Writes n rows: row i of head g at k + i*row_stride + g*head_stride. */
+static void write_rows(struct k25_kv_pool *p, struct k25_kv_seq *seq, int l, int slot0, int n, const float *k,
+                       const float *v, size_t row_stride, size_t head_stride)
 {
     const int bs = p->block_size, hd = p->head_dim;
-    K25_ASSERT(pos0 + n <= seq->n_tokens);
+    K25_ASSERT(slot0 >= 0 && slot0 + n <= seq->n_tokens);
     for (int i = 0; i < n; i++) {
-        int pos = pos0 + i, b = pos / bs, t = pos % bs;
-        unsigned char *blk = (unsigned char *)p->blocks[seq->ids[b]] + (size_t)layer * 2 * p->half_bytes;
+        int slot = slot0 + i;
+        if (p->quant) {
+            int idx = slot - seq->n_quant[l];
+            K25_ASSERT(idx >= 0 && idx < p->res_cap);
+            for (int g = 0; g < p->n_kv_heads; g++) {
+                memcpy(res_rows(p, seq, l, 0, g) + (size_t)idx * hd, k + i * row_stride + g * head_stride,
+                       sizeof(float) * hd);
+                memcpy(res_rows(p, seq, l, 1, g) + (size_t)idx * hd, v + i * row_stride + g * head_stride,
+                       sizeof(float) * hd);
+            }
+            if (idx + 1 >= p->res_cap)
+                quantize_group(p, seq, l);
+            continue;
+        }
+        int t = slot % bs;
+        unsigned char *blk = k25_kv_layer(p, seq->ids[slot / bs], l);
         for (int g = 0; g < p->n_kv_heads; g++) {
             size_t off = ((size_t)g * bs + t) * hd;
-            const float *ks = k + (size_t)i * stride + (size_t)g * hd;
-            const float *vs = v + (size_t)i * stride + (size_t)g * hd;
+            const float *ks = k + i * row_stride + g * head_stride;
+            const float *vs = v + i * row_stride + g * head_stride;
             if (p->dtype == K25_DTYPE_FP32) {
                 memcpy((float *)blk + off, ks, sizeof(float) * hd);
                 memcpy((float *)(blk + p->half_bytes) + off, vs, sizeof(float) * hd);
@@ -119,28 +216,58 @@ void k25_kv_seq_write(struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l
     }
 }
 
+void k25_kv_seq_write(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int slot0, int n,
+                      const float *k, const float *v, int stride)
+{
+    write_rows(p, seq, layer, slot0, n, k, v, (size_t)stride, (size_t)p->head_dim);
+}
+
+void k25_kv_seq_write_heads(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int slot0, int n,
+                            const float *K, const float *V)
+{
+    write_rows(p, seq, layer, slot0, n, K, V, (size_t)p->head_dim, (size_t)n * p->head_dim);
+}
+
+void k25_kv_seq_rewind(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int s0)
+{
+    if (!p->quant)
+        return;
+    K25_ASSERT(s0 % p->group == 0 && s0 <= seq->n_quant[layer]);
+    seq->n_quant[layer] = s0;
+}
+
 void k25_kv_seq_release(struct k25_kv_pool *p, struct k25_kv_seq *seq,
                         void (*on_free)(int32_t id, void *user), void *user)
 {
     for (int i = 0; i < seq->n_blocks; i++) {
-        p->free_ids[p->n_free++] = seq->ids[i];
-        p->in_use--;
+        block_put(p, seq->ids[i]);
         if (on_free)
             on_free(seq->ids[i], user);
     }
     free(seq->ids);
+    free(seq->n_quant);
+    k25_free(seq->res);
     memset(seq, 0, sizeof(*seq));
+}
+
+void k25_kv_seq_truncate(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n)
+{
+    K25_ASSERT(n <= seq->n_tokens);
+    seq->n_tokens = n;
+    int need = (int)k25_kv_blocks_for(p, n);
+    while (seq->n_blocks > need)
+        block_put(p, seq->ids[--seq->n_blocks]);
 }
 
 void k25_kv_seq_view(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int layer,
                      const void **kptr, const void **vptr, struct k25_kv_view *view)
 {
     for (int b = 0; b < seq->n_blocks; b++) {
-        const unsigned char *blk =
-            (const unsigned char *)p->blocks[seq->ids[b]] + (size_t)layer * 2 * p->half_bytes;
+        const unsigned char *blk = k25_kv_layer(p, seq->ids[b], layer);
         kptr[b] = blk;
         vptr[b] = blk + p->half_bytes;
     }
+    memset(view, 0, sizeof(*view));
     view->n_tokens = seq->n_tokens;
     view->block_size = p->block_size;
     view->n_kv_heads = p->n_kv_heads;
@@ -148,4 +275,48 @@ void k25_kv_seq_view(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, 
     view->dtype = p->dtype;
     view->k_blocks = kptr;
     view->v_blocks = vptr;
+    view->n_quant = seq->n_tokens;
+    if (p->quant) {
+        view->group = p->group;
+        view->vgroup = p->vgroup;
+        view->ks_off = p->ks_off;
+        view->vs_off = p->vs_off;
+        view->n_quant = seq->n_quant[layer];
+        view->res_k = res_rows(p, seq, layer, 0, 0);
+        view->res_v = res_rows(p, seq, layer, 1, 0);
+        view->res_cap = p->res_cap;
+    }
+    view->has_meta = p->compress;
+    view->meta_off = p->meta_off;
+}
+
+void k25_kv_seq_read(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int layer, int g, int s0,
+                     int n, float *K, float *V)
+{
+    const void *kp[seq->n_blocks > 0 ? seq->n_blocks : 1], *vp[seq->n_blocks > 0 ? seq->n_blocks : 1];
+    struct k25_kv_view view;
+    k25_kv_seq_view(p, seq, layer, kp, vp, &view);
+    for (int done = 0; done < n;) { /* k25_kv_rows returns a pointer in place for fp32 inside a block */
+        int take = n - done < p->block_size ? n - done : p->block_size;
+        const float *r = k25_kv_rows(&view, view.k_blocks, g, s0 + done, take, K + (size_t)done * p->head_dim);
+        if (r != K + (size_t)done * p->head_dim)
+            memcpy(K + (size_t)done * p->head_dim, r, sizeof(float) * take * p->head_dim);
+        r = k25_kv_rows(&view, view.v_blocks, g, s0 + done, take, V + (size_t)done * p->head_dim);
+        if (r != V + (size_t)done * p->head_dim)
+            memcpy(V + (size_t)done * p->head_dim, r, sizeof(float) * take * p->head_dim);
+        done += take;
+    }
+}
+
+void k25_kv_seq_add_scores(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, const float *acc,
+                           int q_slot0, int n_q, int group)
+{
+    const int n = q_slot0 + n_q;
+    for (int g = 0; g < p->n_kv_heads; g++)
+        for (int s = 0; s < n; s++) {
+            struct k25_kv_slot *m = k25_kv_slot_meta(p, seq, layer, g, s);
+            int sees = s <= q_slot0 ? n_q : n_q - (s - q_slot0);
+            m->score += acc[(size_t)g * n + s];
+            m->seen += (float)(sees * group);
+        }
 }

@@ -1,11 +1,33 @@
 /*
  * kvcache.h - the paged KV cache (engine-internal).
  *
- * Memory is handed out in blocks of block_size tokens.  One block holds
- * those tokens' keys and values for every layer:
- *   block = [layer][K|V][kv_head][token][head_dim]
- * so a sequence needs one block-table entry per block_size tokens, and
- * attention for (layer, KV head) reads contiguous [token][head_dim] rows.
+ * Memory is handed out in blocks of block_size slots.  One block holds
+ * those slots' keys and values for every layer:
+ *   block = [layer][K|V][kv_head][slot][head_dim]
+ *           + (int8/int4) [layer][K scales][kv_head][group][scale|zero][head_dim]
+ *                         [layer][V scales][kv_head][slot][head_dim/vgroup][scale|zero]
+ *           + (compression) [layer][kv_head][slot] struct k25_kv_slot
+ * (the per-layer parts are contiguous: layer l starts at l*layer_bytes),
+ * so a sequence needs one block-table entry per block_size slots, and
+ * attention for (layer, KV head) reads contiguous [slot][head_dim] rows.
+ *
+ * Slots and positions.  A sequence has n_pos positions (tokens written)
+ * and n_tokens slots (KV entries kept), the same for every layer and KV
+ * head.  Without compression they are equal.  Compression (kvcompress.c)
+ * removes the same number of slots from every (layer, KV head) of a
+ * region [lo, hi) that excludes the first kv_sink_tokens and the last
+ * kv_recent_tokens, then shifts the later slots down: kept slots stay in
+ * position order and keep their original RoPE rotation, and the
+ * uncompressed tail stays contiguous, so slot order is a valid causal
+ * order for every later query.
+ *
+ * INT8/INT4.  The most recent slots of each layer, [n_quant[layer],
+ * n_tokens), live in an fp32 residual (res_cap = kv_quant_residual +
+ * kv_quant_group rows per (layer, K|V, KV head)); when it fills, its
+ * oldest group of kv_quant_group slots is quantized into the block (the
+ * key group's per-channel scales are fixed from then on) and the residual
+ * shifts down.
+ *
  * Freed blocks go to a free list and are reused; the pool can be capped
  * (memory budget) and then admits requests by reservation.
  */
@@ -17,9 +39,20 @@
 struct k25_kv_pool {
     int block_size, n_layers, n_kv_heads, head_dim;
     enum k25_dtype dtype;
-    size_t elem_bytes;   /* 4 (fp32) or 2 (fp16) */
-    size_t half_bytes;   /* K (or V) of one layer: n_kv_heads*block_size*head_dim*elem */
-    size_t block_bytes;  /* n_layers * 2 * half_bytes */
+    bool quant;          /* int8/int4 */
+    int bits;            /* 8 or 4 when quant */
+    int group, vgroup;   /* key group (slots), value group (channels) */
+    int residual;        /* kv_quant_residual */
+    int res_cap;         /* residual rows: residual + group */
+    bool compress;       /* slot metadata kept (compression active) */
+    size_t elem_bytes;   /* 4 (fp32) or 2 (fp16); 0 when quant */
+    size_t row_bytes;    /* one stored row of head_dim values */
+    size_t head_bytes;   /* K (or V) data of one (layer, KV head): block_size rows */
+    size_t half_bytes;   /* K (or V) of one layer: n_kv_heads * head_bytes */
+    size_t ks_head_bytes, vs_head_bytes, meta_head_bytes; /* per (layer, KV head) */
+    size_t ks_off, vs_off, meta_off; /* from the layer's start */
+    size_t layer_bytes;  /* everything of one layer in a block */
+    size_t block_bytes;  /* n_layers * layer_bytes */
     int64_t max_blocks;  /* 0 = no cap */
     int64_t reserved;    /* blocks promised to admitted requests */
     void **blocks;       /* [n_alloc] k25_alloc(K25_MEM_KV) */
@@ -33,26 +66,55 @@ struct k25_kv_pool {
 struct k25_kv_seq {
     int32_t *ids;       /* [n_blocks] block table (malloc'd) */
     int n_blocks, cap;
-    int n_tokens;       /* tokens written */
+    int n_tokens;       /* slots */
+    int n_pos;          /* positions (tokens written) */
+    int comp_hi;        /* slots [0, comp_hi) already passed through compression */
+    int *n_quant;       /* [n_layers] slots quantized into blocks (int8/int4; malloc'd) */
+    float *res;         /* [n_layers][K|V][n_kv_heads][res_cap][head_dim] k25_alloc(K25_MEM_KV) */
+    /* compression totals over every (layer, KV head) */
+    int64_t pruned_slots, merged_slots;
 };
 
-int k25_kv_pool_init(struct k25_kv_pool *p, const struct k25_model_shape *s, int block_size,
-                     enum k25_dtype dtype, int64_t max_blocks, struct k25_error *err);
+/*
+ * Sets up a pool for shape s with cfg's block size, dtype, quantization
+ * group and residual; slot metadata when k25_kv_compress_active(cfg).
+ * K25_EINVAL when the group does not fit the shape (value groups must
+ * divide head_dim; int4 needs even head_dim and groups).
+ */
+int k25_kv_pool_init(struct k25_kv_pool *p, const struct k25_model_shape *s, const struct k25_config *cfg,
+                     int64_t max_blocks, struct k25_error *err);
 void k25_kv_pool_free(struct k25_kv_pool *p);
 
-/* Blocks needed to hold n tokens. */
+/* Blocks needed to hold n slots. */
 static inline int64_t k25_kv_blocks_for(const struct k25_kv_pool *p, int64_t n)
 {
     return (n + p->block_size - 1) / p->block_size;
 }
 
+/* The layer-l area of block id. */
+static inline unsigned char *k25_kv_layer(const struct k25_kv_pool *p, int32_t id, int l)
+{
+    return (unsigned char *)p->blocks[id] + (size_t)l * p->layer_bytes;
+}
+
+/* Slot metadata of (layer l, KV head g, slot s) of seq. */
+static inline struct k25_kv_slot *k25_kv_slot_meta(const struct k25_kv_pool *p, const struct k25_kv_seq *seq,
+                                                   int l, int g, int s)
+{
+    unsigned char *lay = k25_kv_layer(p, seq->ids[s / p->block_size], l);
+    return (struct k25_kv_slot *)(lay + p->meta_off + (size_t)g * p->meta_head_bytes) + s % p->block_size;
+}
+
 /*
- * Makes room for n more tokens in seq (allocating blocks), then writes
- * their keys and values for one layer: k/v are [n][n_kv_heads*head_dim].
- * k25_kv_seq_reserve allocates; k25_kv_seq_write only copies.
+ * Makes room for n more tokens in seq (allocating blocks, and the residual
+ * on first use), then writes their keys and values for one layer: k/v are
+ * [n][n_kv_heads*head_dim] with row stride `stride`, written at slots
+ * slot0.. (slot0 + n <= n_tokens; writes of one layer are sequential).
+ * k25_kv_seq_reserve allocates; k25_kv_seq_write only copies (and
+ * quantizes a residual group when one fills).
  */
 int k25_kv_seq_reserve(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n, struct k25_error *err);
-void k25_kv_seq_write(struct k25_kv_pool *p, const struct k25_kv_seq *seq, int layer, int pos0, int n,
+void k25_kv_seq_write(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int slot0, int n,
                       const float *k, const float *v, int stride);
 /* Returns every block of seq to the pool (calling on_free for each id). */
 void k25_kv_seq_release(struct k25_kv_pool *p, struct k25_kv_seq *seq,
@@ -64,5 +126,56 @@ void k25_kv_seq_release(struct k25_kv_pool *p, struct k25_kv_seq *seq,
  */
 void k25_kv_seq_view(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int layer,
                      const void **kptr, const void **vptr, struct k25_kv_view *view);
+
+/*
+ * Keys and values of slots [s0, s0+n) of (layer, KV head g) as fp32 rows
+ * K[n][head_dim], V[n][head_dim] (dequantized where stored quantized).
+ */
+void k25_kv_seq_read(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int layer, int g, int s0,
+                     int n, float *K, float *V);
+
+/*
+ * Drops slots [s0, n_tokens) of one layer's storage bookkeeping so they can
+ * be rewritten with k25_kv_seq_write_heads: for int8/int4 the residual is
+ * emptied and n_quant[layer] set to s0 (s0 must be group-aligned and
+ * <= n_quant[layer]).
+ */
+void k25_kv_seq_rewind(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int s0);
+/* Writes rows given head-major: K[g][n][head_dim] (see k25_kv_seq_write). */
+void k25_kv_seq_write_heads(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int slot0, int n,
+                            const float *K, const float *V);
+
+/* Sets n_tokens to n (<= n_tokens) and returns blocks past it to the pool. */
+void k25_kv_seq_truncate(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n);
+
+/*
+ * Adds one attention call's scores (job.score: [n_kv_heads][q_slot0+n_q])
+ * to the slot metadata of layer l: score += acc, seen += (queries that
+ * could see the slot) * group.
+ */
+void k25_kv_seq_add_scores(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, const float *acc,
+                           int q_slot0, int n_q, int group);
+
+/* Compression settings of one call (from the config). */
+struct k25_kv_compress_opts {
+    double ratio;            /* kv_compression_ratio */
+    double merge_threshold;  /* kv_merge_threshold */
+    int sink, recent;        /* kv_sink_tokens, kv_recent_tokens */
+    int slack;               /* compress only when the excess reaches this many slots */
+};
+
+/*
+ * Brings seq to k25_kv_kept_tokens slots (kvcompress.c): merges
+ * neighbouring similar keys, then prunes the lowest-scored slots, of the
+ * slots that entered the compressible region since the last call.
+ * Returns the slots removed per (layer, KV head) (0 when nothing was due);
+ * adds to seq->pruned_slots / merged_slots.  Scratch from malloc;
+ * K25_ENOMEM on failure, seq unchanged.
+ */
+int k25_kv_seq_compress(struct k25_kv_pool *p, struct k25_kv_seq *seq, const struct k25_kv_compress_opts *o,
+                        int *removed, struct k25_error *err);
+
+/* Kept slots for n positions (the arithmetic of k25_kv_kept_tokens). */
+int64_t k25_kv_kept_for(double ratio, int sink, int recent, int64_t n);
 
 #endif

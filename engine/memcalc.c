@@ -10,6 +10,7 @@
  */
 #include "engine.h"
 #include "baselines.h"
+#include "kvcache.h"
 
 #include <omp.h>
 #include <string.h>
@@ -46,8 +47,52 @@ int64_t k25_attn_scratch_bytes(enum k25_attn_impl impl, int n_heads, int n_kv_he
 
 int64_t k25_kv_block_bytes(const struct k25_model_shape *s, int block_size, enum k25_dtype dtype)
 {
-    int64_t elem = dtype == K25_DTYPE_FP32 ? 4 : 2;
-    return (int64_t)s->n_layers * 2 * s->n_kv_heads * block_size * s->head_dim * elem;
+    struct k25_config cfg;
+    k25_config_init(&cfg);
+    cfg.kv_block_size = block_size;
+    cfg.kv_cache_dtype = dtype;
+    cfg.kv_compression_ratio = 1.0;
+    if (block_size % cfg.kv_quant_group)
+        cfg.kv_quant_group = 1;
+    struct k25_kv_layout lay;
+    k25_kv_layout(&cfg, s, &lay);
+    return lay.block_bytes;
+}
+
+bool k25_kv_compress_active(const struct k25_config *cfg)
+{
+    return cfg->kv_compression_ratio < 1.0 && cfg->attention == K25_ATTN_CHUNKED &&
+           !cfg->disable_prefill_optimization;
+}
+
+int64_t k25_kv_kept_tokens(const struct k25_config *cfg, int64_t n)
+{
+    if (!k25_kv_compress_active(cfg))
+        return n;
+    return k25_kv_kept_for(cfg->kv_compression_ratio, cfg->kv_sink_tokens, cfg->kv_recent_tokens, n);
+}
+
+void k25_kv_layout(const struct k25_config *cfg, const struct k25_model_shape *s, struct k25_kv_layout *out)
+{
+    memset(out, 0, sizeof(*out));
+    struct k25_kv_pool p;
+    struct k25_config c = *cfg;
+    if (c.kv_block_size % c.kv_quant_group) /* invalid for int8/int4: figures for group 1 */
+        c.kv_quant_group = 1;
+    if (k25_kv_pool_init(&p, s, &c, 0, NULL) != K25_OK) { /* value groups that do not tile head_dim */
+        c.kv_quant_group = 2;
+        if (k25_kv_pool_init(&p, s, &c, 0, NULL) != K25_OK)
+            return;
+    }
+    const double per_head_tokens = (double)s->n_layers * s->n_kv_heads; /* (layer, head) pairs */
+    double data = 2.0 * (double)p.row_bytes;                             /* K and V of one token */
+    double scales = ((double)p.ks_head_bytes + (double)p.vs_head_bytes) / p.block_size;
+    out->block_bytes = (int64_t)p.block_bytes;
+    out->residual_bytes = p.quant ? (int64_t)sizeof(float) * s->n_layers * 2 * s->n_kv_heads * p.res_cap * s->head_dim : 0;
+    out->bits_per_value = (data + scales) * 8.0 / (2.0 * s->head_dim);
+    out->bytes_per_token = (data + scales) * per_head_tokens;
+    out->meta_bytes_per_token = (double)p.meta_head_bytes / p.block_size * per_head_tokens;
+    out->compress = p.compress;
 }
 
 /* Floats per activation row: the buffers of forward.c's ensure_buffers. */
@@ -124,8 +169,23 @@ int k25_mem_estimate(const struct k25_config *cfg, const struct k25_model_shape 
 
     out->bytes[K25_MEM_WEIGHTS] = k25_model_param_count(s) * 4 + (int64_t)sizeof(struct k25_layer) * s->n_layers;
 
-    out->kv_blocks = (int64_t)batch * ((context + cfg->kv_block_size - 1) / cfg->kv_block_size);
-    out->bytes[K25_MEM_KV] = out->kv_blocks * k25_kv_block_bytes(s, cfg->kv_block_size, cfg->kv_cache_dtype);
+    /* KV: the slots a sequence holds at its peak.  Compressed sequences peak
+     * right after a prefill chunk (the kept slots of what came before plus
+     * the chunk) or between decode-time compressions (kept + slack). */
+    struct k25_kv_layout lay;
+    k25_kv_layout(cfg, s, &lay);
+    int64_t slots = context;
+    if (lay.compress) {
+        int64_t ch = cfg->prefill_chunk_size < context ? cfg->prefill_chunk_size : context;
+        int64_t slack = (cfg->kv_cache_dtype == K25_DTYPE_INT8 || cfg->kv_cache_dtype == K25_DTYPE_INT4)
+                            ? cfg->kv_quant_group
+                            : 32;
+        int64_t a = k25_kv_kept_tokens(cfg, context) + slack, b = k25_kv_kept_tokens(cfg, context - ch) + ch;
+        slots = a > b ? a : b;
+        slots = slots < context ? slots : context;
+    }
+    out->kv_blocks = (int64_t)batch * ((slots + cfg->kv_block_size - 1) / cfg->kv_block_size);
+    out->bytes[K25_MEM_KV] = out->kv_blocks * lay.block_bytes + (int64_t)batch * lay.residual_bytes;
 
     /* the largest step: every sequence's chunk within the token budget, or
      * one whole prompt plus the other sequences' decode tokens */
@@ -145,6 +205,12 @@ int k25_mem_estimate(const struct k25_config *cfg, const struct k25_model_shape 
 
     out->bytes[K25_MEM_ATTN_SCRATCH] =
         attn_peak(cfg, s, context, batch, chunk, threads, &out->attn_q_rows, &out->attn_kv_tokens);
+    if (lay.compress) { /* scoring: per-slot sums (forward.c), decode raw logits (attention.c) */
+        int64_t group = s->n_heads / s->n_kv_heads;
+        int64_t pre = 4 * (int64_t)s->n_kv_heads * (slots + 2 * chunk * group);
+        int64_t dec = 4 * (int64_t)batch * s->n_kv_heads * slots * (1 + group);
+        out->bytes[K25_MEM_ATTN_SCRATCH] += pre > dec ? pre : dec;
+    }
 
     out->bytes[K25_MEM_OTHER] = (int64_t)sizeof(struct k25_engine) + (int64_t)sizeof(struct k25_model) +
                                 8 * (int64_t)s->vocab_size + 8 * (int64_t)(s->head_dim / 2) +

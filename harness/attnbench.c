@@ -229,7 +229,8 @@ static int kv_make(struct bench_kv *kv, int n, int kv_heads, int hd, int bs, enu
                 ((uint16_t *)blk)[i] = k25_fp32_to_fp16(x);
         }
     }
-    kv->view = (struct k25_kv_view){n, bs, kv_heads, hd, dt, kv->kp, kv->vp};
+    kv->view = (struct k25_kv_view){.n_tokens = n, .block_size = bs, .n_kv_heads = kv_heads, .head_dim = hd, .dtype = dt,
+                                      .k_blocks = kv->kp, .v_blocks = kv->vp};
     return K25_OK;
 }
 
@@ -324,14 +325,14 @@ static int run_setting(const struct k25_attn_bench_opts *o, const struct k25_att
         k25_mem_reset_peak();
         uint64_t t0 = k25_now_ns();
         if (decode) {
-            struct k25_attn_job job = {q, H * hd, 1, (int)N - 1, kvs[layer].view, out, H * hd};
+            struct k25_attn_job job = {q, H * hd, 1, (int)N - 1, kvs[layer].view, out, H * hd, NULL};
             fn(&job, 1, H, scale);
             layer = (layer + 1) % layers;
         } else {
             for (int64_t c0 = 0; c0 < N; c0 += chunk) {
                 int nq = (int)(N - c0 < chunk ? N - c0 : chunk);
                 struct k25_attn_job job = {q + (size_t)c0 * H * hd, H * hd, nq, (int)c0, kvs[0].view,
-                                           out + (size_t)c0 * H * hd, H * hd};
+                                           out + (size_t)c0 * H * hd, H * hd, NULL};
                 job.kv.n_tokens = (int)(c0 + nq); /* the cache holds what is prefilled so far */
                 fn(&job, 1, H, scale);
             }

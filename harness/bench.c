@@ -11,8 +11,10 @@
  * removes the temporaries.
  */
 #include "bench.h"
+#include "gate.h" /* k25_calib: the calibration k25 gate normalizes by */
 #include "gold.h"
 #include "h5store.h"
+#include "fidelity.h"
 
 #include <errno.h>
 #include <math.h>
@@ -28,6 +30,7 @@ void k25_bench_opts_init(struct k25_bench_opts *o)
     o->burstiness = 1.0;
     o->repeat = 1;
     o->stall_at_ns = -1;
+    o->fidelity_tokens = 64;
 }
 
 void k25_bench_run_free(struct k25_bench_run *r)
@@ -59,6 +62,8 @@ static int check_opts(const struct k25_bench_opts *o, struct k25_error *err)
         return k25_error_set(err, K25_EINVAL, cl, 0, "--requests", "must be positive");
     if (o->repeat < 1 || o->repeat > K25_BENCH_MAX_REPEAT)
         return k25_error_set(err, K25_ERANGE, cl, 0, "--repeat", "must be 1..%d", K25_BENCH_MAX_REPEAT);
+    if (o->fidelity_tokens < 1)
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--fidelity-tokens", "must be >= 1");
     if (o->warmup < 0)
         return k25_error_set(err, K25_EINVAL, cl, 0, "--warmup", "must be >= 0");
     if (o->mode == K25_BENCH_OPEN) {
@@ -162,6 +167,7 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
     struct k25_bench_summary *sum = calloc(1, sizeof(*sum));
     json_t *prov = NULL, *doc = NULL;
     char *prov_s = NULL, *cfg_s = NULL, *wl_s = NULL, *sum_s = NULL;
+    struct k25_fidelity fid = {0};
     run.stall_start_ns = run.stall_end_ns = -1;
     if (!sum)
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
@@ -234,6 +240,8 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
         goto out;
     }
 
+    struct k25_calib calib = {0};
+    k25_calib_measure(&calib, 5); /* machine speed now, for k25 gate (docs/gates.md) */
     if (o.warmup > 0 &&
         (rc = k25_loadgen_run(eng, &o, inputs, set.n, order, 0, o.warmup, 0, false, &run, err)) != K25_OK)
         goto out;
@@ -242,6 +250,8 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
         if ((rc = k25_loadgen_run(eng, &o, inputs, set.n, order, (size_t)o.warmup, o.requests, k, true, &run,
                                   err)) != K25_OK)
             goto out;
+    k25_calib_measure(&calib, 5);
+    json_object_set_new(prov, "calibration", k25_calib_json(&calib));
     k25_mem_get(&run.mem);
     struct k25_engine_stats st;
     k25_engine_get_stats(eng, &st);
@@ -250,6 +260,13 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
 
     if ((rc = k25_bench_summarize(&run, &o.slo, sum, err)) != K25_OK)
         goto out;
+    /* fidelity after the measurement, on its own engines: it never perturbs the timings */
+    if (o.fidelity) {
+        if (o.progress)
+            fprintf(stderr, "k25 bench: measuring fidelity on %zu requests x %d tokens\n", set.n, o.fidelity_tokens);
+        if ((rc = k25_fidelity_measure(cfg, model, inputs, set.n, o.fidelity_tokens, &fid, err)) != K25_OK)
+            goto out;
+    }
     k25_provenance_finish(prov);
     json_t *wl = k25_bench_workload_json(&o, cfg->seed, set.n), *sj = k25_bench_summary_json(sum);
     doc = json_object();
@@ -263,6 +280,8 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
     json_object_set_new(doc, "kind", json_string("k25-bench"));
     json_object_set_new(doc, "trace", json_string(o.out));
     json_object_set_new(doc, "workload", wl);
+    if (o.fidelity)
+        json_object_set_new(sj, "fidelity", k25_fidelity_json(&fid));
     json_object_set_new(doc, "summary", sj);
     json_object_set_new(doc, "provenance", json_incref(prov));
     prov_s = json_dumps(prov, JSON_COMPACT);
@@ -273,6 +292,8 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
         goto out;
     }
+    if (o.fidelity && (rc = k25_trace_write_fidelity(&h5, &fid, err)) != K25_OK)
+        goto out;
     h5_open = false; /* k25_trace_write commits or aborts */
     if ((rc = k25_trace_write(&h5, &run, sum, prov_s, cfg_s, wl_s, sum_s, err)) != K25_OK)
         goto out;
@@ -284,8 +305,15 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
             goto out;
         }
     }
-    if (report)
+    if (report) {
         k25_bench_summary_print(report, sum);
+        if (o.fidelity)
+            fprintf(report,
+                    "fidelity (%lld requests x %d tokens vs exact fp32 r=1 one-pass): KL mean %.3g p99.9 %.3g max %.3g, "
+                    "top-1 agreement %.3f, top-prob RMS %.3g, token agreement %.3f, attention rel. error %.3g\n",
+                    (long long)fid.n_requests, fid.tokens, fid.kl_mean, fid.kl_p999, fid.kl_max, fid.top1_agreement,
+                    fid.top_prob_rms, fid.token_agreement, fid.attn_rel_err);
+    }
     if (summary_out)
         *summary_out = *sum;
 
@@ -310,5 +338,6 @@ out:
     free(wl_s);
     free(sum_s);
     free(sum);
+    k25_fidelity_free(&fid);
     return rc;
 }

@@ -107,6 +107,8 @@ struct k25_bench_opts {
      * counted as engine time, as a real stall would be. */
     int64_t stall_at_ns;
     int64_t stall_ns;
+    bool fidelity;              /* measure fidelity against the exact engine (fidelity.c) */
+    int fidelity_tokens;        /* generated positions compared per request (default 64) */
 };
 
 void k25_bench_opts_init(struct k25_bench_opts *o);

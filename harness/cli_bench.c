@@ -26,7 +26,8 @@ static void bench_usage(FILE *out)
             "usage: k25 bench --dataset FILE --out run.h5 [--config k25.yaml] [engine flags]\n"
             "                 [--concurrency N] [--requests N | --duration S] [--rate R [--burstiness B]]\n"
             "                 [--filter EXPR] [--warmup N] [--repeat K] [--seed S]\n"
-            "                 [--slo ttft_ms=500,tpot_ms=50] [--json summary.json] [--quiet]\n\n"
+            "                 [--slo ttft_ms=500,tpot_ms=50] [--json summary.json]\n"
+            "                 [--fidelity [--fidelity-tokens N]] [--quiet]\n\n"
             "Drives the reference engine with a gold set under a chosen load and stores every\n"
             "request's trace (HDF5, docs/trace-schema.md) with the run's provenance.\n"
             "Metric definitions: docs/metrics.md.\n\n"
@@ -47,6 +48,11 @@ static void bench_usage(FILE *out)
             "  --repeat K          run the measurement K times (1..%d) for confidence intervals\n"
             "  --seed S            seeds sampling, the request order and the arrival schedule\n"
             "  --slo LIST          objectives for goodput: ttft_ms, tpot_ms, itl_ms, e2e_ms\n"
+            "  --fidelity          after the measurement, compare every selected request against the\n"
+            "                      exact engine (fp32 KV, kv_compression_ratio 1, one-pass prefill):\n"
+            "                      next-token KL, top-1 and greedy-token agreement, attention error\n"
+            "                      (summary.fidelity in the JSON, /fidelity in the trace)\n"
+            "  --fidelity-tokens N generated positions compared per request (default 64)\n"
             "  --quiet             no progress line (it is shown only when stderr is a terminal)\n\n"
             "Engine flags (each also a key of the YAML --config file; the command line wins):\n",
             K25_BENCH_MAX_REPEAT);
@@ -132,9 +138,13 @@ int k25_cmd_bench(int argc, char **argv)
             quiet = true;
             continue;
         }
+        if (!strcmp(a, "--fidelity")) {
+            o.fidelity = true;
+            continue;
+        }
         static const char *const valued[] = {"--dataset", "--out", "--json", "--concurrency", "--requests",
                                              "--duration", "--rate", "--burstiness", "--filter", "--warmup",
-                                             "--repeat", "--slo"};
+                                             "--repeat", "--slo", "--fidelity-tokens"};
         bool known = false;
         for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
             known |= !strcmp(a, valued[k]);
@@ -177,6 +187,12 @@ int k25_cmd_bench(int argc, char **argv)
                 if (x > K25_BENCH_MAX_REPEAT)
                     rc = k25_error_set(&err, K25_ERANGE, "command line", 0, a, "at most %d", K25_BENCH_MAX_REPEAT);
                 o.repeat = (int)x;
+            }
+        } else if (!strcmp(a, "--fidelity-tokens")) {
+            if ((rc = parse_i64(a, v, 1, &x, &err)) == K25_OK) {
+                if (x > 100000)
+                    rc = k25_error_set(&err, K25_ERANGE, "command line", 0, a, "at most 100000");
+                o.fidelity_tokens = (int)x;
             }
         } else if (!strcmp(a, "--duration"))
             rc = parse_pos_f64(a, v, &o.duration_s, &err);

@@ -117,6 +117,15 @@ int k25_cmd_mem(int argc, char **argv)
         json_object_set_new(o, "safety_margin", json_real(K25_MEM_SAFETY_MARGIN));
         json_object_set_new(o, "recommended_bytes", json_integer(est.recommended_bytes));
         json_object_set_new(o, "kv_blocks", json_integer(est.kv_blocks));
+        {
+            struct k25_kv_layout lay;
+            k25_kv_layout(&cfg, &shape, &lay);
+            json_object_set_new(o, "kv_compression_ratio", json_real(cfg.kv_compression_ratio));
+            json_object_set_new(o, "kv_bits_per_value", json_real(lay.bits_per_value));
+            json_object_set_new(o, "kv_bytes_per_token", json_real(lay.bytes_per_token));
+            json_object_set_new(o, "kv_meta_bytes_per_token", json_real(lay.meta_bytes_per_token));
+            json_object_set_new(o, "kv_kept_tokens", json_integer(k25_kv_kept_tokens(&cfg, context)));
+        }
         json_object_set_new(o, "step_tokens", json_integer(est.step_tokens));
         json_object_set_new(o, "activation_rows", json_integer(est.act_token_cap));
         json_object_set_new(o, "largest_attention_call",

@@ -19,6 +19,8 @@ int k25_cmd_bench(int argc, char **argv);   /* cli_bench.c; alias k25-benchmark 
 int k25_cmd_inspect(int argc, char **argv); /* cli_inspect.c */
 int k25_cmd_mem(int argc, char **argv);        /* cli_mem.c */
 int k25_cmd_attn_bench(int argc, char **argv); /* cli_attn_bench.c */
+int k25_cmd_report(int argc, char **argv);     /* cli_report.c; reports from runs, sweeps, attn-bench */
+int k25_cmd_gate(int argc, char **argv);       /* cli_gate.c: 0 pass, 1 regression, 2 bad input */
 
 /*
  * Applies engine configuration from the command line to cfg, in order:

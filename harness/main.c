@@ -22,6 +22,8 @@ static const struct subcmd cmds[] = {
     {"inspect", k25_cmd_inspect, "print or export (Chrome trace) a run stored by k25 bench"},
     {"mem", k25_cmd_mem, "memory calculator: bytes per category for a model, context and batch"},
     {"attn-bench", k25_cmd_attn_bench, "attention microbenchmark against the machine's FMA peak and bandwidth"},
+    {"report", k25_cmd_report, "plots and a sign-off report (Markdown + HTML) from a run, sweep or attn-bench"},
+    {"gate", k25_cmd_gate, "regression gate: compare results with a baseline under a policy (exit 1 on regression)"},
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
 

@@ -16,6 +16,7 @@
  */
 #include "bench.h"
 #include "h5store.h"
+#include "fidelity.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -488,4 +489,77 @@ void k25_trace_free(struct k25_trace *t)
     free(t->summary_json);
     k25_bench_run_free(&t->run);
     memset(t, 0, sizeof(*t));
+}
+
+/* One /fidelity/requests row. */
+struct fid_row {
+    char id[64];
+    int32_t n_input, n_pos;
+    double kl_mean, kl_max, top1_agreement, top_prob_rms, token_agreement, attn_rel_err;
+    int64_t kv_bytes_exact, kv_bytes;
+};
+#define FC(name, type, member) {name, type, offsetof(struct fid_row, member), 0}
+static const struct k25_h5_col fid_cols[] = {
+    {"id", K25_H5_STR, offsetof(struct fid_row, id), 64},
+    FC("input_tokens", K25_H5_I32, n_input),
+    FC("positions", K25_H5_I32, n_pos),
+    FC("kl_mean", K25_H5_F64, kl_mean),
+    FC("kl_max", K25_H5_F64, kl_max),
+    FC("top1_agreement", K25_H5_F64, top1_agreement),
+    FC("top_prob_rms", K25_H5_F64, top_prob_rms),
+    FC("token_agreement", K25_H5_F64, token_agreement),
+    FC("attn_rel_err", K25_H5_F64, attn_rel_err),
+    FC("kv_bytes_exact", K25_H5_I64, kv_bytes_exact),
+    FC("kv_bytes", K25_H5_I64, kv_bytes),
+};
+
+/*
+ * /fidelity: attributes with the run figures, `requests` (one row per
+ * compared request) and `kl` (every compared position's KL, request order).
+ */
+int k25_trace_write_fidelity(struct k25_h5 *h, const struct k25_fidelity *f, struct k25_error *err)
+{
+    hid_t g = k25_h5_group(h, "/fidelity", err);
+    if (g < 0)
+        return K25_EIO;
+    struct fid_row *rows = calloc(f->n_reqs ? f->n_reqs : 1, sizeof(*rows));
+    int rc = K25_OK;
+    if (!rows) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < f->n_reqs; i++) {
+        const struct k25_fid_req *q = &f->reqs[i];
+        struct fid_row *r = &rows[i];
+        snprintf(r->id, sizeof(r->id), "%s", q->id);
+        r->n_input = q->n_input;
+        r->n_pos = q->n_pos;
+        r->kl_mean = q->kl_mean;
+        r->kl_max = q->kl_max;
+        r->top1_agreement = q->top1_agreement;
+        r->top_prob_rms = q->top_prob_rms;
+        r->token_agreement = q->token_agreement;
+        r->attn_rel_err = q->attn_rel_err;
+        r->kv_bytes_exact = q->kv_bytes_exact;
+        r->kv_bytes = q->kv_bytes;
+    }
+    if ((rc = k25_h5_attr_i64(g, "tokens", f->tokens, err)) ||
+        (rc = k25_h5_attr_i64(g, "n_requests", f->n_requests, err)) ||
+        (rc = k25_h5_attr_i64(g, "n_positions", f->n_positions, err)) ||
+        (rc = k25_h5_attr_f64(g, "kl_mean", f->kl_mean, err)) ||
+        (rc = k25_h5_attr_f64(g, "kl_p999", f->kl_p999, err)) ||
+        (rc = k25_h5_attr_f64(g, "kl_max", f->kl_max, err)) ||
+        (rc = k25_h5_attr_f64(g, "top1_agreement", f->top1_agreement, err)) ||
+        (rc = k25_h5_attr_f64(g, "top_prob_rms", f->top_prob_rms, err)) ||
+        (rc = k25_h5_attr_f64(g, "token_agreement", f->token_agreement, err)) ||
+        (rc = k25_h5_attr_f64(g, "attn_rel_err", f->attn_rel_err, err)) ||
+        (rc = k25_h5_write_table(g, "requests", fid_cols, (int)(sizeof(fid_cols) / sizeof(fid_cols[0])),
+                                 sizeof(struct fid_row), rows, f->n_reqs, err)) ||
+        (rc = k25_h5_write_array(g, "kl", K25_H5_F64, f->kl, f->n_kl, err)))
+        goto out;
+out:
+    free(rows);
+    if (H5Gclose(g) < 0 && rc == K25_OK)
+        rc = k25_error_set(err, K25_EIO, h->path, 0, "/fidelity", "closing the group failed");
+    return rc;
 }

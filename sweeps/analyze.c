@@ -45,7 +45,9 @@ static const struct metric metrics[] = {
     {"kv_cache_hit_rate", "kv_cache_hit_rate", 1, false},
     {"degraded_requests_ratio", "degraded_requests_ratio", 1, true},
     {"fidelity_kl_mean", "fidelity.kl_mean", 1, true},
-    {"fidelity_rel_err_mean", "fidelity.rel_err_mean", 1, true},
+    {"fidelity_attn_rel_err", "fidelity.attn_rel_err", 1, true},
+    {"fidelity_kl_p999", "fidelity.kl_p999", 1, true},
+    {"fidelity_top1_agreement", "fidelity.top1_agreement", 1, false},
     {"fidelity_token_agreement", "fidelity.token_agreement", 1, false},
     {"max_rate_rps", NULL, 1, false}, /* computed by the rate search */
 };

@@ -85,7 +85,8 @@ static void tkv_make(struct tkv *t, int n, int kvh, int hd, int bs, enum k25_dty
                     }
                 }
     }
-    t->view = (struct k25_kv_view){n, bs, kvh, hd, dt, t->kp, t->vp};
+    t->view = (struct k25_kv_view){.n_tokens = n, .block_size = bs, .n_kv_heads = kvh, .head_dim = hd, .dtype = dt,
+                                    .k_blocks = t->kp, .v_blocks = t->vp};
 }
 
 static void tkv_free(struct tkv *t)
@@ -132,7 +133,7 @@ static double *reference(const struct tkv *t, const float *q, int n_q, int pos0,
 static float *run_impl(k25_attention_fn fn, const struct tkv *t, const float *q, int n_q, int H)
 {
     float *out = calloc((size_t)n_q * H * t->hd, sizeof(float));
-    struct k25_attn_job job = {q, H * t->hd, n_q, t->n - n_q, t->view, out, H * t->hd};
+    struct k25_attn_job job = {q, H * t->hd, n_q, t->n - n_q, t->view, out, H * t->hd, NULL};
     fn(&job, 1, H, 1.0f / sqrtf((float)t->hd));
     return out;
 }
@@ -305,7 +306,7 @@ static void test_mixed_batch(void **state)
     tkv_make(&t2, 90, 2, 32, 64, K25_DTYPE_FP32);
     float *q1 = rand_q(100, 8, 32), *q2 = rand_q(1, 8, 32);
     float *o1 = calloc(100 * 8 * 32, sizeof(float)), *o2 = calloc(8 * 32, sizeof(float));
-    struct k25_attn_job jobs[2] = {{q2, 256, 1, 89, t2.view, o2, 256}, {q1, 256, 100, 200, t1.view, o1, 256}};
+    struct k25_attn_job jobs[2] = {{q2, 256, 1, 89, t2.view, o2, 256, NULL}, {q1, 256, 100, 200, t1.view, o1, 256, NULL}};
     for (int i = 0; i < 3; i++) {
         k25_cpu_attention(jobs, 2, 8, 1.0f / sqrtf(32.0f));
         float *a1 = run_impl(impls[i], &t1, q1, 100, 8), *a2 = run_impl(impls[i], &t2, q2, 1, 8);

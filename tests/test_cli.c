@@ -164,7 +164,7 @@ static void test_bad_inputs(void **state)
     expect_fail("run --model tiny --prompt a --max-tokens", 2, "missing value");
     expect_fail("run --model nosuch --prompt a", 2, "neither a preset");
     expect_fail("run --model tiny --prompt a --prefill-chunk-size -3", 2, "--prefill-chunk-size");
-    expect_fail("run --model tiny --prompt a --kv-cache-dtype int4", 2, "kv_cache_dtype");
+    expect_fail("run --model tiny --prompt a --kv-cache-dtype int4 --kv-quant-group 48", 2, "kv_quant_group");
     expect_fail("run --model tiny --prompt-file /nonexistent/p.txt", 2, "/nonexistent/p.txt");
     snprintf(cfg, sizeof(cfg), "%s/bad.yaml", tu_dir);
     tu_write_file(cfg, "max_batch_size: 8\nprefill_chunk_sise: 512\n");

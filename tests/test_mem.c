@@ -129,6 +129,12 @@ static void test_calculator_shapes(void **state)
     k25_config_init(&cfg);
     cfg.threads = 2;
     assert_int_equal(k25_model_preset("llama3-8b", &s), 0);
+    /* the default kv_compression_ratio (0.85) keeps ~85% of the slots, plus 16 bytes of slot
+     * metadata per (layer, KV head, slot) */
+    assert_int_equal(k25_mem_estimate(&cfg, &s, 131072, 1, &a, &err), 0);
+    double full = (double)(INT64_C(32) << 30);
+    assert_true(a.bytes[K25_MEM_KV] > 0.85 * full && a.bytes[K25_MEM_KV] < 0.85 * full * 1.05);
+    cfg.kv_compression_ratio = 1.0;
     assert_int_equal(k25_mem_estimate(&cfg, &s, 131072, 1, &a, &err), 0);
     /* 128K tokens x 32 layers x 8 KV heads x 128 x 2 (K, V) x 4 bytes = 32 GiB */
     assert_int_equal(a.bytes[K25_MEM_KV], INT64_C(32) << 30);
@@ -152,7 +158,7 @@ static void test_cli(void **state)
 {
     (void)state;
     char cmd[12800], *out = NULL;
-    snprintf(cmd, sizeof(cmd), "%s mem --model llama3-8b --context 128k --kv-cache-dtype fp16 --json", tu_k25());
+    snprintf(cmd, sizeof(cmd), "%s mem --model llama3-8b --context 128k --kv-cache-dtype fp16 --kv-compression-ratio 1 --json", tu_k25());
     assert_int_equal(tu_run(cmd, &out), 0);
     json_error_t je;
     json_t *o = json_loads(out, 0, &je);

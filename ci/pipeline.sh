@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The pipeline users and CI run on the shipped defaults (docs/gates.md):
+#
+#   1. the ci-smoke sweep (sweeps/ci-smoke.yaml, tiny model)  -> results/ci-smoke/
+#   2. k25 report on it                                       -> reports/ci-smoke/
+#   3. k25 gate against the stored baseline (baselines/results/ci-smoke)
+#      under ci/gate-policy-ci.yaml (exact checks, memory; timings at 2x) -> results/ci-smoke/gate.json
+#
+#   ci/pipeline.sh test   `make test`, after the unit tests: a regression fails (exit 1),
+#                         unusable input too (exit 2: e.g. the config changed and the
+#                         baseline needs `make baselines`)
+#   ci/pipeline.sh demo   `make demo`: the same, then where the report is and the best
+#                         setting found; the gate's verdict is shown, not enforced
+#
+# The sweep runs with --jobs 2: each run pinned to its own core share (one thread on
+# a 2-core machine), which keeps a busy neighbour core from stalling every parallel
+# region.  The stored baseline was made the same way (make baselines).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODE=${1:-test}
+K25=${K25:-build/k25}
+OUT=${K25_PIPELINE_OUT:-results/ci-smoke}
+REPORT=${K25_PIPELINE_REPORT:-reports/ci-smoke}
+BASELINE=baselines/results/ci-smoke
+POLICY=ci/gate-policy-ci.yaml
+case "$MODE" in test|demo) ;; *) echo "usage: ci/pipeline.sh [test|demo]" >&2; exit 2 ;; esac
+
+t0=$(date +%s)
+step() { echo; echo "== $* ($(( $(date +%s) - t0 ))s)"; }
+
+# 1. sweep: fresh measurements every time (a resumed sweep would reuse old runs)
+step "k25 sweep sweeps/ci-smoke.yaml -> $OUT"
+rm -rf "$OUT"
+"$K25" sweep sweeps/ci-smoke.yaml --out "$OUT" --jobs 2 --quiet --print-best
+
+# 2. report
+step "k25 report $OUT -> $REPORT"
+"$K25" report "$OUT" --out "$REPORT" --quiet
+
+# 3. gate against the stored baseline
+step "k25 gate --baseline $BASELINE --candidate $OUT --policy $POLICY"
+set +e
+"$K25" gate --baseline "$BASELINE" --candidate "$OUT" --policy "$POLICY" --json-file "$OUT/gate.json"
+gate=$?
+set -e
+
+if [ "$MODE" = demo ]; then
+  echo
+  case $gate in
+    0) echo "gate: passed against $BASELINE" ;;
+    1) echo "gate: REGRESSION against $BASELINE (see the table above; details in $OUT/gate.json)" ;;
+    *) echo "gate: could not compare with $BASELINE (see above; \`make baselines\` refreshes it)" ;;
+  esac
+  echo
+  echo "report:       $REPORT/report.html (and report.md)"
+  echo "best setting: $(jq -r -f ci/jq/sweep-best.jq "$OUT/summary.json")"
+  echo "results:      $OUT/ (HDF5 traces and JSON summaries per point)"
+  exit 0
+fi
+echo "--- pipeline: $(( $(date +%s) - t0 ))s, gate exit status $gate"
+if [ $gate -eq 2 ]; then
+  echo "the gate could not compare with $BASELINE; if the config or gold set changed on purpose," >&2
+  echo "refresh the baseline with \`make baselines\` and commit it" >&2
+fi
+exit $gate

@@ -1,0 +1,202 @@
+/*
+ * cli_gate.c - `k25 gate`: argument parsing only; the comparison is
+ * k25_gate_compare (gate.c), the policy gate_policy.c, the inputs
+ * gate_input.c.  Exit status: 0 pass, 1 regression, 2 unusable input.
+ */
+#include "harness.h"
+#include "gate.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void gate_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: k25 gate --baseline B --candidate C [--policy FILE] [--json | --json-file FILE]\n"
+            "                [--allow-mismatch]\n"
+            "       k25 gate --ab CMD_A CMD_B [--rounds N] [--dir DIR] [--policy FILE] [--json ...]\n\n"
+            "Compares benchmark results against a baseline under a policy of per-metric tolerances\n"
+            "and fails on a regression (docs/gates.md).  B and C are `k25 bench` runs (.json or .h5),\n"
+            "sweep folders (results/NAME) or folders of runs.\n\n"
+            "  --baseline B        the reference results (e.g. baselines/results/ci-smoke)\n"
+            "  --candidate C       the results under test\n"
+            "  --policy FILE       metrics, direction, tolerance, comparison (default: the built-in\n"
+            "                      policy, which ci/gate-policy.yaml spells out)\n"
+            "  --json              print the verdicts as JSON (for jq) instead of the table\n"
+            "  --json-file FILE    also write the JSON to FILE\n"
+            "  --allow-mismatch    compare even when configs, workloads or gold sets differ\n"
+            "  --ab CMD_A CMD_B    measure both commands here, interleaved A B B A A B ..., then compare\n"
+            "                      (B against A).  Each is a `k25 bench ...` command line run by sh;\n"
+            "                      {h5} and {json} stand for its output files (appended as --out/--json\n"
+            "                      when absent).  CMD_A = CMD_B measures the noise floor.\n"
+            "  --rounds N          A/B rounds (default 5: 10 runs)\n"
+            "  --max-rounds M      while a gated metric is UNSURE, add rounds, up to M (default N)\n"
+            "  --dir DIR           where A/B runs go (default: a new folder under /tmp); kept\n"
+            "  --quiet             no progress lines\n\n"
+            "Verdicts: SAME, FASTER/BETTER, SLOWER/WORSE, DIFFERENT (exact), UNSURE (too noisy to tell).\n"
+            "Exit status: 0 pass, 1 regression, 2 unusable input (unreadable, mismatched, bad policy).\n");
+}
+
+int k25_cmd_gate(int argc, char **argv)
+{
+    const char *base = NULL, *cand = NULL, *policy = NULL, *json_file = NULL, *cmd_a = NULL, *cmd_b = NULL,
+               *dir = NULL;
+    bool json = false, allow = false, quiet = false;
+    int rounds = 5, max_rounds = 0;
+    struct k25_error err;
+    k25_error_clear(&err);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            gate_usage(stdout);
+            return 0;
+        }
+        bool valued = !strcmp(a, "--baseline") || !strcmp(a, "--candidate") || !strcmp(a, "--policy") ||
+                      !strcmp(a, "--json-file") || !strcmp(a, "--rounds") || !strcmp(a, "--max-rounds") || !strcmp(a, "--dir");
+        if (!strcmp(a, "--json"))
+            json = true;
+        else if (!strcmp(a, "--allow-mismatch"))
+            allow = true;
+        else if (!strcmp(a, "--quiet"))
+            quiet = true;
+        else if (!strcmp(a, "--ab")) {
+            if (i + 2 >= argc) {
+                fprintf(stderr, "k25 gate: --ab needs two commands (k25 gate --help)\n");
+                return 2;
+            }
+            cmd_a = argv[++i];
+            cmd_b = argv[++i];
+        } else if (valued) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "k25 gate: %s: missing value\n", a);
+                return 2;
+            }
+            const char *v = argv[++i];
+            if (!strcmp(a, "--baseline"))
+                base = v;
+            else if (!strcmp(a, "--candidate"))
+                cand = v;
+            else if (!strcmp(a, "--policy"))
+                policy = v;
+            else if (!strcmp(a, "--json-file"))
+                json_file = v;
+            else if (!strcmp(a, "--dir"))
+                dir = v;
+            else {
+                char *end;
+                errno = 0;
+                long r = strtol(v, &end, 10);
+                if (end == v || *end || errno || r < 2 || r > 32) {
+                    fprintf(stderr, "k25 gate: %s: expected 2..32, got \"%s\"\n", a, v);
+                    return 2;
+                }
+                *(!strcmp(a, "--rounds") ? &rounds : &max_rounds) = (int)r;
+            }
+        } else {
+            fprintf(stderr, "k25 gate: %s: unknown option (k25 gate --help)\n", a);
+            return 2;
+        }
+    }
+    bool ab = cmd_a != NULL;
+    if (max_rounds < rounds)
+        max_rounds = rounds;
+    if (ab && (base || cand)) {
+        fprintf(stderr, "k25 gate: give either --ab CMD_A CMD_B or --baseline/--candidate, not both\n");
+        return 2;
+    }
+    if (!ab && (!base || !cand)) {
+        fprintf(stderr, "k25 gate: --baseline and --candidate are required (k25 gate --help)\n");
+        return 2;
+    }
+
+    struct k25_gate_policy *pol = calloc(1, sizeof(*pol));
+    struct k25_gate_result *res = calloc(1, sizeof(*res));
+    struct k25_gate_set B = {0}, C = {0};
+    char tmpdir[64], pa[1100], pb[1100];
+    int status = 2;
+    if (!pol || !res) {
+        fprintf(stderr, "k25 gate: out of memory\n");
+        goto out;
+    }
+    if (policy ? k25_gate_policy_load(policy, pol, &err) : (k25_gate_policy_default(pol), K25_OK)) {
+        fprintf(stderr, "k25 gate: %s\n", err.msg);
+        goto out;
+    }
+    if (ab) {
+        if (!dir) {
+            snprintf(tmpdir, sizeof(tmpdir), "/tmp/k25-gate-ab.XXXXXX");
+            if (!mkdtemp(tmpdir)) {
+                fprintf(stderr, "k25 gate: cannot create a folder under /tmp: %s\n", strerror(errno));
+                goto out;
+            }
+            dir = tmpdir;
+        }
+        snprintf(pa, sizeof(pa), "%s/a", dir);
+        snprintf(pb, sizeof(pb), "%s/b", dir);
+        base = pa;
+        cand = pb;
+    }
+    struct k25_gate_opts go = {allow};
+    for (int done = 0;;) {
+        if (ab) {
+            struct k25_gate_ab_opts ao = {cmd_a, cmd_b, done, rounds, dir, quiet};
+            if (k25_gate_ab_run(&ao, &err) != K25_OK) {
+                fprintf(stderr, "k25 gate: %s\n", err.msg);
+                goto out;
+            }
+            done = rounds;
+            k25_gate_set_free(&B);
+            k25_gate_set_free(&C);
+        }
+        if (k25_gate_set_load(base, &B, &err) != K25_OK || k25_gate_set_load(cand, &C, &err) != K25_OK) {
+            fprintf(stderr, "k25 gate: %s\n", err.msg);
+            goto out;
+        }
+        if (k25_gate_compare(&B, &C, pol, &go, res, &err) != K25_OK) {
+            fprintf(stderr, "k25 gate: %s\n", err.msg);
+            goto out;
+        }
+        /* sequential: while a gated metric is too noisy to call, measure more rounds */
+        bool unsure = false;
+        for (int i = 0; i < res->n_rows; i++)
+            unsure |= res->rows[i].verdict == K25_V_UNSURE && res->rows[i].m->gate && !res->rows[i].advisory;
+        if (!ab || !unsure || rounds >= max_rounds)
+            break;
+        int more = rounds / 2 > 2 ? rounds / 2 : 2;
+        rounds = rounds + more > max_rounds ? max_rounds : rounds + more;
+        if (!quiet)
+            fprintf(stderr, "k25 gate: some metrics UNSURE after %d rounds; measuring up to %d\n", done, rounds);
+    }
+    if (ab && !quiet)
+        fprintf(stderr, "k25 gate: A/B runs (%d rounds) kept in %s\n", rounds, dir);
+    json_t *j = (json || json_file) ? k25_gate_json(&B, &C, pol, res) : NULL;
+    if ((json || json_file) && !j) {
+        fprintf(stderr, "k25 gate: out of memory\n");
+        goto out;
+    }
+    if (json_file && json_dump_file(j, json_file, JSON_INDENT(2)) != 0) {
+        fprintf(stderr, "k25 gate: cannot write %s\n", json_file);
+        json_decref(j);
+        goto out;
+    }
+    if (json) {
+        json_dumpf(j, stdout, JSON_INDENT(2));
+        fputc('\n', stdout);
+    } else {
+        k25_gate_print(stdout, &B, &C, res);
+    }
+    json_decref(j);
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "k25 gate: writing the report failed: %s\n", strerror(errno));
+        goto out;
+    }
+    status = res->n_fail ? 1 : 0;
+out:
+    k25_gate_set_free(&B);
+    k25_gate_set_free(&C);
+    free(pol);
+    free(res);
+    return status;
+}

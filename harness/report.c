@@ -1,0 +1,325 @@
+/*
+ * report.c - k25_report_generate: the whole `k25 report`, start to end.
+ *
+ *   1. find gnuplot and the templates (fail first, before any work)
+ *   2. read the SLA file and the input(s)
+ *   3. write the data files and render every plot (OUT/plots/)
+ *   4. evaluate the SLA lines and the health checks
+ *   5. write OUT/report.md, OUT/report.html and OUT/verdict.json, each
+ *      under a temporary name renamed into place when complete
+ */
+#include "report.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int k25_report_write_file(const char *path, const char *data, size_t len, struct k25_error *err)
+{
+    char tmp[PATH_MAX + 64];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot create: %s", strerror(errno));
+    bool ok = fwrite(data, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot write: %s", strerror(e));
+    }
+    return K25_OK;
+}
+
+static int mkdir_p(const char *dir, struct k25_error *err)
+{
+    char p[PATH_MAX];
+    k25_report_sfmt(p, sizeof(p), "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            return k25_error_set(err, K25_EIO, p, 0, NULL, "cannot create the folder: %s", strerror(errno));
+        *s = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return k25_error_set(err, K25_EIO, p, 0, NULL, "cannot create the folder: %s", strerror(errno));
+    struct stat st;
+    if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+        return k25_error_set(err, K25_EIO, p, 0, NULL, "not a folder");
+    return K25_OK;
+}
+
+/* Writes the document through one backend into path (temporary + rename). */
+static int write_doc(const struct k25_report_doc *d, bool html, const char *out_dir, const char *path,
+                     struct k25_error *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    struct k25_doc_out o = {.f = f, .out_dir = out_dir, .rc = K25_OK, .err = err};
+    if (html)
+        k25_doc_out_html(&o);
+    else
+        k25_doc_out_md(&o);
+    k25_report_doc_write(d, &o);
+    bool bad = ferror(f);
+    fclose(f);
+    int rc = o.rc;
+    if (!rc && (bad || !buf))
+        rc = k25_error_set(err, K25_ENOMEM, path, 0, NULL, "out of memory while writing");
+    if (!rc)
+        rc = k25_report_write_file(path, buf, len, err);
+    free(buf);
+    return rc;
+}
+
+static json_t *num_or_null(double v)
+{
+    return isnan(v) || isinf(v) ? json_null() : json_real(v);
+}
+
+static int write_verdict_json(const struct k25_report_doc *d, const char *path, struct k25_error *err)
+{
+    const struct k25_report_outcome *oc = d->outcome;
+    json_t *root = json_object(), *inputs = json_array(), *sla = json_array(), *health = json_array(),
+           *plots = json_array(), *cols = json_array();
+    for (int i = 0; i < d->opts->n_inputs; i++)
+        json_array_append_new(inputs, json_string(d->opts->inputs[i]));
+    for (int c = 0; c < d->n_cols; c++)
+        json_array_append_new(cols, json_string(d->col_label[c]));
+    for (int i = 0; i < d->sla->n_lines && d->n_cols; i++) {
+        json_t *res = json_array();
+        for (int c = 0; c < d->n_cols; c++) {
+            const struct k25_sla_result *r = &d->sla_res[i][c];
+            json_array_append_new(res, json_pack("{s:s, s:s, s:o, s:o, s:o, s:I, s:[o, o], s:s}", "column",
+                                                 d->col_label[c], "verdict", k25_verdict_name(r->verdict), "value",
+                                                 num_or_null(r->value), "margin", num_or_null(r->margin),
+                                                 "margin_pct", num_or_null(r->margin_pct), "n", (json_int_t)r->n,
+                                                 "ci95", num_or_null(r->ci_lo), num_or_null(r->ci_hi), "note", r->note));
+        }
+        json_array_append_new(sla, json_pack("{s:s, s:i, s:s, s:s, s:f, s:o}", "line", d->sla->lines[i].text, "file_line",
+                                             d->sla->lines[i].line, "metric", d->sla->lines[i].metric, "op",
+                                             k25_sla_op_text(d->sla->lines[i].op), "limit", d->sla->lines[i].limit,
+                                             "results", res));
+    }
+    for (int h = 0; h < d->sla->n_health && d->n_cols; h++) {
+        const struct k25_health_check *c = &d->sla->health[h];
+        if (!c->enabled)
+            continue;
+        json_t *res = json_array();
+        for (int k = 0; k < d->n_cols; k++) {
+            const struct k25_health_result *r = &d->health_res[h][k];
+            json_array_append_new(res, json_pack("{s:s, s:s, s:o, s:s}", "column", d->col_label[k], "level",
+                                                 k25_health_level_name(r->level), "value", num_or_null(r->value),
+                                                 "note", r->note));
+        }
+        json_array_append_new(health, json_pack("{s:s, s:o}", "check", c->metric, "results", res));
+    }
+    for (int i = 0; i < d->n_plots; i++)
+        json_array_append_new(plots, json_string(d->plots[i].file));
+    const char *v = d->sla->n_lines == 0 || d->in->kind == K25_REPORT_ATTN ? "none"
+                    : oc->overall == K25_VERDICT_PASS                    ? "PASS"
+                    : oc->overall == K25_VERDICT_FAIL                    ? "FAIL"
+                                                                         : "INCONCLUSIVE";
+    json_object_set_new(root, "kind", json_string(k25_report_kind_name(d->in->kind)));
+    json_object_set_new(root, "title", json_string(d->title));
+    json_object_set_new(root, "generated_utc", json_string(d->generated_utc));
+    json_object_set_new(root, "inputs", inputs);
+    json_object_set_new(root, "sla_file", d->sla->path[0] ? json_string(d->sla->path) : json_null());
+    json_object_set_new(root, "verdict", json_string(v));
+    json_object_set_new(root, "columns", cols);
+    json_object_set_new(root, "sla", sla);
+    json_object_set_new(root, "health", health);
+    json_object_set_new(root, "plots", plots);
+    char *txt = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (!txt)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    size_t l = strlen(txt);
+    txt[l] = 0;
+    char *withnl = realloc(txt, l + 2);
+    if (!withnl) {
+        free(txt);
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    }
+    withnl[l] = '\n';
+    withnl[l + 1] = 0;
+    int rc = k25_report_write_file(path, withnl, l + 1, err);
+    free(withnl);
+    return rc;
+}
+
+/* Which runs each verdict column is evaluated on. */
+static void set_columns(struct k25_report_doc *d)
+{
+    const struct k25_report_input *in = d->in;
+    d->n_cols = 0;
+    if (in->kind == K25_REPORT_RUN || in->kind == K25_REPORT_COMPARE) {
+        for (int i = 0; i < in->n_runs && d->n_cols < K25_REPORT_MAX_COLS; i++) {
+            snprintf(d->col_label[d->n_cols], sizeof(d->col_label[0]), "%s", in->runs[i].label);
+            d->col_runs[d->n_cols] = &in->runs[i];
+            d->col_nruns[d->n_cols++] = 1;
+        }
+    } else if (in->kind == K25_REPORT_SWEEP && in->sweep->n_best_runs) {
+        const struct k25_report_sweep *s = in->sweep;
+        snprintf(d->col_label[0], sizeof(d->col_label[0]), "best point (%.100s)", s->pts[s->best].label);
+        d->col_runs[0] = s->best_runs;
+        d->col_nruns[0] = s->n_best_runs;
+        d->n_cols = 1;
+    }
+}
+
+int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outcome *outcome, struct k25_error *err)
+{
+    uint64_t t0 = k25_now_ns();
+    char gnuplot[PATH_MAX], tmpl[PATH_MAX], plot_dir[PATH_MAX], data_dir[PATH_MAX + 16], path[PATH_MAX + 64];
+    struct k25_report_outcome oc;
+    memset(&oc, 0, sizeof(oc));
+    struct k25_sla *sla = malloc(sizeof(*sla));
+    struct k25_plot_list *pl = calloc(1, sizeof(*pl));
+    struct k25_report_doc *d = calloc(1, sizeof(*d));
+    struct k25_report_input in;
+    memset(&in, 0, sizeof(in));
+    int rc = K25_OK;
+    if (!sla || !pl || !d) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    if ((rc = k25_plot_find_gnuplot(gnuplot, sizeof(gnuplot), err)) ||
+        (rc = k25_plot_find_templates(tmpl, sizeof(tmpl), err)))
+        goto out;
+    if (o->sla_path)
+        rc = k25_sla_load(o->sla_path, sla, err);
+    else
+        k25_sla_init(sla);
+    if (rc || (rc = k25_report_load(o->inputs, o->n_inputs, &in, err)))
+        goto out;
+    snprintf(plot_dir, sizeof(plot_dir), "%s/plots", o->out);
+    snprintf(data_dir, sizeof(data_dir), "%s/data", plot_dir);
+    if ((rc = mkdir_p(data_dir, err)))
+        goto out;
+
+    /* data files and plot jobs */
+    switch (in.kind) {
+    case K25_REPORT_RUN: rc = k25_report_data_run(&in.runs[0], plot_dir, "", in.runs[0].label, pl, err); break;
+    case K25_REPORT_COMPARE:
+        rc = k25_report_data_compare(in.runs, in.n_runs, plot_dir, "", "comparison", pl, err);
+        for (int i = 0; i < in.n_runs && i < 4 && !rc; i++) {
+            char pfx[16];
+            snprintf(pfx, sizeof(pfx), "r%d_", i + 1);
+            rc = k25_report_data_run(&in.runs[i], plot_dir, pfx, in.runs[i].label, pl, err);
+        }
+        break;
+    case K25_REPORT_SWEEP: {
+        const struct k25_report_sweep *s = in.sweep;
+        rc = k25_report_data_sweep(s, plot_dir, pl, err);
+        if (!rc && s->n_best_runs && s->n_ref_runs) {
+            struct k25_report_run pair[2] = {s->ref_runs[0], s->best_runs[0]};
+            snprintf(pair[0].label, sizeof(pair[0].label), "defaults");
+            snprintf(pair[1].label, sizeof(pair[1].label), "best point");
+            rc = k25_report_data_compare(pair, 2, plot_dir, "bvd_", "best point against the defaults", pl, err);
+        }
+        if (!rc && s->n_best_runs)
+            rc = k25_report_data_run(&s->best_runs[0], plot_dir, "best_", "best point", pl, err);
+        break;
+    }
+    case K25_REPORT_ATTN: rc = k25_report_data_attn(in.attn, plot_dir, pl, err); break;
+    }
+    if (rc)
+        goto out;
+    const char *ext = o->format == K25_FMT_SVG ? "svg" : (o->format == K25_FMT_PDF ? "pdf" : "png");
+    if ((rc = k25_plot_render_all(gnuplot, tmpl, plot_dir, pl->jobs, pl->n, o->format, "", err)))
+        goto out;
+    if (o->format == K25_FMT_PDF && (rc = k25_plot_render_all(gnuplot, tmpl, plot_dir, pl->jobs, pl->n, K25_FMT_PNG,
+                                                              "_png", err)))
+        goto out;
+    for (int i = 0; i < pl->n; i++) {
+        char stem[sizeof(pl->jobs[i].stem)], file[sizeof(pl->plots[i].file)];
+        memcpy(stem, pl->jobs[i].stem, sizeof(stem)); /* separate buffers: -Wrestrict */
+        k25_report_sfmt(file, sizeof(file), "plots/%s.%s", stem, ext);
+        memcpy(pl->plots[i].file, file, sizeof(file));
+        if (o->format == K25_FMT_PDF)
+            k25_report_sfmt(pl->plots[i].html_file, sizeof(pl->plots[i].html_file), "plots/%s_png.png", stem);
+        else
+            memcpy(pl->plots[i].html_file, file, sizeof(file));
+    }
+
+    /* verdicts */
+    d->opts = o;
+    d->in = &in;
+    d->sla = sla;
+    d->plots = pl->plots;
+    d->n_plots = pl->n;
+    d->outcome = &oc;
+    k25_utc_now(d->generated_utc);
+    if (o->title && *o->title)
+        snprintf(d->title, sizeof(d->title), "%s", o->title);
+    else if (sla->title[0])
+        snprintf(d->title, sizeof(d->title), "%s", sla->title);
+    else if (in.kind == K25_REPORT_SWEEP)
+        snprintf(d->title, sizeof(d->title), "Tuning report: sweep %s", in.sweep->name);
+    else if (in.kind == K25_REPORT_ATTN)
+        snprintf(d->title, sizeof(d->title), "Attention benchmark report");
+    else if (in.kind == K25_REPORT_COMPARE)
+        snprintf(d->title, sizeof(d->title), "Comparison: %.100s against %.100s", in.runs[in.n_runs - 1].label,
+                 in.runs[0].label);
+    else
+        snprintf(d->title, sizeof(d->title), "Run report: %.200s", in.runs[0].label);
+    set_columns(d);
+    for (int c = 0; c < d->n_cols; c++) {
+        for (int i = 0; i < sla->n_lines; i++)
+            k25_sla_eval(&sla->lines[i], d->col_runs[c], d->col_nruns[c], &d->sla_res[i][c]);
+        for (int h = 0; h < sla->n_health; h++)
+            k25_health_eval(&sla->health[h], k25_health_value(&sla->health[h], d->col_runs[c], d->col_nruns[c]),
+                            &d->health_res[h][c]);
+    }
+    if (d->n_cols) { /* the verdict is the last column's: the only run, or the candidate */
+        int c = d->n_cols - 1;
+        for (int i = 0; i < sla->n_lines; i++) {
+            enum k25_verdict v = d->sla_res[i][c].verdict;
+            oc.n_pass += v == K25_VERDICT_PASS;
+            oc.n_fail += v == K25_VERDICT_FAIL;
+            oc.n_unsupported += v == K25_VERDICT_UNSUPPORTED;
+        }
+        for (int h = 0; h < sla->n_health; h++) {
+            if (!sla->health[h].enabled)
+                continue;
+            enum k25_health_level l = d->health_res[h][c].level;
+            oc.health_fail += l == K25_HEALTH_FAIL;
+            oc.health_warn += l == K25_HEALTH_WARN;
+            oc.health_not_measured += l == K25_HEALTH_NOT_MEASURED;
+        }
+    } else {
+        oc.n_unsupported = sla->n_lines;
+    }
+    oc.overall = oc.n_fail ? K25_VERDICT_FAIL
+                           : (oc.n_unsupported || sla->n_lines == 0 ? K25_VERDICT_UNSUPPORTED : K25_VERDICT_PASS);
+    oc.n_plots = pl->n;
+
+    snprintf(path, sizeof(path), "%s/report.md", o->out);
+    if ((rc = write_doc(d, false, o->out, path, err)))
+        goto out;
+    snprintf(path, sizeof(path), "%s/report.html", o->out);
+    if ((rc = write_doc(d, true, o->out, path, err)))
+        goto out;
+    snprintf(path, sizeof(path), "%s/verdict.json", o->out);
+    if ((rc = write_verdict_json(d, path, err)))
+        goto out;
+    oc.seconds = (double)(k25_now_ns() - t0) / 1e9;
+    if (outcome)
+        *outcome = oc;
+out:
+    k25_report_input_free(&in);
+    free(sla);
+    free(pl);
+    free(d);
+    return rc;
+}

@@ -1,0 +1,117 @@
+/*
+ * report_health.c - the health checks every report applies (DESIGN.md §6,
+ * from field practice), each a metric with up to four bounds:
+ *
+ *   kv_cache_hit_rate         >= 0.92 ok, below 0.92 warn, below 0.90 fail
+ *   busy_p95                  0.75 .. 0.85 ok, outside warn, above 0.90 fail
+ *   degraded_requests_ratio   <= 0.005 ok, above warn, above 0.01 fail
+ *   kv_usage_ratio            <= 0.92 ok, above fail
+ *
+ * A value equal to a bound is within it.  The SLA file's `health:`
+ * section overrides bounds or turns a check off.  A metric the run did
+ * not measure is reported as "not measured", never guessed.
+ */
+#include "report.h"
+
+#include <math.h>
+#include <string.h>
+
+const char *k25_health_level_name(enum k25_health_level l)
+{
+    switch (l) {
+    case K25_HEALTH_OK: return "OK";
+    case K25_HEALTH_WARN: return "WARN";
+    case K25_HEALTH_FAIL: return "FAIL";
+    case K25_HEALTH_NOT_MEASURED: return "not measured";
+    }
+    return "?";
+}
+
+static void set(struct k25_health_check *c, const char *metric, double fail_below, double warn_below,
+                double warn_above, double fail_above, const char *low, const char *high)
+{
+    memset(c, 0, sizeof(*c));
+    snprintf(c->metric, sizeof(c->metric), "%s", metric);
+    c->enabled = true;
+    c->fail_below = fail_below;
+    c->warn_below = warn_below;
+    c->warn_above = warn_above;
+    c->fail_above = fail_above;
+    snprintf(c->advice_low, sizeof(c->advice_low), "%s", low);
+    snprintf(c->advice_high, sizeof(c->advice_high), "%s", high);
+}
+
+int k25_health_defaults(struct k25_health_check *h, int max)
+{
+    if (max < 4)
+        return 0;
+    set(&h[0], "kv_cache_hit_rate", 0.90, 0.92, NAN, NAN,
+        "below 0.90 the cache policy needs tuning (prefix caching, block size, tier sizes)", "");
+    set(&h[1], "busy_p95", NAN, 0.75, 0.85, 0.90, "the engine has headroom: more load or a larger batch would fit",
+        "above 0.90: scale out or shrink the batch");
+    set(&h[2], "degraded_requests_ratio", NAN, NAN, 0.005, 0.01, "",
+        "above 0.01 the degradation is too eager (circuit-breaker thresholds)");
+    set(&h[3], "kv_usage_ratio", NAN, NAN, NAN, 0.92, "", "above 0.92 the next request may fail to fit");
+    return 4;
+}
+
+void k25_health_describe(const struct k25_health_check *c, char *buf, size_t n)
+{
+    char lo[32] = "", hi[32] = "";
+    if (!isnan(c->warn_below) || !isnan(c->fail_below))
+        snprintf(lo, sizeof(lo), "%g", !isnan(c->warn_below) ? c->warn_below : c->fail_below);
+    if (!isnan(c->warn_above) || !isnan(c->fail_above))
+        snprintf(hi, sizeof(hi), "%g", !isnan(c->warn_above) ? c->warn_above : c->fail_above);
+    size_t u = 0;
+    if (*lo && *hi)
+        u = (size_t)snprintf(buf, n, "between %s and %s", lo, hi);
+    else if (*lo)
+        u = (size_t)snprintf(buf, n, ">= %s", lo);
+    else if (*hi)
+        u = (size_t)snprintf(buf, n, "<= %s", hi);
+    else
+        u = (size_t)snprintf(buf, n, "(no bounds)");
+    if (u < n && !isnan(c->fail_below) && c->fail_below != c->warn_below)
+        u += (size_t)snprintf(buf + u, n - u, "; fail below %g", c->fail_below);
+    if (u < n && !isnan(c->fail_above) && c->fail_above != c->warn_above)
+        snprintf(buf + u, n - u, "; fail above %g", c->fail_above);
+}
+
+void k25_health_eval(const struct k25_health_check *c, double v, struct k25_health_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->value = v;
+    if (isnan(v)) {
+        r->level = K25_HEALTH_NOT_MEASURED;
+        snprintf(r->note, sizeof(r->note), "not measured: the run reports no %s", c->metric);
+        return;
+    }
+    r->level = K25_HEALTH_OK;
+    if (v < c->fail_below) {
+        r->level = K25_HEALTH_FAIL;
+        snprintf(r->note, sizeof(r->note), "%s", *c->advice_low ? c->advice_low : "below the fail bound");
+    } else if (v > c->fail_above) {
+        r->level = K25_HEALTH_FAIL;
+        snprintf(r->note, sizeof(r->note), "%s", *c->advice_high ? c->advice_high : "above the fail bound");
+    } else if (v < c->warn_below) {
+        r->level = K25_HEALTH_WARN;
+        snprintf(r->note, sizeof(r->note), "below %g: %s", c->warn_below, c->advice_low);
+    } else if (v > c->warn_above) {
+        r->level = K25_HEALTH_WARN;
+        snprintf(r->note, sizeof(r->note), "above %g: %s", c->warn_above, c->advice_high);
+    }
+}
+
+double k25_health_value(const struct k25_health_check *c, const struct k25_report_run *runs, int n_runs)
+{
+    double s = 0;
+    int k = 0;
+    for (int i = 0; i < n_runs; i++) {
+        double x = k25_report_scalar(runs[i].summary, c->metric);
+        if (!isnan(x)) {
+            s += x;
+            k++;
+        }
+    }
+    return k ? s / k : NAN;
+}

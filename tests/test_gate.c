@@ -1,0 +1,389 @@
+/*
+ * test_gate.c - `k25 gate`: the estimator on values with a known answer,
+ * the policy file (the shipped one equals the built-in default; every bad
+ * key, value and line), and (integration) the proof that the gate works
+ * on this machine: the unmodified engine passes against itself in three
+ * of three interleaved A/B tries, a deliberately slowed engine
+ * (K25_TEST_SLOWDOWN=0.2: every step 20% longer) fails as SLOWER, and a
+ * deliberately lossy one (K25_TEST_LOSSY) fails on its generated tokens;
+ * mismatched configs and unusable inputs exit 2; the stored baseline
+ * loads and passes against itself.
+ */
+#include "testutil.h"
+
+#include "gate.h"
+
+#include <math.h>
+
+/* The small workload of the A/B proofs: one thread (a neighbour on the other
+ * core does not stall it), about a second per run. */
+#define WORKLOAD                                                                                              \
+    "bench --dataset datasets/gold/ci-small.jsonl --model tiny --filter \"input_length <= 1024\" --concurrency 2 " \
+    "--requests 8 --warmup 1 --decode-max-tokens 32 --threads 1 --quiet"
+
+/* A group of R replicates x N cells: base[i] * (1 + 0.01 i) for cell i, times a factor per run. */
+static void fill(struct k25_gate_cells *g, int R, int N, double *b, double *c, const double *fb, const double *fc,
+                 double slow)
+{
+    g->n_runs = R;
+    g->n_cells = N;
+    g->b = b;
+    g->c = c;
+    g->norm = 0;
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < N; i++) {
+            double v = 100.0 * (1 + 0.37 * i); /* cells differ a lot: requests of other lengths */
+            b[r * N + i] = v * fb[r];
+            c[r * N + i] = v * fc[r] * slow;
+        }
+}
+
+/* The estimator against values where the answer is known. */
+static void test_best_ratio(void **state)
+{
+    (void)state;
+    enum { R = 6, N = 8 };
+    double b[R * N], c[R * N], est, lo, hi;
+    const double quiet[R] = {1, 1, 1, 1, 1, 1};
+    /* bursts: a neighbour slowed some runs of each side by 1.3x to 4x, never sped one up */
+    const double burst_b[R] = {1, 1.3, 4, 1, 2, 1.02}, burst_c[R] = {3, 1, 1.01, 1.5, 1, 2.5};
+    struct k25_gate_cells g[2];
+
+    fill(&g[0], R, N, b, c, quiet, quiet, 1);
+    assert_int_equal(k25_gate_best_ratio(g, 1, true, 500, 0.95, 1, &est, &lo, &hi), N);
+    assert_true(est == 0 && lo == 0 && hi == 0);
+
+    /* a 20% slower engine on a quiet machine: exactly log 1.2, a zero-width interval */
+    fill(&g[0], R, N, b, c, quiet, quiet, 1.2);
+    k25_gate_best_ratio(g, 1, true, 500, 0.95, 1, &est, &lo, &hi);
+    assert_true(fabs(est - log(1.2)) < 1e-12 && fabs(lo - log(1.2)) < 1e-12 && fabs(hi - log(1.2)) < 1e-12);
+
+    /* the same engine on both sides, with bursts: the best replicates agree, so no change */
+    fill(&g[0], R, N, b, c, burst_b, burst_c, 1);
+    k25_gate_best_ratio(g, 1, true, 2000, 0.95, 1, &est, &lo, &hi);
+    assert_true(fabs(est) < 0.011);   /* the quietest runs were 1.00 and 1.01 */
+    assert_true(lo <= est && est <= hi);
+    assert_true(hi < log(1.10));      /* cannot be called SLOWER at a 10% tolerance */
+    double est2, lo2, hi2;
+    k25_gate_best_ratio(g, 1, true, 2000, 0.95, 1, &est2, &lo2, &hi2);
+    assert_true(lo == lo2 && hi == hi2); /* deterministic for a seed */
+
+    /* a real 20% slowdown under bursts: found, and the interval excludes no change */
+    fill(&g[0], R, N, b, c, burst_b, burst_c, 1.2);
+    k25_gate_best_ratio(g, 1, true, 2000, 0.95, 1, &est, &lo, &hi);
+    assert_true(fabs(est - log(1.2 * 1.01 / 1.0)) < 0.02 || fabs(est - log(1.2)) < 0.02);
+    assert_true(lo > 0);
+
+    /* normalized: a machine twice as slow on every run, its calibration floor twice as long */
+    fill(&g[0], R, N, b, c, quiet, quiet, 2.0);
+    g[0].norm = log(2.0);
+    k25_gate_best_ratio(g, 1, true, 500, 0.95, 1, &est, &lo, &hi);
+    assert_true(fabs(est) < 1e-12);
+
+    /* higher is better (a rate): the best replicate is the highest */
+    fill(&g[0], R, N, b, c, burst_b, burst_b, 1);
+    k25_gate_best_ratio(g, 1, false, 500, 0.95, 1, &est, &lo, &hi);
+    assert_true(fabs(est) < 1e-12);
+
+    /* two groups (sweep points), one replicate each, missing values skipped */
+    double b2[N], c2[N];
+    fill(&g[0], 1, N, b, c, quiet, quiet, 1.1);
+    fill(&g[1], 1, N, b2, c2, quiet, quiet, 1.3);
+    b2[3] = NAN;
+    c2[5] = NAN;
+    assert_int_equal(k25_gate_best_ratio(g, 2, true, 2000, 0.95, 1, &est, &lo, &hi), 2 * N - 2);
+    assert_true(est > log(1.1) - 1e-12 && est < log(1.3) + 1e-12);
+    assert_true(lo >= log(1.1) - 1e-12 && hi <= log(1.3) + 1e-12 && lo < hi);
+    /* nothing to compare */
+    g[0].n_cells = 0;
+    assert_int_equal(k25_gate_best_ratio(g, 1, true, 100, 0.95, 1, &est, &lo, &hi), 0);
+    assert_true(isnan(est) && isnan(lo));
+}
+
+/* ci/gate-policy.yaml spells out the built-in default: they must agree. */
+static void test_policy_file_is_default(void **state)
+{
+    (void)state;
+    struct k25_gate_policy *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
+    struct k25_error err;
+    k25_gate_policy_default(a);
+    if (k25_gate_policy_load("ci/gate-policy.yaml", b, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(a->n, b->n);
+    assert_true(a->confidence == b->confidence && a->resamples == b->resamples && a->seed == b->seed);
+    assert_int_equal(a->unsure_fails, b->unsure_fails);
+    for (int i = 0; i < a->n; i++) {
+        const struct k25_gate_metric *x = &a->m[i], *y = &b->m[i];
+        if (strcmp(x->name, y->name) || x->src != y->src || strcmp(x->path, y->path) || x->cmp != y->cmp ||
+            x->lower_better != y->lower_better || x->relative != y->relative || fabs(x->tol - y->tol) > 1e-12 ||
+            !(fabs(x->tol_other - y->tol_other) < 1e-12 || (isnan(x->tol_other) && isnan(y->tol_other))) ||
+            x->norm != y->norm || x->timing != y->timing || x->gate != y->gate)
+            fail_msg("metric %d differs: built-in %s, file %s (line %d)", i, x->name, y->name, y->line);
+    }
+    /* the CI policy (ci/pipeline.sh) loads too */
+    if (k25_gate_policy_load("ci/gate-policy-ci.yaml", b, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(b->n, a->n);
+    free(a);
+    free(b);
+}
+
+static void expect_policy_error(const char *text, int line, const char *needle)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/p.yaml", tu_dir);
+    tu_write_file(path, text);
+    struct k25_gate_policy *p = calloc(1, sizeof(*p));
+    struct k25_error err;
+    int rc = k25_gate_policy_load(path, p, &err);
+    free(p);
+    if (rc == K25_OK)
+        fail_msg("policy accepted:\n%s", text);
+    char want[700];
+    snprintf(want, sizeof(want), "%s:%d:", path, line);
+    if ((line > 0 && !strstr(err.msg, want)) || !strstr(err.msg, needle))
+        fail_msg("got \"%s\"\nwanted \"%s\" and \"%s\"", err.msg, line > 0 ? want : "", needle);
+}
+
+static void test_policy_errors(void **state)
+{
+    (void)state;
+    expect_policy_error("metrics:\n  ttft_ms: {compare: statistical, tolerance: ten}\n", 2, "tolerance");
+    expect_policy_error("metrics:\n  ttft_ms: {compare: statistics}\n", 2, "statistical, threshold, exact");
+    expect_policy_error("metrics:\n  ttft_ms:\n    better: down\n", 3, "lower, higher");
+    expect_policy_error("metrics:\n  ttft_ms: {bogus: 1}\n", 2, "'bogus': unknown key");
+    expect_policy_error("metrics:\n  ttft_ms: {from: request.nope}\n", 2, "unknown request column 'nope'");
+    expect_policy_error("metrics:\n  x: {from: tokens, compare: threshold}\n", 2, "compared exactly");
+    expect_policy_error("metrics:\n  ttft_ms: {compare: statistical, tolerance: 0.1}\n", 2, "in percent");
+    expect_policy_error("metrics:\n  m: {compare: threshold, normalize: always}\n", 2, "normalize applies");
+    expect_policy_error("metrics:\n  a: {}\n  a: {}\n", 3, "listed twice");
+    expect_policy_error("confidence: 2\nmetrics:\n  a: {}\n", 1, "confidence");
+    expect_policy_error("unsure: maybe\nmetrics:\n  a: {}\n", 1, "warn, fail");
+    expect_policy_error("colour: red\nmetrics:\n  a: {}\n", 1, "'colour': unknown key");
+    expect_policy_error("confidence: 0.9\n", 1, "lists no metric");
+    expect_policy_error("metrics: [1, 2\n", 0, "YAML");
+    struct k25_gate_policy p;
+    struct k25_error err;
+    assert_int_equal(k25_gate_policy_load("/nonexistent/policy.yaml", &p, &err), K25_ENOTFOUND);
+    assert_non_null(strstr(err.msg, "/nonexistent/policy.yaml"));
+}
+
+/* Runs cmd, returns its exit status; *out gets the output. */
+static int run(const char *cmd, char **out)
+{
+    int st = tu_run(cmd, out);
+    return st;
+}
+
+/* `k25 gate --ab` of WORKLOAD with env_b before B's command; JSON to DIR/gate.json. */
+static int ab(const char *name, const char *env_b, char **out)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd),
+             "%s gate --ab '%s %s' '%s %s %s' --rounds 6 --max-rounds 10 --dir %s/%s --quiet "
+             "--policy ci/gate-policy.yaml --json-file %s/%s.json",
+             tu_k25(), tu_k25(), WORKLOAD, env_b, tu_k25(), WORKLOAD, tu_dir, name, tu_dir, name);
+    return run(cmd, out);
+}
+
+/* Prints the timing rows of a gate table (up to generated_tokens) under a label. */
+static void show(const char *label, const char *out)
+{
+    const char *a = strstr(out, "  ttft_ms"), *b = a ? strstr(a, "  generated_tokens") : NULL;
+    printf("    %s:\n%.*s", label, a && b ? (int)(b - a) : 0, a ? a : "");
+}
+
+static const char *verdict(const char *name, const char *metric)
+{
+    static char buf[64];
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "jq -r '.metrics[] | select(.metric == \"%s\") | .verdict' %s/%s.json", metric, tu_dir,
+             name);
+    buf[0] = 0;
+    if (tu_run(cmd, &out) == 0 && out)
+        snprintf(buf, sizeof(buf), "%.*s", (int)strcspn(out, "\n"), out);
+    free(out);
+    return buf;
+}
+
+/*
+ * The proof: the unmodified engine against itself passes three of three
+ * times, whatever else this machine is doing; the same engine made 20%
+ * slower per step fails, with timing verdicts SLOWER.
+ */
+static void test_ab_noise_floor_and_slowdown(void **state)
+{
+    (void)state;
+    if (tu_quick()) {
+        skip();
+        return;
+    }
+    char *out = NULL, name[32];
+    for (int t = 0; t < 3; t++) {
+        snprintf(name, sizeof(name), "aa%d", t);
+        int st = ab(name, "", &out);
+        if (st != 0)
+            fail_msg("A against A, try %d of 3: exit %d\n%s", t + 1, st, out);
+        assert_non_null(strstr(out, "generated_tokens"));
+        assert_string_equal(verdict(name, "generated_tokens"), "SAME");
+        const char *v = verdict(name, "tpot_ms");
+        assert_true(!strcmp(v, "SAME") || !strcmp(v, "UNSURE") || !strcmp(v, "FASTER"));
+        char label[64];
+        snprintf(label, sizeof(label), "A against A, try %d of 3 (exit 0)", t + 1);
+        show(label, out);
+        free(out);
+    }
+    /* UNSURE is "too noisy to tell", not a wrong answer: a busy spell gets one more try.
+     * SAME or FASTER for a 20% slower engine would be wrong, and fails at once. */
+    int st = 0;
+    for (int t = 0; t < 2; t++) {
+        snprintf(name, sizeof(name), "slow%d", t + 1);
+        st = ab(name, "K25_TEST_SLOWDOWN=0.2", &out);
+        if (st == 1)
+            break;
+        const char *v = verdict(name, "tpot_ms");
+        if (st != 0 || strcmp(v, "UNSURE") != 0 || t == 1)
+            fail_msg("the 20%%-slower engine was not caught (try %d): exit %d, tpot_ms %s\n%s", t + 1, st, v, out);
+        printf("    slowed engine, try 1: UNSURE (machine too noisy); trying again\n");
+        free(out);
+    }
+    int slower = 0;
+    const char *m[] = {"ttft_ms", "tpot_ms", "e2e_ms", "output_tok_per_s"};
+    for (int i = 0; i < 4; i++)
+        slower += !strcmp(verdict(name, m[i]), "SLOWER");
+    assert_true(slower >= 1);
+    assert_string_equal(verdict(name, "generated_tokens"), "SAME"); /* slower, not different */
+    show("K25_TEST_SLOWDOWN=0.2 (exit 1)", out);
+    free(out);
+}
+
+/* Two single runs (tu_dir/NAME.{h5,json}) with env before the command and extra flags. */
+static void bench(const char *name, const char *env, const char *extra)
+{
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "%s %s %s %s --out %s/%s.h5 --json %s/%s.json", env, tu_k25(), WORKLOAD, extra, tu_dir,
+             name, tu_dir, name);
+    if (tu_run(cmd, &out) != 0)
+        fail_msg("%s\n%s", cmd, out);
+    free(out);
+}
+
+/* A lossy engine changes greedy tokens: the exact check fails it, even though it is not slower. */
+static void test_lossy_and_mismatch(void **state)
+{
+    (void)state;
+    bench("base", "", "");
+    bench("lossy", "K25_TEST_LOSSY=1", "");
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "%s gate --baseline %s/base.json --candidate %s/lossy.json --json-file %s/lossy-gate.json",
+             tu_k25(), tu_dir, tu_dir, tu_dir);
+    int st = run(cmd, &out);
+    if (st != 1)
+        fail_msg("the lossy engine was not caught: exit %d\n%s", st, out);
+    assert_string_equal(verdict("lossy-gate", "generated_tokens"), "DIFFERENT");
+    assert_non_null(strstr(out, "GATE FAILED"));
+    free(out);
+
+    /* the trace alone (.h5) is a run too; a run against itself is all SAME */
+    snprintf(cmd, sizeof(cmd), "%s gate --baseline %s/base.h5 --candidate %s/base.json --json", tu_k25(), tu_dir, tu_dir);
+    st = run(cmd, &out);
+    if (st != 0)
+        fail_msg("a run against itself: exit %d\n%s", st, out);
+    free(out);
+    snprintf(cmd, sizeof(cmd),
+             "%s gate --baseline %s/base.h5 --candidate %s/base.json --json | jq -e '.pass and "
+             "([.metrics[] | select(.verdict != \"SAME\" and .verdict != \"n/a\")] | length == 0) and "
+             "(.metrics[] | select(.metric == \"ttft_ms\") | .ratio == 1)'",
+             tu_k25(), tu_dir, tu_dir);
+    if (run(cmd, &out) != 0)
+        fail_msg("%s\n%s", cmd, out);
+    free(out);
+
+    /* another config is another benchmark: refused (2), unless --allow-mismatch */
+    bench("other", "", "--prefill-chunk-size 256");
+    snprintf(cmd, sizeof(cmd), "%s gate --baseline %s/base.json --candidate %s/other.json", tu_k25(), tu_dir, tu_dir);
+    st = run(cmd, &out);
+    if (st != 2 || !strstr(out, "prefill_chunk_size"))
+        fail_msg("mismatch: exit %d\n%s", st, out);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s gate --baseline %s/base.json --candidate %s/other.json --allow-mismatch", tu_k25(),
+             tu_dir, tu_dir);
+    st = run(cmd, &out);
+    if ((st != 0 && st != 1) || !strstr(out, "mismatch allowed"))
+        fail_msg("--allow-mismatch: exit %d\n%s", st, out);
+    free(out);
+}
+
+/* Unusable input exits 2 with a message naming the place. */
+static void test_bad_inputs(void **state)
+{
+    (void)state;
+    char cmd[2048], *out = NULL;
+    const char *k = tu_k25();
+    snprintf(cmd, sizeof(cmd), "%s gate --baseline /nonexistent/run.json --candidate %s", k, "baselines/results/ci-smoke");
+    assert_int_equal(run(cmd, &out), 2);
+    assert_non_null(strstr(out, "/nonexistent/run.json"));
+    free(out);
+    char bad[600];
+    snprintf(bad, sizeof(bad), "%s/notbench.json", tu_dir);
+    tu_write_file(bad, "{\"kind\": \"something-else\"}\n");
+    snprintf(cmd, sizeof(cmd), "%s gate --baseline %s --candidate %s", k, bad, bad);
+    assert_int_equal(run(cmd, &out), 2);
+    assert_non_null(strstr(out, "not a `k25 bench --json` summary"));
+    free(out);
+    snprintf(bad, sizeof(bad), "%s/broken.json", tu_dir);
+    tu_write_file(bad, "{\"kind\": \"k25-bench\",\n");
+    snprintf(cmd, sizeof(cmd), "%s gate --baseline %s --candidate %s", k, bad, bad);
+    assert_int_equal(run(cmd, &out), 2);
+    assert_non_null(strstr(out, "broken.json:2"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s gate --baseline baselines/results/ci-smoke --candidate baselines/results/ci-smoke "
+                               "--policy /nonexistent.yaml", k);
+    assert_int_equal(run(cmd, &out), 2);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s gate --baseline baselines/results/ci-smoke", k);
+    assert_int_equal(run(cmd, &out), 2);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s gate --bogus", k);
+    assert_int_equal(run(cmd, &out), 2);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s gate --help", k);
+    assert_int_equal(run(cmd, &out), 0);
+    assert_non_null(strstr(out, "Exit status: 0 pass, 1 regression, 2 unusable input"));
+    free(out);
+}
+
+/* The stored baseline loads (every point, with its trace and calibration) and passes against itself. */
+static void test_stored_baseline(void **state)
+{
+    (void)state;
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof(cmd),
+             "%s gate --baseline baselines/results/ci-smoke --candidate baselines/results/ci-smoke/summary.json "
+             "--policy ci/gate-policy.yaml --json | jq -e '.pass and .run_pairs == 5 and "
+             "([.baseline.runs[] | select(.trace and .calibration_ms > 0)] | length == 5) and "
+             "(.metrics[] | select(.metric == \"generated_tokens\") | .verdict == \"SAME\")'",
+             tu_k25());
+    if (run(cmd, &out) != 0)
+        fail_msg("%s\n%s", cmd, out);
+    free(out);
+    /* the jq helpers work on it */
+    snprintf(cmd, sizeof(cmd), "jq -r -f ci/jq/calibration.jq baselines/results/ci-smoke/points/*/rep-0.json | wc -l");
+    assert_int_equal(run(cmd, &out), 0);
+    assert_int_equal(atoi(out), 5);
+    free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_best_ratio),
+        cmocka_unit_test(test_policy_file_is_default),
+        cmocka_unit_test(test_policy_errors),
+        cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_stored_baseline),
+        cmocka_unit_test(test_lossy_and_mismatch),
+        cmocka_unit_test(test_ab_noise_floor_and_slowdown),
+    };
+    return cmocka_run_group_tests_name("gate", tests, tu_group_setup, tu_group_teardown);
+}

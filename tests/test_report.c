@@ -1,0 +1,521 @@
+/*
+ * test_report.c - `k25 report`.
+ *
+ * Library level: SLA lines (parsing, every bad form, errors naming the
+ * file and line), SLA evaluation on hand-made samples (PASS, FAIL, the
+ * edge where the figure equals the limit, percentiles the sample cannot
+ * support), the health checks (defaults, overrides, not measured).
+ * Process level (needs gnuplot): reports on a run and a comparison
+ * (generated here in a few seconds), on a ci-smoke sweep folder and an
+ * attention benchmark (fixtures under tests/data/):
+ * every expected file, non-empty, PNG signatures valid, SVG output, HTML
+ * with no external reference; a missing gnuplot and bad inputs give clear
+ * errors.
+ */
+#include "testutil.h"
+
+#include "report.h"
+
+#include <math.h>
+#include <sys/stat.h>
+
+static struct k25_sla g_sla;
+
+static void line_ok(const char *text, struct k25_sla_line *l)
+{
+    struct k25_error err;
+    if (k25_sla_line_parse(text, "t.yaml", 3, l, &err) != K25_OK)
+        fail_msg("\"%s\" refused: %s", text, err.msg);
+}
+
+static void line_bad(const char *text, const char *needle)
+{
+    struct k25_error err;
+    struct k25_sla_line l;
+    if (k25_sla_line_parse(text, "t.yaml", 3, &l, &err) == K25_OK)
+        fail_msg("\"%s\" accepted", text);
+    if (!strstr(err.msg, "t.yaml:3:") || !strstr(err.msg, needle))
+        fail_msg("\"%s\": got \"%s\", wanted t.yaml:3: and \"%s\"", text, err.msg, needle);
+}
+
+static void test_sla_parse(void **state)
+{
+    (void)state;
+    struct k25_sla_line l;
+    line_ok("ttft_p95_ms <= 500 at input_length >= 32768", &l);
+    assert_int_equal(l.src, K25_SLA_SRC_REQ);
+    assert_int_equal(l.dist, K25_M_TTFT);
+    assert_int_equal(l.stat, K25_SLA_QUANTILE);
+    assert_true(fabs(l.q - 0.95) < 1e-12);
+    assert_int_equal(l.op, K25_SLA_LE);
+    assert_true(l.limit == 500);
+    assert_int_equal(l.n_cond, 1);
+    assert_string_equal(l.cond[0].field, "input_length");
+    assert_true(l.cond[0].value == 32768);
+    line_ok("e2e_p999_ms < 9000 where input_length >= 32k and output_length <= 100", &l);
+    assert_true(fabs(l.q - 0.999) < 1e-12);
+    assert_int_equal(l.n_cond, 2);
+    assert_true(l.cond[0].value == 32768);
+    line_ok("itl_p99_ms<=50", &l);
+    assert_int_equal(l.src, K25_SLA_SRC_TOKEN);
+    line_ok("tpot_mean_ms <= 40 at input_length > 1000 && output_length > 10", &l);
+    assert_int_equal(l.stat, K25_SLA_MEAN);
+    line_ok("output_tok_per_s >= 1000", &l);
+    assert_int_equal(l.src, K25_SLA_SRC_SCALAR);
+    line_ok("busy_p90 <= 0.9", &l);
+    assert_int_equal(l.src, K25_SLA_SRC_BUSY);
+
+    line_bad("ttft_p95 <= 500", "unknown metric 'ttft_p95'");
+    line_bad("nope_ms <= 5", "unknown metric");
+    line_bad("ttft_p95_ms <== 500", "column 13");
+    line_bad("ttft_p95_ms <= abc", "expected a number");
+    line_bad("ttft_p95_ms <= 500 at", "input_length or output_length");
+    line_bad("ttft_p95_ms <= 500 at context >= 5", "input_length or output_length");
+    line_bad("ttft_p95_ms <= 500 at input_length >= 5 or output_length < 3", "expected `and`");
+    line_bad("ttft_p95_ms <= 500 when input_length >= 5", "`at CONDITION`");
+    line_bad("output_tok_per_s >= 10 at input_length > 5", "only to per-request metrics");
+}
+
+static const char *write_sla(const char *text)
+{
+    static char path[512];
+    snprintf(path, sizeof(path), "%s/sla.yaml", tu_dir);
+    tu_write_file(path, text);
+    return path;
+}
+
+static void sla_file_bad(const char *text, int line, const char *needle)
+{
+    struct k25_error err;
+    const char *p = write_sla(text);
+    if (k25_sla_load(p, &g_sla, &err) == K25_OK)
+        fail_msg("SLA file accepted:\n%s", text);
+    char want[600];
+    snprintf(want, sizeof(want), "%s:%d:", p, line);
+    if (!strstr(err.msg, want) || !strstr(err.msg, needle))
+        fail_msg("got \"%s\"\nwanted \"%s\" and \"%s\"", err.msg, want, needle);
+}
+
+static void test_sla_file(void **state)
+{
+    (void)state;
+    struct k25_error err;
+    const char *p = write_sla("title: box 7\nsla:\n  - \"ttft_p95_ms <= 500\"\n  - \"e2e_p50_ms <= 9000\"\n"
+                              "health:\n  kv_usage_ratio: off\n  busy_p95: {warn_below: 0.5, warn_above: 0.95, "
+                              "fail_above: 0.99}\n  peak_memory_mb: {fail_above: 1024}\n");
+    assert_int_equal(k25_sla_load(p, &g_sla, &err), K25_OK);
+    assert_string_equal(g_sla.title, "box 7");
+    assert_int_equal(g_sla.n_lines, 2);
+    assert_int_equal(g_sla.lines[1].line, 4);
+    assert_int_equal(g_sla.n_health, 5); /* 4 defaults + peak memory */
+    for (int i = 0; i < g_sla.n_health; i++) {
+        if (!strcmp(g_sla.health[i].metric, "kv_usage_ratio"))
+            assert_false(g_sla.health[i].enabled);
+        if (!strcmp(g_sla.health[i].metric, "busy_p95")) {
+            assert_true(g_sla.health[i].warn_below == 0.5);
+            assert_true(g_sla.health[i].fail_above == 0.99);
+        }
+    }
+    sla_file_bad("sla:\n  - \"ttft_p95_ms <= 500\"\n  - \"ttft_p95 <= 5\"\n", 3, "unknown metric 'ttft_p95'");
+    sla_file_bad("sla:\n  - \"ttft_p95_ms <= 500\"\nbogus: 1\n", 3, "unknown key");
+    sla_file_bad("sla: \"ttft_p95_ms <= 500\"\n", 1, "expected a list");
+    sla_file_bad("sla:\n  - [1, 2]\n", 2, "each SLA line is a string");
+    sla_file_bad("health:\n  kv_cache_hit_rate: {warn_belo: 0.9}\n", 2, "warn_belo");
+    sla_file_bad("health:\n  nope_rate: off\n", 2, "unknown health metric");
+    sla_file_bad("health:\n  busy_p95: {warn_above: 0.9, fail_above: 0.8}\n", 2, "outside the warn bounds");
+    sla_file_bad("sla:\n  - \"ttft_p95_ms <= 500\"\n  - [unclosed\n", 4, "YAML");
+    assert_int_equal(k25_sla_load("/nonexistent/sla.yaml", &g_sla, &err), K25_ENOTFOUND);
+    assert_non_null(strstr(err.msg, "/nonexistent/sla.yaml"));
+}
+
+/* Hand-made samples: PASS, FAIL, the edge, unsupported percentiles. */
+static void test_sla_eval(void **state)
+{
+    (void)state;
+    struct k25_sla_line l;
+    struct k25_sla_result r;
+    double v[200];
+    /* 20 samples 1..20: P95 is the 19th (nearest rank ceil(0.95 * 20) = 19) */
+    line_ok("ttft_p95_ms <= 19", &l);
+    for (int i = 0; i < 20; i++)
+        v[i] = 20 - i; /* unsorted on purpose */
+    k25_sla_eval_samples(&l, v, 20, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_PASS); /* equal to the limit: <= holds */
+    assert_true(r.value == 19);
+    assert_true(r.margin == 0);
+    line_ok("ttft_p95_ms < 19", &l);
+    for (int i = 0; i < 20; i++)
+        v[i] = i + 1;
+    k25_sla_eval_samples(&l, v, 20, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_FAIL); /* equal: < does not hold */
+    line_ok("ttft_p95_ms <= 18.5", &l);
+    k25_sla_eval_samples(&l, v, 20, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_FAIL);
+    assert_true(fabs(r.margin + 0.5) < 1e-12);
+    assert_true(fabs(r.margin_pct + 0.5 / 18.5 * 100) < 1e-9);
+    line_ok("ttft_p95_ms <= 100", &l);
+    k25_sla_eval_samples(&l, v, 20, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_PASS);
+    assert_true(r.margin == 81);
+    /* 19 samples cannot support P95: UNSUPPORTED, whatever the values */
+    k25_sla_eval_samples(&l, v, 19, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_UNSUPPORTED);
+    assert_non_null(strstr(r.note, "needs at least 20"));
+    assert_true(isnan(r.value));
+    /* P99 needs 100 */
+    line_ok("ttft_p99_ms <= 1000", &l);
+    for (int i = 0; i < 100; i++)
+        v[i] = i;
+    k25_sla_eval_samples(&l, v, 99, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_UNSUPPORTED);
+    k25_sla_eval_samples(&l, v, 100, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_PASS);
+    assert_true(r.value == 98); /* rank 99 of 0..99 */
+    /* empty selection */
+    k25_sla_eval_samples(&l, v, 0, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_UNSUPPORTED);
+    /* throughput: >= */
+    line_ok("requests_per_s >= 4", &l);
+    assert_true(k25_sla_op_holds(l.op, 4, 4));
+    /* mean and max */
+    line_ok("e2e_mean_ms <= 2", &l);
+    double w[3] = {1, 2, 3};
+    k25_sla_eval_samples(&l, w, 3, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_PASS);
+    assert_true(r.value == 2);
+    line_ok("e2e_max_ms <= 2", &l);
+    k25_sla_eval_samples(&l, w, 3, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_FAIL);
+
+    /* on a hand-made run: the condition selects the long requests only */
+    struct k25_report_run run;
+    memset(&run, 0, sizeof(run));
+    struct k25_bench_req reqs[40];
+    memset(reqs, 0, sizeof(reqs));
+    for (int i = 0; i < 40; i++) {
+        reqs[i].state = K25_REQ_COMPLETED;
+        reqs[i].n_input = i < 20 ? 1000 : 40000;
+        reqs[i].arrival_ns = 0;
+        reqs[i].first_ns = (int64_t)(i < 20 ? 10 : 600) * 1000000; /* short: 10 ms, long: 600 ms */
+        reqs[i].finish_ns = reqs[i].first_ns;
+    }
+    run.t.run.reqs = reqs;
+    run.t.run.n_reqs = 40;
+    run.summary = json_pack("{s:{s:f}}", "summary", "output_tok_per_s", 123.0);
+    line_ok("ttft_p95_ms <= 500 at input_length >= 32k", &l);
+    k25_sla_eval(&l, &run, 1, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_FAIL);
+    assert_true(fabs(r.value - 600) < 1e-9);
+    assert_int_equal(r.n, 20);
+    line_ok("ttft_p95_ms <= 500 at input_length < 32k", &l);
+    k25_sla_eval(&l, &run, 1, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_PASS);
+    line_ok("ttft_p95_ms <= 500 at input_length > 100000", &l);
+    k25_sla_eval(&l, &run, 1, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_UNSUPPORTED);
+    line_ok("output_tok_per_s >= 100", &l);
+    k25_sla_eval(&l, &run, 1, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_PASS);
+    line_ok("kv_cache_hit_rate >= 0.9", &l);
+    k25_sla_eval(&l, &run, 1, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_UNSUPPORTED); /* not measured is never PASS */
+    json_decref(run.summary);
+}
+
+static void test_health(void **state)
+{
+    (void)state;
+    struct k25_health_check h[K25_HEALTH_MAX];
+    int n = k25_health_defaults(h, K25_HEALTH_MAX);
+    assert_int_equal(n, 4);
+    struct k25_health_result r;
+    /* kv_cache_hit_rate: >= 0.92 ok, < 0.92 warn, < 0.90 fail */
+    k25_health_eval(&h[0], 0.95, &r);
+    assert_int_equal(r.level, K25_HEALTH_OK);
+    k25_health_eval(&h[0], 0.92, &r);
+    assert_int_equal(r.level, K25_HEALTH_OK);
+    k25_health_eval(&h[0], 0.91, &r);
+    assert_int_equal(r.level, K25_HEALTH_WARN);
+    k25_health_eval(&h[0], 0.85, &r);
+    assert_int_equal(r.level, K25_HEALTH_FAIL);
+    assert_non_null(strstr(r.note, "cache policy"));
+    /* busy P95 */
+    k25_health_eval(&h[1], 0.80, &r);
+    assert_int_equal(r.level, K25_HEALTH_OK);
+    k25_health_eval(&h[1], 0.60, &r);
+    assert_int_equal(r.level, K25_HEALTH_WARN);
+    k25_health_eval(&h[1], 0.88, &r);
+    assert_int_equal(r.level, K25_HEALTH_WARN);
+    k25_health_eval(&h[1], 0.95, &r);
+    assert_int_equal(r.level, K25_HEALTH_FAIL);
+    assert_non_null(strstr(r.note, "scale out"));
+    /* degraded ratio, KV usage */
+    k25_health_eval(&h[2], 0.004, &r);
+    assert_int_equal(r.level, K25_HEALTH_OK);
+    k25_health_eval(&h[2], 0.007, &r);
+    assert_int_equal(r.level, K25_HEALTH_WARN);
+    k25_health_eval(&h[2], 0.02, &r);
+    assert_int_equal(r.level, K25_HEALTH_FAIL);
+    k25_health_eval(&h[3], 0.95, &r);
+    assert_int_equal(r.level, K25_HEALTH_FAIL);
+    /* not measured is said, not guessed */
+    k25_health_eval(&h[0], NAN, &r);
+    assert_int_equal(r.level, K25_HEALTH_NOT_MEASURED);
+    struct k25_report_run run;
+    memset(&run, 0, sizeof(run));
+    run.summary = json_pack("{s:{s:f, s:{s:f}}}", "summary", "kv_cache_hit_rate", 0.97, "busy_fraction", "p95", 0.8);
+    assert_true(k25_health_value(&h[0], &run, 1) == 0.97);
+    assert_true(k25_health_value(&h[1], &run, 1) == 0.8);
+    assert_true(isnan(k25_health_value(&h[2], &run, 1)));
+    json_decref(run.summary);
+}
+
+/* ------------------------------------------------------ process level */
+
+static bool have_gnuplot(void)
+{
+    return tu_run("command -v gnuplot >/dev/null", NULL) == 0;
+}
+
+static long fsize(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static bool png_ok(const char *p)
+{
+    FILE *f = fopen(p, "rb");
+    unsigned char b[8] = {0};
+    bool ok = f && fread(b, 1, 8, f) == 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8);
+    if (f)
+        fclose(f);
+    return ok;
+}
+
+static char *slurp(const char *p)
+{
+    char cmd[2100], *out;
+    snprintf(cmd, sizeof(cmd), "cat '%s'", p);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    return out;
+}
+
+/* Runs k25 report and checks the files every report has. */
+static void report_ok(const char *args, const char *out, const char *const *plots, const char *ext)
+{
+    char cmd[4096], *o, p[1024];
+    snprintf(cmd, sizeof(cmd), "%s report %s --out %s", tu_k25(), args, out);
+    int st = tu_run(cmd, &o);
+    if (st != 0)
+        fail_msg("%s\nexit %d\n%s", cmd, st, o);
+    free(o);
+    static const char *const files[] = {"report.md", "report.html", "verdict.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof(p), "%s/%s", out, files[i]);
+        if (fsize(p) <= 0)
+            fail_msg("%s missing or empty", p);
+    }
+    for (int i = 0; plots[i]; i++) {
+        snprintf(p, sizeof(p), "%s/plots/%s.%s", out, plots[i], ext);
+        if (fsize(p) <= 0)
+            fail_msg("%s missing or empty", p);
+        if (!strcmp(ext, "png") && !png_ok(p))
+            fail_msg("%s: not a PNG", p);
+        snprintf(p, sizeof(p), "%s/plots/%s.gp", out, plots[i]);
+        if (fsize(p) <= 0)
+            fail_msg("%s (the script) missing", p);
+    }
+    /* self-contained HTML: every image inline, nothing fetched from elsewhere */
+    snprintf(p, sizeof(p), "%s/report.html", out);
+    char *html = slurp(p);
+    assert_null(strstr(html, "http://"));
+    assert_null(strstr(html, "https://"));
+    assert_null(strstr(html, "<script"));
+    assert_null(strstr(html, "<link"));
+    assert_null(strstr(html, "url("));
+    int imgs = 0;
+    for (const char *s = html; (s = strstr(s, "src=\"")); s += 5) {
+        if (strncmp(s + 5, "data:image/", 11) != 0)
+            fail_msg("%s: an image that is not embedded: %.60s", p, s);
+        imgs++;
+    }
+    int n = 0;
+    while (plots[n])
+        n++;
+    assert_true(imgs >= n);
+    free(html);
+    /* the Markdown links the pictures relative to the report folder */
+    snprintf(p, sizeof(p), "%s/report.md", out);
+    char *md = slurp(p);
+    for (int i = 0; plots[i]; i++) {
+        char want[200];
+        snprintf(want, sizeof(want), "](plots/%s.%s)", plots[i], ext);
+        if (!strstr(md, want))
+            fail_msg("report.md lacks %s", want);
+    }
+    assert_non_null(strstr(md, "## Provenance"));
+    free(md);
+}
+
+static char g_run[600], g_run2[600], g_attn[600], g_sweep[600];
+
+static int inputs_setup(void **state)
+{
+    (void)state;
+    if (tu_group_setup(state))
+        return -1;
+    if (!have_gnuplot())
+        return 0;
+    snprintf(g_run, sizeof(g_run), "%s/run.h5", tu_dir);
+    snprintf(g_run2, sizeof(g_run2), "%s/run2.h5", tu_dir);
+    /* k25 attn-bench measures the machine first (a minute under the sanitizers): a stored
+     * file of `k25 attn-bench --impl chunked,flash2,naive --context 256,512 --repeat 1` */
+    snprintf(g_attn, sizeof(g_attn), "tests/data/report-attn.h5");
+    char cmd[4096];
+    /* the sweep is a stored fixture (a ci-smoke sweep folder, reduced to summary.json and
+     * the best and reference points' traces): running one takes too long for this test */
+    snprintf(g_sweep, sizeof(g_sweep), "tests/data/report-sweep");
+    snprintf(cmd, sizeof(cmd),
+             "%s bench --dataset datasets/gold/ci-small.jsonl --model tiny --filter 'input_length <= 1024' "
+             "--requests 6 --concurrency 2 --threads 1 --out %s --quiet >/dev/null & "
+             "%s bench --dataset datasets/gold/ci-small.jsonl --model tiny --filter 'input_length <= 1024' "
+             "--requests 6 --concurrency 1 --threads 1 --out %s --quiet >/dev/null && wait",
+             tu_k25(), g_run, tu_k25(), g_run2);
+    char *o;
+    int st = tu_run(cmd, &o);
+    if (st != 0) {
+        fprintf(stderr, "making the inputs failed:\n%s\n%s\n", cmd, o);
+        free(o);
+        return -1;
+    }
+    free(o);
+    return 0;
+}
+
+static void test_report_run(void **state)
+{
+    (void)state;
+    if (!have_gnuplot())
+        skip();
+    char args[2048], out[700], *o;
+    const char *sla = write_sla("sla:\n  - \"ttft_p50_ms <= 100000\"\n  - \"ttft_p99_ms <= 100000\"\n"
+                                "  - \"output_tok_per_s >= 1000000\"\n");
+    static const char *const plots[] = {"run_cdf", "run_itl_hist", "run_ttft_len", "run_timeline", NULL};
+    snprintf(args, sizeof(args), "%s --sla %s --title 'box `7` it''s'", g_run, sla);
+    snprintf(out, sizeof(out), "%s/rep-run", tu_dir);
+    report_ok(args, out, plots, "png");
+    /* the verdict: one PASS, a P99 of 6 requests UNSUPPORTED (not PASS), a FAIL */
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "jq -e '.verdict == \"FAIL\" and ([.sla[].results[0].verdict] == [\"PASS\", \"UNSUPPORTED\", \"FAIL\"]) "
+             "and (.sla[0].results[0].margin > 0) and (.sla[2].results[0].margin < 0)' %s/verdict.json",
+             out);
+    if (tu_run(cmd, &o) != 0)
+        fail_msg("%s\n%s", cmd, o);
+    free(o);
+    /* --check turns a FAIL into exit 1 */
+    snprintf(cmd, sizeof(cmd), "%s report %s --sla %s --out %s/rep-check --check --quiet", tu_k25(), g_run, sla, tu_dir);
+    assert_int_equal(tu_run(cmd, NULL), 1);
+    /* svg */
+    snprintf(out, sizeof(out), "%s/rep-svg", tu_dir);
+    snprintf(args, sizeof(args), "%s --format svg", g_run);
+    report_ok(args, out, plots, "svg");
+    char p[800];
+    snprintf(p, sizeof(p), "%s/plots/run_cdf.svg", out);
+    char *svg = slurp(p);
+    assert_non_null(strstr(svg, "<svg"));
+    free(svg);
+}
+
+static void test_report_sweep(void **state)
+{
+    (void)state;
+    if (!have_gnuplot())
+        skip();
+    char out[700];
+    static const char *const plots[] = {"sweep_heatmap_0_1", "sweep_pareto", "sweep_axis_0", "sweep_axis_1",
+                                        "best_run_cdf", "best_run_timeline", NULL};
+    snprintf(out, sizeof(out), "%s/rep-sweep", tu_dir);
+    report_ok(g_sweep, out, plots, "png");
+    char p[800];
+    snprintf(p, sizeof(p), "%s/report.md", out);
+    char *md = slurp(p);
+    assert_non_null(strstr(md, "## Best setting"));
+    assert_non_null(strstr(md, "prefill_chunk_size: ")); /* the YAML to paste */
+    free(md);
+}
+
+static void test_report_attn_and_compare(void **state)
+{
+    (void)state;
+    if (!have_gnuplot())
+        skip();
+    char out[700], args[1400];
+    static const char *const ap[] = {"attn_time", "attn_scratch", "attn_roofline", NULL};
+    snprintf(out, sizeof(out), "%s/rep-attn", tu_dir);
+    report_ok(g_attn, out, ap, "png");
+    static const char *const cp[] = {"cmp_cdf", "cmp_ratio", "r1_run_cdf", "r2_run_cdf", NULL};
+    snprintf(out, sizeof(out), "%s/rep-cmp", tu_dir);
+    snprintf(args, sizeof(args), "%s %s", g_run, g_run2);
+    report_ok(args, out, cp, "png");
+}
+
+static void test_report_errors(void **state)
+{
+    (void)state;
+    char cmd[2048], *o;
+    /* no gnuplot: a clear error that says how to install it */
+    snprintf(cmd, sizeof(cmd), "K25_GNUPLOT=/nonexistent/gnuplot %s report %s --out %s/x", tu_k25(),
+             *g_run ? g_run : "run.h5", tu_dir);
+    assert_int_equal(tu_run(cmd, &o), 2);
+    assert_non_null(strstr(o, "apt-get install gnuplot"));
+    free(o);
+    snprintf(cmd, sizeof(cmd), "PATH=/nonexistent %s report %s --out %s/x", tu_k25(), *g_run ? g_run : "run.h5", tu_dir);
+    assert_int_equal(tu_run(cmd, &o), 2);
+    assert_non_null(strstr(o, "gnuplot not found"));
+    free(o);
+    if (!have_gnuplot())
+        skip();
+    /* not a k25 file, a missing file, a folder that is not a sweep */
+    char bad[700];
+    snprintf(bad, sizeof(bad), "%s/bad.h5", tu_dir);
+    tu_write_file(bad, "not hdf5");
+    snprintf(cmd, sizeof(cmd), "%s report %s --out %s/x", tu_k25(), bad, tu_dir);
+    assert_int_equal(tu_run(cmd, &o), 2);
+    assert_non_null(strstr(o, bad));
+    free(o);
+    snprintf(cmd, sizeof(cmd), "%s report %s/none.h5 --out %s/x", tu_k25(), tu_dir, tu_dir);
+    assert_int_equal(tu_run(cmd, &o), 2);
+    free(o);
+    snprintf(cmd, sizeof(cmd), "%s report %s --out %s/x", tu_k25(), tu_dir, tu_dir);
+    assert_int_equal(tu_run(cmd, &o), 2);
+    assert_non_null(strstr(o, "summary.json"));
+    free(o);
+    /* a bad SLA file names its line */
+    const char *sla = write_sla("sla:\n  - \"ttft_p50_ms <= 5\"\n  - \"ttft_p50 <= 5\"\n");
+    snprintf(cmd, sizeof(cmd), "%s report %s --sla %s --out %s/x", tu_k25(), g_run, sla, tu_dir);
+    assert_int_equal(tu_run(cmd, &o), 2);
+    char want[700];
+    snprintf(want, sizeof(want), "%s:3:", sla);
+    if (!strstr(o, want))
+        fail_msg("wanted %s in: %s", want, o);
+    free(o);
+    snprintf(cmd, sizeof(cmd), "%s report %s --out %s/x --format gif", tu_k25(), g_run, tu_dir);
+    assert_int_equal(tu_run(cmd, NULL), 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sla_parse),
+        cmocka_unit_test(test_sla_file),
+        cmocka_unit_test(test_sla_eval),
+        cmocka_unit_test(test_health),
+        cmocka_unit_test(test_report_run),
+        cmocka_unit_test(test_report_sweep),
+        cmocka_unit_test(test_report_attn_and_compare),
+        cmocka_unit_test(test_report_errors),
+    };
+    return cmocka_run_group_tests_name("report", tests, inputs_setup, tu_group_teardown);
+}
