@@ -92,25 +92,6 @@ static int parse_int(const char *flag, const char *s, long lo, long hi, long *ou
     return K25_OK;
 }
 
-/* Writes text to path through a temporary name. */
-static int write_text_atomic(const char *path, const char *text, struct k25_error *err)
-{
-    char tmp[1100];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot create: %s", strerror(errno));
-    size_t n = strlen(text);
-    bool ok = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot write: %s", strerror(e));
-    }
-    return K25_OK;
-}
-
 int k25_cmd_attn_bench(int argc, char **argv)
 {
     struct k25_error err;
@@ -261,7 +242,7 @@ int k25_cmd_attn_bench(int argc, char **argv)
             status = 1;
             goto out_err;
         }
-        if (json_file && write_text_atomic(json_file, jtxt, &err) != K25_OK) {
+        if (json_file && k25_write_text_atomic(json_file, jtxt, &err) != K25_OK) {
             status = 1;
             goto out_err;
         }

@@ -16,6 +16,7 @@
  *   exact        every run (every request's generated tokens) identical
  */
 #include "gate.h"
+#include "harness.h"
 
 #include <errno.h>
 #include <math.h>
@@ -28,13 +29,7 @@
 /* Follows a dot-separated path inside the bench summary; NULL when missing. */
 static const json_t *summary_at(const struct k25_gate_run *r, const char *path)
 {
-    const json_t *o = json_object_get(r->doc, "summary");
-    char buf[128];
-    snprintf(buf, sizeof(buf), "%s", path);
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ".", &save); t && o; t = strtok_r(NULL, ".", &save))
-        o = json_object_get(o, t);
-    return o;
+    return k25_json_path(json_object_get(r->doc, "summary"), path);
 }
 
 static double summary_num(const struct k25_gate_run *r, const char *path)

@@ -17,6 +17,7 @@
  * Errors name the file, the line and the key.
  */
 #include "gate.h"
+#include "harness.h"
 
 #include <errno.h>
 #include <math.h>
@@ -264,20 +265,11 @@ int k25_gate_policy_load(const char *path, struct k25_gate_policy *pol, struct k
 {
     policy_init(pol);
     snprintf(pol->path, sizeof(pol->path), "%s", path);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return k25_error_set(err, errno == ENOENT ? K25_ENOTFOUND : K25_EIO, path, 0, NULL, "cannot open the policy: %s",
-                             strerror(errno));
-    int rc = K25_OK;
-    yaml_parser_t parser;
+
     yaml_document_t doc;
-    yaml_parser_initialize(&parser);
-    yaml_parser_set_input_file(&parser, f);
-    if (!yaml_parser_load(&parser, &doc)) {
-        rc = k25_error_set(err, K25_EFORMAT, path, (int)parser.problem_mark.line + 1, NULL, "YAML: %s",
-                           parser.problem ? parser.problem : "syntax error");
-        goto out_parser;
-    }
+    int rc = k25_yaml_load(path, &doc, err);
+    if (rc)
+        return rc;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (!root || root->type != YAML_MAPPING_NODE) {
         rc = k25_error_set(err, K25_EFORMAT, path, root ? LINE(root) : 1, NULL,
@@ -334,8 +326,5 @@ int k25_gate_policy_load(const char *path, struct k25_gate_policy *pol, struct k
         rc = k25_error_set(err, K25_EINVAL, path, LINE(root), "metrics", "the policy lists no metric");
 out_doc:
     yaml_document_delete(&doc);
-out_parser:
-    yaml_parser_delete(&parser);
-    fclose(f);
     return rc;
 }

@@ -8,7 +8,9 @@
 
 #include "k25.h"
 
+#include <jansson.h>
 #include <stdio.h>
+#include <yaml.h>
 
 /* Subcommands: argv[0] is the subcommand name; return the exit status. */
 int k25_cmd_run(int argc, char **argv);
@@ -110,5 +112,35 @@ char *k25_attn_bench_json(const struct k25_attn_bench_opts *o, const struct k25_
 int k25_attn_bench_write_h5(const char *path, const struct k25_attn_bench_opts *o,
                             const struct k25_attn_bench_result *res, const char *cmdline,
                             struct k25_error *err);
+
+/* ------------------------------------------------ shared input/output */
+
+/*
+ * Loads a whole YAML file into *doc (the caller deletes it with
+ * yaml_document_delete).  A missing file is K25_ENOTFOUND, a syntax error
+ * K25_EFORMAT naming the file and line.
+ */
+int k25_yaml_load(const char *path, yaml_document_t *doc, struct k25_error *err);
+
+/* The value at a dot-separated key path ("ttft_ms.p99") in o, or NULL. */
+const json_t *k25_json_path(const json_t *o, const char *path);
+
+/*
+ * A result file written atomically: k25_afile_open creates PATH.tmp.PID
+ * (a.f is the stream to write), k25_afile_commit checks, flushes, fsyncs,
+ * closes and renames it onto PATH, k25_afile_abort removes it.  On a failed
+ * commit nothing is left under either name.
+ */
+struct k25_afile {
+    FILE *f;
+    char path[1024];
+    char tmp[1100];
+};
+int k25_afile_open(struct k25_afile *a, const char *path, struct k25_error *err);
+int k25_afile_commit(struct k25_afile *a, struct k25_error *err);
+void k25_afile_abort(struct k25_afile *a);
+/* Whole text (a newline is added when missing) or JSON (indented) atomically. */
+int k25_write_text_atomic(const char *path, const char *text, struct k25_error *err);
+int k25_write_json_atomic(const char *path, const json_t *j, struct k25_error *err);
 
 #endif /* K25_HARNESS_H */

@@ -80,16 +80,6 @@ static const struct {
 };
 #define NSCALARS (sizeof(scalars) / sizeof(scalars[0]))
 
-static const json_t *json_path(const json_t *o, const char *path)
-{
-    char buf[128];
-    snprintf(buf, sizeof(buf), "%s", path);
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ".", &save); tok && o; tok = strtok_r(NULL, ".", &save))
-        o = json_object_get(o, tok);
-    return o;
-}
-
 double k25_report_scalar(const json_t *summary, const char *metric)
 {
     const json_t *s = json_object_get(summary, "summary");
@@ -104,7 +94,7 @@ double k25_report_scalar(const json_t *summary, const char *metric)
             double rej = (double)json_integer_value(json_object_get(rq, "rejected"));
             return rq && tot > 0 ? rej / tot : NAN;
         }
-        const json_t *v = json_path(s, scalars[i].path);
+        const json_t *v = k25_json_path(s, scalars[i].path);
         /* a figure kept as a distribution object (e.g. kv_usage_ratio) counts by its peak */
         if (json_is_object(v))
             v = json_object_get(v, "max");
@@ -425,20 +415,11 @@ int k25_sla_load(const char *path, struct k25_sla *s, struct k25_error *err)
 {
     k25_sla_init(s);
     snprintf(s->path, sizeof(s->path), "%s", path);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return k25_error_set(err, errno == ENOENT ? K25_ENOTFOUND : K25_EIO, path, 0, NULL, "cannot open: %s",
-                             strerror(errno));
-    int rc = K25_OK;
-    yaml_parser_t parser;
+
     yaml_document_t doc;
-    yaml_parser_initialize(&parser);
-    yaml_parser_set_input_file(&parser, f);
-    if (!yaml_parser_load(&parser, &doc)) {
-        rc = k25_error_set(err, K25_EFORMAT, path, (int)parser.problem_mark.line + 1, NULL, "YAML: %s",
-                           parser.problem ? parser.problem : "syntax error");
-        goto out_parser;
-    }
+    int rc = k25_yaml_load(path, &doc, err);
+    if (rc)
+        return rc;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (!root) {
         rc = k25_error_set(err, K25_EFORMAT, path, 1, NULL, "empty file: expected `sla:` and/or `health:`");
@@ -485,9 +466,6 @@ int k25_sla_load(const char *path, struct k25_sla *s, struct k25_error *err)
     }
 out_doc:
     yaml_document_delete(&doc);
-out_parser:
-    yaml_parser_delete(&parser);
-    fclose(f);
     return rc;
 }
 

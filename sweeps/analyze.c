@@ -6,6 +6,8 @@
  */
 #include "sweep.h"
 
+#include "harness.h"
+
 #include "h5store.h"
 
 #include <errno.h>
@@ -82,17 +84,6 @@ bool k25_sweep_metric_lower_better(const char *name)
     return m ? m->lower_better : true;
 }
 
-/* Follows a dot-separated path; NULL when a step is missing. */
-static const json_t *json_path(const json_t *o, const char *path)
-{
-    char buf[128];
-    snprintf(buf, sizeof(buf), "%s", path);
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ".", &save); tok && o; tok = strtok_r(NULL, ".", &save))
-        o = json_object_get(o, tok);
-    return o;
-}
-
 json_t *k25_sweep_metrics_from_bench(const json_t *bench)
 {
     const json_t *s = json_object_get(bench, "summary");
@@ -104,7 +95,7 @@ json_t *k25_sweep_metrics_from_bench(const json_t *bench)
     for (size_t i = 0; i < NMETRICS; i++) {
         if (!metrics[i].path)
             continue;
-        const json_t *v = json_path(s, metrics[i].path);
+        const json_t *v = k25_json_path(s, metrics[i].path);
         if (v && json_is_number(v))
             json_object_set_new(out, metrics[i].name, json_real(json_number_value(v) * metrics[i].scale));
     }
@@ -297,25 +288,6 @@ static json_t *point_json(const struct k25_sweep_spec *spec, const struct k25_sw
                      "feasible", p->feasible, "violations", p->violations);
 }
 
-/* Writes text to path atomically (temporary, fsync, rename). */
-static int write_atomic(const char *path, const char *text, struct k25_error *err)
-{
-    char tmp[2200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot create: %s", strerror(errno));
-    size_t n = strlen(text);
-    bool ok = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot write: %s", strerror(e));
-    }
-    return K25_OK;
-}
-
 int k25_sweep_write_results(const struct k25_sweep_spec *spec, const char *out, struct k25_sweep_point *pts, int n,
                             struct k25_error *err)
 {
@@ -378,7 +350,7 @@ int k25_sweep_write_results(const struct k25_sweep_spec *spec, const char *out, 
     if (!txt)
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     else
-        rc = write_atomic(path, txt, err);
+        rc = k25_write_text_atomic(path, txt, err);
     free(txt);
     if (rc)
         goto out_free;

@@ -7,6 +7,8 @@
  */
 #include "sweep.h"
 
+#include "harness.h"
+
 #include "h5store.h"
 
 #include <dirent.h>
@@ -57,13 +59,13 @@ static int write_point_config(const char *path, const struct k25_config *cfg, st
     free(cj);
     if (!o)
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-    char tmp[2300];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
+    struct k25_afile af;
+    int rc = k25_afile_open(&af, path, err);
+    if (rc) {
         json_decref(o);
-        return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot create: %s", strerror(errno));
+        return rc;
     }
+    FILE *f = af.f;
     fprintf(f, "# effective engine config of this sweep point (written by k25 sweep)\n");
     const char *key;
     json_t *v;
@@ -84,13 +86,7 @@ static int write_point_config(const char *path, const struct k25_config *cfg, st
         }
     }
     json_decref(o);
-    bool ok = fflush(f) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot write: %s", strerror(errno));
-    }
-    return K25_OK;
+    return k25_afile_commit(&af, err);
 }
 
 /* A finished repetition: its JSON parses and (plain runs) its trace is a valid run file. */
@@ -333,11 +329,9 @@ static int rate_search(const struct k25_sweep_spec *spec, const struct k25_sweep
         json_object_set(res, "summary", s ? s : (b ? b : json_null()));
         json_decref(b);
     }
-    char path[2048], tmp[2200];
+    char path[2048];
     snprintf(path, sizeof(path), "%s/points/%s/rep-%d.json", o->out, p->id, rep);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    if (json_dump_file(res, tmp, JSON_INDENT(2)) != 0 || rename(tmp, path) != 0)
-        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "cannot write: %s", strerror(errno));
+    rc = k25_write_json_atomic(path, res, err);
     json_decref(res);
 out:
     json_decref(probes);
@@ -400,16 +394,14 @@ static double measured_run_s(const struct k25_sweep_spec *spec, const char *out,
 /* Records the wall time of a finished run into its JSON (for ETAs and estimates). */
 static void stamp_wall(const char *out, const struct k25_sweep_point *p, int rep, double wall_s)
 {
-    char js[2048], tmp[2200];
+    char js[2048];
     snprintf(js, sizeof(js), "%s/points/%s/rep-%d.json", out, p->id, rep);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", js);
     json_error_t je;
     json_t *j = json_load_file(js, 0, &je);
     if (!j)
         return;
     json_object_set_new(j, "wall_s", json_real(wall_s));
-    if (json_dump_file(j, tmp, JSON_INDENT(2)) == 0)
-        rename(tmp, js);
+    k25_write_json_atomic(js, j, NULL); /* best effort: only ETAs and estimates use it */
     json_decref(j);
 }
 

@@ -9,6 +9,8 @@
  */
 #include "sweep.h"
 
+#include "harness.h"
+
 #include "gold.h"
 
 #include <errno.h>
@@ -290,20 +292,10 @@ int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_e
     s->wl.burstiness = 1.0;
     s->wl.precision = 0.05;
     snprintf(s->objective, sizeof(s->objective), "%s", "");
-    int rc = K25_OK;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return k25_error_set(err, errno == ENOENT ? K25_ENOTFOUND : K25_EIO, path, 0, NULL, "cannot open: %s",
-                             strerror(errno));
-    yaml_parser_t parser;
     yaml_document_t doc;
-    yaml_parser_initialize(&parser);
-    yaml_parser_set_input_file(&parser, f);
-    if (!yaml_parser_load(&parser, &doc)) {
-        rc = k25_error_set(err, K25_EFORMAT, path, (int)parser.problem_mark.line + 1, NULL, "YAML: %s",
-                           parser.problem ? parser.problem : "syntax error");
-        goto out_parser;
-    }
+    int rc = k25_yaml_load(path, &doc, err);
+    if (rc)
+        return rc;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     int objective_line = 0, dataset_line = 0, filter_line = 0;
     if (!root || root->type != YAML_MAPPING_NODE) {
@@ -415,9 +407,6 @@ int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_e
 
 out_doc:
     yaml_document_delete(&doc);
-out_parser:
-    yaml_parser_delete(&parser);
-    fclose(f);
     return rc;
 }
 

@@ -1,0 +1,69 @@
+/*
+ * atomicfile.c - writing a result file so that a failure never leaves a
+ * file that looks finished: write PATH.tmp.PID, check every write, flush,
+ * fsync, close, then rename onto PATH; on any failure remove the temporary.
+ */
+#include "harness.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int k25_afile_open(struct k25_afile *a, const char *path, struct k25_error *err)
+{
+    snprintf(a->path, sizeof(a->path), "%s", path);
+    snprintf(a->tmp, sizeof(a->tmp), "%s.tmp.%ld", path, (long)getpid());
+    a->f = fopen(a->tmp, "wb");
+    if (!a->f)
+        return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot create: %s", strerror(errno));
+    return K25_OK;
+}
+
+int k25_afile_commit(struct k25_afile *a, struct k25_error *err)
+{
+    int rc = K25_OK;
+    errno = 0;
+    if (ferror(a->f) || fflush(a->f) != 0 || fsync(fileno(a->f)) != 0)
+        rc = k25_error_set(err, K25_EIO, a->path, 0, NULL, "writing failed: %s",
+                           errno ? strerror(errno) : "write error (disk full?)");
+    if (fclose(a->f) != 0 && rc == K25_OK)
+        rc = k25_error_set(err, K25_EIO, a->path, 0, NULL, "writing failed: %s", strerror(errno));
+    a->f = NULL;
+    if (rc == K25_OK && rename(a->tmp, a->path) != 0)
+        rc = k25_error_set(err, K25_EIO, a->path, 0, NULL, "cannot rename %s into place: %s", a->tmp,
+                           strerror(errno));
+    if (rc != K25_OK)
+        unlink(a->tmp);
+    return rc;
+}
+
+void k25_afile_abort(struct k25_afile *a)
+{
+    if (a->f)
+        fclose(a->f);
+    a->f = NULL;
+    unlink(a->tmp);
+}
+
+int k25_write_text_atomic(const char *path, const char *text, struct k25_error *err)
+{
+    struct k25_afile a;
+    int rc = k25_afile_open(&a, path, err);
+    if (rc)
+        return rc;
+    fputs(text, a.f);
+    if (!*text || text[strlen(text) - 1] != '\n')
+        fputc('\n', a.f);
+    return k25_afile_commit(&a, err);
+}
+
+int k25_write_json_atomic(const char *path, const json_t *j, struct k25_error *err)
+{
+    char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (!txt)
+        return k25_error_set(err, K25_ENOMEM, path, 0, NULL, "out of memory (JSON)");
+    int rc = k25_write_text_atomic(path, txt, err);
+    free(txt);
+    return rc;
+}
