@@ -500,6 +500,16 @@ static void human_bytes(int64_t b, char *buf, size_t n)
         snprintf(buf, n, "%.0fK", (double)b / 1024);
 }
 
+
+/* "0.867x", or "n/a" for a ratio whose reference was not measured. */
+static void ratio_text(double r, char *buf, size_t n)
+{
+    if (isfinite(r))
+        snprintf(buf, n, "%.3fx", r);
+    else
+        snprintf(buf, n, "n/a");
+}
+
 void k25_attn_bench_print(FILE *out, const struct k25_attn_bench_result *res)
 {
     const struct k25_attn_machine *m = &res->machine;
@@ -530,9 +540,17 @@ void k25_attn_bench_print(FILE *out, const struct k25_attn_bench_result *res)
                 "workset/flash2", "scratch/flash2", "vs one-pass");
         for (int i = 0; i < res->n_cmp; i++) {
             const struct k25_attn_bench_cmp *x = &res->cmp[i];
-            fprintf(out, "%-5s %7lld %6lld %13.3fx %15.3fx %15.3fx %+13.1f%%\n", x->dtype, (long long)x->context,
-                    (long long)x->chunk, x->time_vs_flash2, x->work_bytes_vs_flash2, x->scratch_vs_flash2,
-                    x->overhead_vs_onepass_pct);
+            /* a reference that was not measured (--impl without flash2) reads n/a */
+            char t[32], w[32], sc[32], ov[32];
+            ratio_text(x->time_vs_flash2, t, sizeof(t));
+            ratio_text(x->work_bytes_vs_flash2, w, sizeof(w));
+            ratio_text(x->scratch_vs_flash2, sc, sizeof(sc));
+            if (isfinite(x->overhead_vs_onepass_pct))
+                snprintf(ov, sizeof(ov), "%+.1f%%", x->overhead_vs_onepass_pct);
+            else
+                snprintf(ov, sizeof(ov), "n/a");
+            fprintf(out, "%-5s %7lld %6lld %14s %16s %16s %14s\n", x->dtype, (long long)x->context,
+                    (long long)x->chunk, t, w, sc, ov);
         }
     }
 }

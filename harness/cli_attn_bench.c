@@ -45,19 +45,6 @@ static void ab_usage(FILE *out)
             "  --quiet            no progress on stderr\n");
 }
 
-static int64_t parse_count(const char *s, const char **end_out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || errno || v <= 0)
-        return 0;
-    if (*end == 'k' || *end == 'K')
-        v *= 1024, end++;
-    *end_out = end;
-    return v;
-}
-
 /* "1k,4k,17" into out[cap]; 0 or K25_EINVAL naming the flag. */
 static int parse_counts(const char *flag, const char *s, int *out, int cap, int *n, int64_t max,
                         struct k25_error *err)
@@ -66,7 +53,7 @@ static int parse_counts(const char *flag, const char *s, int *out, int cap, int 
     const char *p = s;
     while (*p) {
         const char *end;
-        int64_t v = parse_count(p, &end);
+        int64_t v = k25_cli_parse_count(p, &end);
         if (v <= 0 || v > max || (*end && *end != ',') || *n == cap)
             return k25_error_set(err, K25_EINVAL, "command line", 0, flag,
                                  "expected up to %d comma-separated counts in 1..%lld (k = 1024), bad item at "

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include <stdbool.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -457,4 +458,20 @@ int k25_cmd_config(int argc, char **argv)
         return 1;
     }
     return 0;
+}
+
+int64_t k25_cli_parse_count(const char *s, const char **end_out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    *end_out = s;
+    if (end == s || errno || v <= 0)
+        return 0;
+    if (*end == 'k' || *end == 'K')
+        v *= 1024, end++;
+    else if (*end == 'm' || *end == 'M')
+        v *= 1024 * 1024, end++;
+    *end_out = end;
+    return v;
 }

@@ -32,21 +32,6 @@ static void mem_usage(FILE *out)
     k25_cli_print_config_flags(out);
 }
 
-/* "131072", "128k", "1m" -> tokens; 0 on a bad value. */
-static int64_t parse_count(const char *s)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || errno || v <= 0)
-        return 0;
-    if (*end == 'k' || *end == 'K')
-        v *= 1024, end++;
-    else if (*end == 'm' || *end == 'M')
-        v *= 1024 * 1024, end++;
-    return *end ? 0 : v;
-}
-
 int k25_cmd_mem(int argc, char **argv)
 {
     struct k25_config cfg;
@@ -71,7 +56,10 @@ int k25_cmd_mem(int argc, char **argv)
                 k25_error_set(&err, K25_EINVAL, "command line", 0, a, "missing value");
                 goto out_err;
             }
-            int64_t v = parse_count(argv[++i]);
+            const char *end;
+            int64_t v = k25_cli_parse_count(argv[++i], &end);
+            if (*end)
+                v = 0;
             if (v <= 0 || v > INT32_MAX) {
                 k25_error_set(&err, K25_EINVAL, "command line", 0, a,
                               "expected a positive count (e.g. 4096 or 128k), got \"%s\"", argv[i]);

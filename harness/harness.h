@@ -35,6 +35,13 @@ int k25_cmd_gate(int argc, char **argv);       /* cli_gate.c: 0 pass, 1 regressi
  */
 int k25_cli_apply_config(int *argc, char **argv, struct k25_config *cfg, struct k25_error *err);
 
+/*
+ * A token count as users write it: "131072", "128k" (x1024), "1m" (x1024^2).
+ * Returns 0 for a bad or non-positive value; *end points past what was read
+ * (callers check it for "" or a list separator).
+ */
+int64_t k25_cli_parse_count(const char *s, const char **end);
+
 /* Prints "  --key VALUE   help (default: X)" for every config key. */
 void k25_cli_print_config_flags(FILE *out);
 
