@@ -171,12 +171,6 @@ static void test_analyze(void **state)
     assert_false(k25_sweep_constraint_holds(&c, NAN));
 }
 
-static bool exists(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0;
-}
-
 /* ci-smoke end to end, checked with jq. */
 static void test_ci_smoke(void **state)
 {
@@ -267,7 +261,6 @@ static void test_resume_after_kill(void **state)
     assert_int_equal(tu_run(cmd, &o2), 0);
     assert_int_equal(atoi(o2), 0);
     free(o2);
-    (void)exists;
 }
 
 int main(void)
