@@ -17,6 +17,7 @@ int k25_cmd_run(int argc, char **argv);
 int k25_cmd_gold(int argc, char **argv);
 int k25_cmd_config(int argc, char **argv);
 int k25_cmd_sweep(int argc, char **argv);
+int k25_cmd_logs(int argc, char **argv);
 int k25_cmd_bench(int argc, char **argv);   /* cli_bench.c; alias k25-benchmark */
 int k25_cmd_inspect(int argc, char **argv); /* cli_inspect.c */
 int k25_cmd_mem(int argc, char **argv);        /* cli_mem.c */

@@ -23,6 +23,7 @@ static const struct subcmd cmds[] = {
     {"mem", k25_cmd_mem, "memory calculator: bytes per category for a model, context and batch"},
     {"attn-bench", k25_cmd_attn_bench, "attention microbenchmark against the machine's FMA peak and bandwidth"},
     {"report", k25_cmd_report, "plots and a sign-off report (Markdown + HTML) from a run, sweep or attn-bench"},
+    {"logs", k25_cmd_logs, "filter, count and describe the engine's structured log lines"},
     {"gate", k25_cmd_gate, "regression gate: compare results with a baseline under a policy (exit 1 on regression)"},
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
@@ -33,6 +34,7 @@ static const struct {
 } aliases[] = {
     {"k25-mem-calculator", "mem"},
     {"k25-benchmark", "bench"},
+    {"k25-log-analyzer", "logs"},
 };
 
 static void usage(FILE *out)
