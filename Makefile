@@ -81,7 +81,7 @@ $(LIBHARNESS): $(HARNESS_OBJ)
 $(K25): $(BUILD)/obj/harness/main.o $(LIBHARNESS) $(LIBK25)
 	$(CC) -o $@ $^ $(LDLIBS_ALL)
 
-$(BUILD)/tests/%: tests/%.c $(LIBHARNESS) $(LIBK25) tests/testutil.h
+$(BUILD)/tests/%: tests/%.c $(LIBHARNESS) $(LIBK25) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(LIBHARNESS) $(LIBK25) $(LDLIBS_ALL) -lcmocka
 

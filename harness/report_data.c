@@ -226,6 +226,17 @@ static void write_cdf(FILE *f, const double *v, size_t n)
         fprintf(f, "%.9g\t%.9g\n", v[i], (double)(i + 1) / (double)n);
 }
 
+/* One sorted sample as a CDF data file plot_dir/data/name. */
+static int write_cdf_file(const char *plot_dir, const char *name, const double *v, size_t n, struct k25_error *err)
+{
+    char path[2048];
+    FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
+    if (!f)
+        return K25_EIO;
+    write_cdf(f, v, n);
+    return dclose(f, path, err);
+}
+
 /* Sets PFX_P50/P95/P99 (NaN when unsupported), PFX_LOGX, PFX_NOTE from a distribution. */
 static void set_dist_vars(struct k25_plot_job *j, const char *pfx, const struct k25_dist *d)
 {
@@ -269,22 +280,11 @@ int k25_report_data_run(const struct k25_report_run *run, const char *plot_dir, 
         struct k25_dist dt, de;
         k25_stats_describe(ttft, nt, &dt); /* sorts */
         k25_stats_describe(e2e, ne, &de);
-        FILE *f;
         snprintf(name, sizeof(name), "%sttft_cdf.tsv", prefix);
-        if (!(f = dopen(plot_dir, name, path, sizeof(path), err))) {
-            rc = K25_EIO;
-            goto out;
-        }
-        write_cdf(f, ttft, nt);
-        if ((rc = dclose(f, path, err)))
+        if ((rc = write_cdf_file(plot_dir, name, ttft, nt, err)))
             goto out;
         snprintf(name, sizeof(name), "%se2e_cdf.tsv", prefix);
-        if (!(f = dopen(plot_dir, name, path, sizeof(path), err))) {
-            rc = K25_EIO;
-            goto out;
-        }
-        write_cdf(f, e2e, ne);
-        if ((rc = dclose(f, path, err)))
+        if ((rc = write_cdf_file(plot_dir, name, e2e, ne, err)))
             goto out;
         snprintf(stem, sizeof(stem), "%srun_cdf", prefix);
         snprintf(title, sizeof(title), "%s: latency CDFs", heading);

@@ -6,33 +6,12 @@
  * and the `tiny` greedy golden sequence is reproduced exactly.
  */
 #include "testutil.h"
+#include "tu_model.h"
 
 #include "k25.h"
 
 #include <math.h>
 
-static k25_model_t *g_tiny;
-
-static int setup(void **state)
-{
-    (void)state;
-    struct k25_config cfg;
-    struct k25_error err;
-    k25_config_init(&cfg);
-    snprintf(cfg.model, sizeof(cfg.model), "tiny");
-    if (k25_model_load(&cfg, &g_tiny, &err) != K25_OK) {
-        fprintf(stderr, "setup: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    k25_model_destroy(g_tiny);
-    return 0;
-}
 
 /* Deterministic pseudo-text prompt of n byte tokens. */
 static int32_t *make_prompt(int n, uint32_t salt)
@@ -88,7 +67,7 @@ static void run_one(const struct k25_config *cfg, const int32_t *prompt, int n_p
 {
     k25_engine_t *e;
     struct k25_error err;
-    int rc = k25_engine_create(cfg, g_tiny, &e, &err);
+    int rc = k25_engine_create(cfg, tu_tiny, &e, &err);
     if (rc)
         fail_msg("%s", err.msg);
     struct k25_request req = {.id = id, .input_ids = prompt, .n_input = n_prompt,
@@ -154,7 +133,7 @@ static void test_batching_equals_serial(void **state)
 
     k25_engine_t *e;
     struct k25_error err;
-    assert_int_equal(k25_engine_create(&cfg, g_tiny, &e, &err), K25_OK);
+    assert_int_equal(k25_engine_create(&cfg, tu_tiny, &e, &err), K25_OK);
     int h[NR];
     for (int i = 0; i < NR; i++) {
         prompts[i] = make_prompt(lens[i], (uint32_t)i + 10);
@@ -275,7 +254,7 @@ static void test_budget_rejects(void **state)
     cfg.memory_budget_mb = 16;
     k25_engine_t *e;
     struct k25_error err;
-    assert_int_equal(k25_engine_create(&cfg, g_tiny, &e, &err), K25_OK);
+    assert_int_equal(k25_engine_create(&cfg, tu_tiny, &e, &err), K25_OK);
     int32_t *big = make_prompt(20000, 1), *small = make_prompt(100, 2);
     struct k25_request rb = {.id = "big", .input_ids = big, .n_input = 20000, .max_new_tokens = 2};
     struct k25_request rs = {.id = "small", .input_ids = small, .n_input = 100, .max_new_tokens = 2};
@@ -291,7 +270,7 @@ static void test_budget_rejects(void **state)
     k25_engine_destroy(e);
 
     cfg.memory_budget_mb = 1; /* cannot even hold the weights */
-    assert_int_equal(k25_engine_create(&cfg, g_tiny, &e, &err), K25_ERANGE);
+    assert_int_equal(k25_engine_create(&cfg, tu_tiny, &e, &err), K25_ERANGE);
     assert_non_null(strstr(err.msg, "memory_budget_mb"));
     free(big);
     free(small);
@@ -303,7 +282,7 @@ static void test_bad_requests(void **state)
     struct k25_config cfg = base_config();
     k25_engine_t *e;
     struct k25_error err;
-    assert_int_equal(k25_engine_create(&cfg, g_tiny, &e, &err), K25_OK);
+    assert_int_equal(k25_engine_create(&cfg, tu_tiny, &e, &err), K25_OK);
     int32_t ids[] = {1, 2, 300};
     struct k25_request r = {.id = "bad", .input_ids = ids, .n_input = 3};
     int h;
@@ -316,7 +295,7 @@ static void test_bad_requests(void **state)
 
     cfg.kv_cache_dtype = K25_DTYPE_INT4;
     cfg.kv_quant_group = 48; /* does not divide kv_block_size 256 */
-    assert_int_equal(k25_engine_create(&cfg, g_tiny, &e, &err), K25_ERANGE);
+    assert_int_equal(k25_engine_create(&cfg, tu_tiny, &e, &err), K25_ERANGE);
     assert_non_null(strstr(err.msg, "kv_quant_group"));
 }
 
@@ -365,5 +344,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_golden),
     };
-    return cmocka_run_group_tests_name("engine", tests, setup, teardown);
+    return cmocka_run_group_tests_name("engine", tests, tu_model_setup, tu_model_teardown);
 }

@@ -9,6 +9,7 @@
  * cases with known answers.
  */
 #include "testutil.h"
+#include "tu_model.h"
 
 #include "k25.h"
 #include "kvcache.h"
@@ -17,27 +18,6 @@
 
 #include <math.h>
 
-static k25_model_t *g_tiny;
-
-static int setup(void **state)
-{
-    (void)state;
-    struct k25_config cfg;
-    struct k25_error err;
-    k25_config_init(&cfg);
-    if (k25_model_load(&cfg, &g_tiny, &err) != K25_OK) {
-        fprintf(stderr, "setup: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    k25_model_destroy(g_tiny);
-    return 0;
-}
 
 static uint32_t g_rng = 12345;
 static float frand(void) /* [-1, 1) */
@@ -370,7 +350,7 @@ static void test_kept_fraction(void **state)
             c.kv_cache_dtype = dts[di];
             c.prefill_chunk_size = 1024;
             k25_engine_t *e;
-            assert_int_equal(k25_engine_create(&c, g_tiny, &e, &err), 0);
+            assert_int_equal(k25_engine_create(&c, tu_tiny, &e, &err), 0);
             int h;
             const struct k25_result *r = run_req(e, ids, N, 40, &h);
             double frac = (double)r->kv_slots / (N + 40);
@@ -397,10 +377,10 @@ static void test_ratio_one_bit_identical(void **state)
     k25_config_init(&c);
     c.kv_compression_ratio = 1.0;
     k25_engine_t *e1, *e2;
-    assert_int_equal(k25_engine_create(&c, g_tiny, &e1, &err), 0);
+    assert_int_equal(k25_engine_create(&c, tu_tiny, &e1, &err), 0);
     c.disable_prefill_optimization = true; /* one-pass prefill never compresses */
     c.kv_compression_ratio = 0.5;
-    assert_int_equal(k25_engine_create(&c, g_tiny, &e2, &err), 0);
+    assert_int_equal(k25_engine_create(&c, tu_tiny, &e2, &err), 0);
     int h1, h2;
     const struct k25_result *a = run_req(e1, ids, N, 8, &h1);
     const struct k25_result *b = run_req(e2, ids, N, 8, &h2);
@@ -419,7 +399,7 @@ static void test_ratio_one_bit_identical(void **state)
         gids[i] = (unsigned char)gp[i];
     k25_config_init(&c);
     assert_true(c.kv_compression_ratio == 0.85);
-    assert_int_equal(k25_engine_create(&c, g_tiny, &e1, &err), 0);
+    assert_int_equal(k25_engine_create(&c, tu_tiny, &e1, &err), 0);
     const struct k25_result *g = run_req(e1, gids, n, 32, &h1);
     char got[512] = "", want[512] = "";
     for (int i = 0; i < g->n_output; i++)
@@ -525,13 +505,13 @@ static void test_fidelity_metrics(void **state)
     k25_config_init(&c);
     c.kv_compression_ratio = 1.0;
     c.disable_prefill_optimization = true;
-    assert_int_equal(k25_fidelity_measure(&c, g_tiny, &in, 1, 8, &f, &err), 0);
+    assert_int_equal(k25_fidelity_measure(&c, tu_tiny, &in, 1, 8, &f, &err), 0);
     assert_true(f.kl_max == 0.0 && f.top1_agreement == 1.0 && f.token_agreement == 1.0 && f.attn_rel_err == 0.0);
     k25_fidelity_free(&f);
     c.disable_prefill_optimization = false;
     c.kv_cache_dtype = K25_DTYPE_INT4;
     c.kv_compression_ratio = 0.5;
-    assert_int_equal(k25_fidelity_measure(&c, g_tiny, &in, 1, 8, &f, &err), 0);
+    assert_int_equal(k25_fidelity_measure(&c, tu_tiny, &in, 1, 8, &f, &err), 0);
     assert_true(f.kl_mean > 0 && f.attn_rel_err > 0 && f.n_positions == 8);
     assert_true(f.reqs[0].kv_bytes < f.reqs[0].kv_bytes_exact);
     k25_fidelity_free(&f);
@@ -552,5 +532,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_memory_figures),
         cmocka_unit_test(test_fidelity_metrics),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_model_setup, tu_model_teardown);
 }

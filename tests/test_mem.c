@@ -8,33 +8,13 @@
  * JSON.
  */
 #include "testutil.h"
+#include "tu_model.h"
 
 #include "k25.h"
 
 #include <jansson.h>
 #include <math.h>
 
-static k25_model_t *g_tiny;
-
-static int setup(void **state)
-{
-    (void)state;
-    struct k25_config cfg;
-    struct k25_error err;
-    k25_config_init(&cfg);
-    if (k25_model_load(&cfg, &g_tiny, &err) != K25_OK) {
-        fprintf(stderr, "setup: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    k25_model_destroy(g_tiny);
-    return 0;
-}
 
 struct setting {
     enum k25_attn_impl impl;
@@ -67,13 +47,13 @@ static void check_setting(const struct setting *s)
     const int gen = 4, prompt = s->context - gen;
 
     struct k25_mem_estimate est;
-    assert_int_equal(k25_mem_estimate(&cfg, k25_model_get_shape(g_tiny), s->context, s->batch, &est, &err), 0);
+    assert_int_equal(k25_mem_estimate(&cfg, k25_model_get_shape(tu_tiny), s->context, s->batch, &est, &err), 0);
 
     struct k25_mem_stats before, after;
     k25_mem_reset_peak();
     k25_mem_get(&before);
     k25_engine_t *e;
-    assert_int_equal(k25_engine_create(&cfg, g_tiny, &e, &err), 0);
+    assert_int_equal(k25_engine_create(&cfg, tu_tiny, &e, &err), 0);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)prompt);
     for (int i = 0; i < prompt; i++)
         ids[i] = (i * 7 + 3) % 256;
@@ -209,5 +189,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_calculator_shapes),
         cmocka_unit_test(test_cli),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_model_setup, tu_model_teardown);
 }
