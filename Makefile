@@ -2,14 +2,18 @@
 #
 #   make            build build/k25 and build/libk25.a (CPU backend)
 #   make test       install deps, build, run every CMocka test executable, then the
-#                   pipeline (ci/pipeline.sh): ci-smoke sweep, report, gate vs the stored baseline
+#                   pipeline (ci/pipeline.sh): ci-smoke sweep, report, gate vs the stored baseline,
+#                   and the CI timing gate (ci/timing-gate.sh: the baseline commit built from
+#                   source, measured beside the candidate, interleaved)
 #   make test-quick the unit tests only (no integration tests)
 #   make demo       install deps, build, run the demo (k25 run, bench, then the ci-smoke
 #                   sweep + report + gate; prints where the report is and the best setting)
 #   make baselines  re-measure baselines/results/ci-smoke, the gate's stored baseline
-#   make gate-ab    interleaved A/B gate: GATE_A=old/k25 GATE_B=build/k25 (default: A = B,
-#                   the noise floor); ROUNDS=N, GATE_ARGS=... passed to k25 gate
+#   make gate-ab    interleaved A/B timing gate (ci/timing-gate.sh): GATE_A=old/k25
+#                   GATE_B=build/k25 (default: A = B, the noise floor); ROUNDS=N MAX_ROUNDS=M
 #   make asan       AddressSanitizer + UBSan build of the tests, then run them
+#   make fuzz       libFuzzer targets (tests/fuzz/, clang) in build-fuzz/fuzz/; make fuzz-smoke
+#                   runs each FUZZ_SECONDS (30) on seeds from the shipped files
 #   make CUDA=1     reserved for the CUDA backend (engine/cuda/)
 #   make PORTABLE=1 no -march=native (a binary for other x86-64 machines)
 #
@@ -85,7 +89,14 @@ $(BUILD)/tests/%: tests/%.c $(LIBHARNESS) $(LIBK25) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(LIBHARNESS) $(LIBK25) $(LDLIBS_ALL) -lcmocka
 
-tests-bin: $(K25) $(TEST_BIN)
+# TEST-ONLY: k25 with extra work linked in (2 of 3 GEMMs twice, tests/extra_work.c), the
+# "slower commit" of the timing-gate proof in tests/test_gate.c
+$(BUILD)/tests/k25-extra-work: $(BUILD)/obj/harness/main.o $(LIBHARNESS) $(LIBK25) tests/extra_work.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ tests/extra_work.c $(BUILD)/obj/harness/main.o $(LIBHARNESS) $(LIBK25) \
+	   -Wl,--wrap=cblas_sgemm $(LDLIBS_ALL)
+
+tests-bin: $(K25) $(TEST_BIN) $(BUILD)/tests/k25-extra-work
 
 test: deps
 	@$(MAKE) --no-print-directory tests-bin
@@ -109,16 +120,39 @@ baselines: deps
 	@$(MAKE) --no-print-directory all
 	@K25=$(K25) ./ci/baselines.sh
 
-# The workload of an A/B gate: small, one thread, about a second per run.
+# Interleaved A/B timing gate of two binaries on this machine (ci/timing-gate.sh, its
+# workload and policy): GATE_A = baseline binary (default: build/k25, i.e. A against A,
+# the noise floor), GATE_B = candidate; ROUNDS=N, MAX_ROUNDS=M.
 GATE_A        ?= $(K25)
 GATE_B        ?= $(K25)
-ROUNDS        ?= 6
-GATE_WORKLOAD ?= bench --dataset datasets/gold/ci-small.jsonl --model tiny --filter "input_length <= 1024" \
-                 --concurrency 2 --requests 8 --warmup 1 --decode-max-tokens 32 --threads 1 --quiet
 gate-ab: deps
 	@$(MAKE) --no-print-directory all
-	$(K25) gate --ab '$(GATE_A) $(GATE_WORKLOAD)' '$(GATE_B) $(GATE_WORKLOAD)' --rounds $(ROUNDS) \
-	   --max-rounds $$(( $(ROUNDS) * 2 )) --policy ci/gate-policy.yaml $(GATE_ARGS)
+	K25_BASE_BIN=$(GATE_A) K25=$(GATE_B) K25_TIMING_OUT=results/gate-ab ./ci/timing-gate.sh
+
+# libFuzzer targets (tests/fuzz/fuzz_*.c, tests/fuzz/README.md) built with clang
+# -fsanitize=fuzzer,address,undefined into build-fuzz/fuzz/; fuzz-smoke runs each for
+# FUZZ_SECONDS on seed corpora made from the shipped files (FUZZ_TARGETS="trace gold"
+# picks some).  Needs clang (K25_FUZZ_DEPS=1 ci/install-deps.sh): not part of make test.
+FUZZ_CC       ?= clang
+FUZZ_BUILD    ?= build-fuzz
+FUZZ_SECONDS  ?= 30
+FUZZ_TARGETS  ?=
+FUZZ_NAMES    := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+.PHONY: fuzz fuzz-bins fuzz-smoke
+fuzz:
+	@K25_FUZZ_DEPS=1 ./ci/install-deps.sh
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT="-O1" \
+	   SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	   CFLAGS="-fsanitize=fuzzer-no-link -Wno-pass-failed" fuzz-bins
+
+fuzz-bins: $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(LIBHARNESS) $(LIBK25)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests/fuzz -fsanitize=fuzzer -o $@ $< $(LIBHARNESS) $(LIBK25) $(LDLIBS_ALL)
+
+fuzz-smoke: fuzz
+	@./tests/fuzz/smoke.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 clean:
 	rm -rf build build-asan

@@ -11,6 +11,16 @@ PKGS=(
   libhdf5-dev hdf5-tools
   gnuplot-nox jq
 )
+# tests/test_slurm.c starts a one-node Slurm cluster (Debian 12: Slurm 22.05) on 127.0.0.1
+# with its own munged; K25_NO_SLURM=1 leaves these out (the test then skips, saying why).
+if [ "${K25_NO_SLURM:-0}" != 1 ]; then
+  PKGS+=(slurm-wlm munge)
+fi
+
+# `make fuzz` (tests/fuzz/) needs clang with libFuzzer; make test does not.
+if [ "${K25_FUZZ_DEPS:-0}" = 1 ]; then
+  PKGS+=(clang libclang-rt-dev libomp-dev)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -32,6 +42,16 @@ if [ "$(id -u)" -ne 0 ]; then
   fi
 fi
 export DEBIAN_FRONTEND=noninteractive
+# Package scripts must not start services (munged, slurmctld, slurmd): the tests start
+# their own daemons and stop them again. Docker images block starts with a policy-rc.d;
+# where there is none, put one in place for the install and remove it afterwards.
+POLICY=/usr/sbin/policy-rc.d
+if [ ! -e "$POLICY" ]; then
+  printf '#!/bin/sh\n# temporary, from k25bench ci/install-deps.sh: no service starts during the install\nexit 101\n' |
+    $SUDO tee "$POLICY" >/dev/null
+  $SUDO chmod 755 "$POLICY"
+  trap '$SUDO rm -f "$POLICY"' EXIT
+fi
 # apt lists may be absent on a fresh image; update only when an install fails.
 if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; then
   $SUDO apt-get update -q >/dev/null

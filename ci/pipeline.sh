@@ -5,6 +5,8 @@
 #   2. k25 report on it                                       -> reports/ci-smoke/
 #   3. k25 gate against the stored baseline (baselines/results/ci-smoke)
 #      under ci/gate-policy-ci.yaml (exact checks, memory; timings at 2x) -> results/ci-smoke/gate.json
+#   4. (test only) the CI timing gate, ci/timing-gate.sh: the baseline commit built from
+#      source, measured beside the candidate, interleaved, 15%  -> results/timing-gate/
 #
 #   ci/pipeline.sh test   `make test`, after the unit tests: a regression fails (exit 1),
 #                         unusable input too (exit 2: e.g. the config changed and the
@@ -57,9 +59,17 @@ if [ "$MODE" = demo ]; then
   echo "results:      $OUT/ (HDF5 traces and JSON summaries per point)"
   exit 0
 fi
-echo "--- pipeline: $(( $(date +%s) - t0 ))s, gate exit status $gate"
 if [ $gate -eq 2 ]; then
   echo "the gate could not compare with $BASELINE; if the config or gold set changed on purpose," >&2
   echo "refresh the baseline with \`make baselines\` and commit it" >&2
 fi
-exit $gate
+
+# 4. timings: the baseline commit against the candidate, on this machine, now
+step "ci/timing-gate.sh (baseline commit built from source, interleaved A/B)"
+set +e
+K25="$K25" ./ci/timing-gate.sh
+timing=$?
+set -e
+echo "--- pipeline: $(( $(date +%s) - t0 ))s, gate exit status $gate, timing gate exit status $timing"
+[ $gate -ne 0 ] && exit $gate
+exit $timing

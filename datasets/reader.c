@@ -40,6 +40,7 @@ struct k25_gold_reader {
     size_t rpos, rlen;
     bool eof;
     char *lbuf;             /* a line straddling reads, up to max_line_bytes */
+    bool gave_up;           /* a line had no end in sight: reading stopped (read_line) */
     size_t llen, lcap;
     EVP_MD_CTX *md;         /* SHA-256 of the bytes read */
     int64_t line_no;
@@ -155,6 +156,10 @@ __attribute__((format(printf, 5, 6))) static void diag(struct k25_gold_reader *r
         r->o.diag(r->o.diag_user, sev, &e);
 }
 
+/* A line over max_line_bytes is skipped to its end to go on with the next,
+ * but only this many times the limit: then reading stops (no end in sight). */
+#define K25_GOLD_SKIP_FACTOR 16
+
 /* ---------------------------------------------------------- line reader */
 
 /*
@@ -162,7 +167,10 @@ __attribute__((format(printf, 5, 6))) static void diag(struct k25_gold_reader *r
  * view into the read buffer or the line buffer, valid until the next
  * call), 0 at the end of the file, K25_EIO on a read error.  A line longer
  * than max_line_bytes is consumed to its end but not stored: *too_long is
- * set and *full_len tells its size.
+ * set and *full_len tells its size.  A line still without an end after
+ * K25_GOLD_SKIP_FACTOR x max_line_bytes (/dev/zero, a binary file) ends the
+ * reading there: *too_long is set, r->gave_up too, and the next call
+ * returns 0.
  */
 static int read_line(struct k25_gold_reader *r, const char **line, size_t *len, bool *too_long,
                      int64_t *full_len, struct k25_error *err)
@@ -228,6 +236,12 @@ static int read_line(struct k25_gold_reader *r, const char **line, size_t *len, 
         r->rpos += seg + (nl ? 1 : 0);
         if (nl)
             break;
+        if (longer && (uint64_t)total / K25_GOLD_SKIP_FACTOR >= (uint64_t)max) {
+            r->gave_up = true;
+            r->eof = true;
+            r->rpos = r->rlen;
+            break;
+        }
     }
     if (!any)
         return 0;
@@ -364,6 +378,13 @@ static bool check_line(struct k25_gold_reader *r, const char *buf, size_t len, b
     r->line_bad = false;
     memset(req, 0, sizeof(*req));
     req->line = r->line_no;
+    if (too_long && r->gave_up) {
+        diag(r, K25_GOLD_ERROR, K25_ERANGE, NULL,
+             "line has no end after %lld bytes, over the limit of %zu (--max-line-bytes): reading stopped "
+             "(not a JSONL file?)",
+             (long long)full_len, r->o.max_line_bytes);
+        return false;
+    }
     if (too_long) {
         diag(r, K25_GOLD_ERROR, K25_ERANGE, NULL,
              "line is %lld bytes, over the limit of %zu (--max-line-bytes)", (long long)full_len,

@@ -309,7 +309,14 @@ int k25_gold_validate(const char *path, const struct k25_gold_opts *opts,
     }
     char hex[65];
     k25_gold_reader_sha256(r, hex);
-    k25_gold_stats_finish(stats, k25_gold_reader_counts(r), hex);
+    const struct k25_gold_counts *c = k25_gold_reader_counts(r);
+    k25_gold_stats_finish(stats, c, hex);
+    /* a set with no request is no gold set (k25 bench refuses it too) */
+    if (rc == 0 && c->requests == 0)
+        rc = c->bytes == 0 ? k25_error_set(err, K25_EFORMAT, path, 0, NULL,
+                                           "empty file: a gold set holds at least one request")
+                           : k25_error_set(err, K25_EFORMAT, path, 0, NULL, "no valid request in %lld lines",
+                                           (long long)c->lines);
     k25_gold_close(r);
     return rc;
 }

@@ -45,7 +45,7 @@ int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k2
     e->be = k25_backend_cpu();
     e->attn = k25_attention_impl(cfg->attention);
     int threads = k25_set_threads(cfg->threads);
-    e->threads = e->step_threads_now = threads;
+    e->threads = threads;
     const struct k25_model_shape *s = &model->shape;
 
     /* With a budget, the KV pool gets what weights and activations leave. */
@@ -116,6 +116,7 @@ static void slot_free(struct k25_engine *e, struct k25_slot *sl)
     free(sl->res.output_ids);
     free(sl->res.token_t_ns);
     free(sl->res.logits);
+    free(sl->res.margins);
     free(sl);
 }
 
@@ -123,7 +124,7 @@ void k25_engine_destroy(k25_engine_t *e)
 {
     if (!e)
         return;
-    if (e->step_threads_now != e->threads)
+    if (k25_threads_applied() != e->threads)
         k25_threads_apply(e->threads); /* leave the pools as configured */
     for (int i = 0; i < e->n_slots; i++)
         slot_free(e, e->slots[i]);
@@ -273,7 +274,7 @@ static void log_block_free(int32_t id, void *user)
     k25_log_write(&e->log, K25_LOG_DEBUG, "KV_CACHE", "block_id=%d evict_reason=REQUEST_FINISHED", id);
 }
 
-static int append_token(struct k25_engine *e, struct k25_slot *sl, int32_t tok, const float *logits,
+static int append_token(struct k25_engine *e, struct k25_slot *sl, int32_t tok, float margin, const float *logits,
                         const float *probe, uint64_t t_ns, struct k25_error *err)
 {
     int V = e->model->shape.vocab_size;
@@ -290,13 +291,16 @@ static int append_token(struct k25_engine *e, struct k25_slot *sl, int32_t tok, 
         uint64_t *t = realloc(sl->res.token_t_ns, sizeof(uint64_t) * (size_t)ncap);
         if (t)
             sl->res.token_t_ns = t;
+        float *mg = realloc(sl->res.margins, sizeof(float) * (size_t)ncap);
+        if (mg)
+            sl->res.margins = mg;
         float *lg = sl->keep_logits ? realloc(sl->res.logits, sizeof(float) * (size_t)ncap * V) : NULL;
         if (lg)
             sl->res.logits = lg;
         float *pb = sl->keep_attn ? realloc(sl->res.attn_probe, sizeof(float) * (size_t)ncap * pw) : NULL;
         if (pb)
             sl->res.attn_probe = pb;
-        if (!o || !t || (sl->keep_logits && !lg) || (sl->keep_attn && !pb))
+        if (!o || !t || !mg || (sl->keep_logits && !lg) || (sl->keep_attn && !pb))
             return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (outputs)");
         sl->out_cap = ncap;
     }
@@ -308,6 +312,7 @@ static int append_token(struct k25_engine *e, struct k25_slot *sl, int32_t tok, 
     }
     sl->res.output_ids[sl->res.n_output] = tok;
     sl->res.token_t_ns[sl->res.n_output] = t_ns;
+    sl->res.margins[sl->res.n_output] = margin;
     sl->res.n_output++;
     return K25_OK;
 }
@@ -370,8 +375,13 @@ static void kv_result_stats(struct k25_engine *e, struct k25_slot *sl)
  * time slice (decode of `tiny` on 2 threads fell from ~800 to ~10 tok/s
  * beside a second busy process).  A step whose work is too small to gain
  * from threads - a few decode tokens of a small model - runs on one.  The
- * choice depends only on the step's tokens, and the kernels give the same
- * results on any thread count, so it changes no output.
+ * choice depends only on the step's tokens and the configured count, so the
+ * same config gives the same arithmetic.  (It matters: OpenBLAS's Haswell,
+ * Zen and Prescott SGEMM kernels round differently for different thread
+ * counts and row counts M - last bits only, ~1e-6 on tiny's logits - so
+ * results are bit-identical for the same config, thread count and batch
+ * shapes, and within the token-identity rule's tolerance otherwise;
+ * docs/engine.md.)
  */
 #define K25_SERIAL_STEP_FLOPS 2e7
 static int step_threads(const struct k25_engine *e, const struct k25_span *spans, int n)
@@ -446,10 +456,8 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
 
     /* small steps run on one thread (see step_threads) */
     int nt = step_threads(e, spans, n_spans);
-    if (nt != e->step_threads_now) {
+    if (nt != k25_threads_applied()) /* process-wide: another engine may have changed it */
         k25_threads_apply(nt);
-        e->step_threads_now = nt;
-    }
 
     uint64_t t0 = k25_now_ns();
     if ((rc = k25_forward(e, spans, n_spans, err)) != K25_OK)
@@ -489,9 +497,11 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
             e->stats.decode_tokens++;
         }
         int32_t tok = k25_sample(e, spans[i].logits, &sl->rng);
+        /* the token-identity rule's input (k25.h): how far greedy was from another choice */
+        float margin = e->cfg.temperature > 0.0 ? NAN : k25_tok_margin(spans[i].logits, V, NULL);
         if (sl->res.n_output < sl->n_forced)
             tok = sl->forced[sl->res.n_output]; /* teacher forcing: the sampler state still advances */
-        if ((rc = append_token(e, sl, tok, spans[i].logits, spans[i].probe, t1, err)) != K25_OK)
+        if ((rc = append_token(e, sl, tok, margin, spans[i].logits, spans[i].probe, t1, err)) != K25_OK)
             goto out;
         if (k25_log_on(&e->log, K25_LOG_DEBUG))
             k25_log_write(&e->log, K25_LOG_DEBUG, "DECODE",

@@ -72,7 +72,6 @@ struct k25_engine {
     void *cb_user;
     struct k25_engine_stats stats;
     int threads;              /* the configured thread count */
-    int step_threads_now;     /* the count set for the current step */
 };
 
 /* Activation bytes forward.c allocates for steps of step_tokens tokens

@@ -60,5 +60,7 @@ float k25_bf16_to_fp32(uint16_t h);
  * the configured count that k25_get_threads reports (threads.c).
  */
 void k25_threads_apply(int n);
+/* The count k25_threads_apply last set (process-wide; 0 before the first call). */
+int k25_threads_applied(void);
 
 #endif /* K25_INTERNAL_H */

@@ -279,6 +279,11 @@ struct k25_result {
     int32_t *output_ids;       /* [n_output] */
     uint64_t *token_t_ns;      /* [n_output], when each token was produced */
     float *logits;             /* [n_output][vocab] when keep_logits, else NULL */
+    /* Top-1 margin of every position: top-1 logit - top-2 logit of the logits
+     * the token was chosen from (k25_tok_margin), the input of the
+     * token-identity rule (below).  NaN where the token was sampled
+     * (temperature > 0): no argmax margin describes a sampled choice. */
+    float *margins;            /* [n_output] */
     float *attn_probe;         /* [n_output][n_probe][n_heads*head_dim] when keep_attn, else NULL */
     int n_probe;               /* probe layers (k25_attn_probe_layers) when keep_attn */
     /* KV compression (kv_compression_ratio < 1), per request: token-equivalents
@@ -361,6 +366,101 @@ const struct k25_result *k25_engine_result(const k25_engine_t *e, int handle);
 void k25_engine_release(k25_engine_t *e, int handle);
 void k25_engine_get_stats(const k25_engine_t *e, struct k25_engine_stats *out);
 const struct k25_config *k25_engine_config(const k25_engine_t *e);
+
+/* ------------------------------------------------ token-identity rule */
+
+/*
+ * One rule for "are these the same tokens?" wherever the project compares
+ * generated tokens (golden test, gate, parity tests); engine/tokcheck.c,
+ * docs/engine.md.
+ *
+ * Two correct fp32 implementations of the model (another BLAS kernel set,
+ * thread count, batch composition, chunking, attention kernel) sum in
+ * different orders, so their logits differ by rounding: by at most
+ * K25_TOK_TAU each (derivation in tokcheck.c).  Greedy decoding picks the
+ * argmax, which can then differ only where the top-1 margin (top-1 logit -
+ * top-2 logit) is at most 2 tau, the near-tie bound.  So a reference stores
+ * each position's margin beside its token, and a candidate is verified by
+ * replaying the reference tokens with teacher forcing (every position sees
+ * the reference prefix) and requiring the same argmax wherever the stored
+ * margin exceeds the bound.  Free-running sequences cannot be compared
+ * token by token past their first difference (one flip changes every later
+ * token), so k25_tok_compare applies the rule only at the first divergence.
+ * Without stored margins (old traces) both fall back to exact equality.
+ */
+#define K25_TOK_TAU 1e-3 /* logits: largest difference between two correct fp32 implementations */
+
+/* The near-tie bound of a tolerance tau: an argmax can flip only where margin <= 2 tau. */
+double k25_tok_bound(double tau);
+
+/* Top-1 margin of logits[V] (V >= 1): top-1 - top-2 (0 on an exact tie,
+ * +inf when V == 1); *top1 (may be NULL) gets the argmax, lowest id on
+ * ties, as greedy sampling picks it. */
+float k25_tok_margin(const float *logits, int V, int32_t *top1);
+
+/* What a teacher-forced replay found (k25_tok_check, k25_tok_verify). */
+struct k25_tok_report {
+    double tau, bound;        /* the tolerance used and 2 tau */
+    bool strict;              /* no stored margins: every position had to agree */
+    int n_positions;          /* positions replayed */
+    int n_checked;            /* positions whose argmax had to agree (margin > bound, or strict) */
+    int n_near_tie;           /* positions skipped: stored margin <= bound */
+    int n_mismatch;           /* checked positions whose argmax differed */
+    int first_mismatch;       /* position of the first one, -1 when none */
+    float mismatch_margin;    /* the stored margin there (NaN when unknown) */
+    int32_t want, got;        /* stored token and the replay's argmax there */
+    double max_margin_drift;  /* largest |replay margin - stored margin| where the argmax agreed
+                                 (information: <= 2 tau when the logits are within tau) */
+};
+
+/*
+ * The rule on a replay: tokens[n] and margins[n] (NULL: none stored, strict)
+ * as stored, logits[n][V] of the replay teacher-forced with tokens.  Fills
+ * rep; returns true when no checked position disagrees.
+ */
+bool k25_tok_check(const int32_t *tokens, const float *margins, int n, const float *logits, int V, double tau,
+                   struct k25_tok_report *rep);
+
+/*
+ * Replays tokens[n] (margins[n] or NULL, as stored) after prompt[n_prompt]
+ * on engine e with teacher forcing, greedy, and applies k25_tok_check.
+ * Runs e until idle (submit it alone) and releases the request.  Returns 0
+ * with *rep filled whatever the verdict (k25_tok_report_ok), or a negative
+ * code when the replay itself failed (bad ids, n above decode_max_tokens,
+ * out of memory).
+ */
+int k25_tok_verify(k25_engine_t *e, const char *id, const int32_t *prompt, int n_prompt, const int32_t *tokens,
+                   const float *margins, int n, double tau, struct k25_tok_report *rep, struct k25_error *err);
+
+bool k25_tok_report_ok(const struct k25_tok_report *rep);
+/* One line: "32 positions: 31 checked, 1 near-tie skipped (margin <= 0.002); first mismatch ...". */
+void k25_tok_report_format(const struct k25_tok_report *rep, char *buf, size_t n);
+
+/* Two free-running sequences under the rule (k25_tok_compare). */
+struct k25_tok_cmp {
+    double tau, bound;
+    bool strict;              /* the reference has no margins: exact equality required */
+    int n_ref, n_cand;        /* lengths */
+    int n_same;               /* identical leading tokens */
+    int diverged_at;          /* first position that differs (or where the shorter ends), -1 when identical */
+    float margin_ref, margin_cand; /* the margins there (NaN when unknown) */
+    bool near_tie;            /* diverged at a near-tie: accepted */
+    int n_unverified;         /* tokens after an accepted divergence (longer sequence) */
+    bool pass;                /* identical, or diverged at a near-tie */
+};
+
+/*
+ * Compares a candidate's free-running tokens with a reference's (same
+ * prompt, greedy).  They must agree up to their first divergence; there
+ * both runs saw the same prefix, so the rule applies exactly: the
+ * divergence is accepted when the reference's margin there (and the
+ * candidate's, when cand_margins is not NULL) is <= the bound, and every
+ * later token is unverified (not comparable free-running).  Otherwise, or
+ * when the lengths differ, it fails.  ref_margins NULL (an old trace):
+ * strict exact equality.
+ */
+void k25_tok_compare(const int32_t *ref, const float *ref_margins, int n_ref, const int32_t *cand,
+                     const float *cand_margins, int n_cand, double tau, struct k25_tok_cmp *out);
 
 /* -------------------------------------------------- memory calculator */
 

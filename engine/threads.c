@@ -12,12 +12,24 @@
 #include <unistd.h>
 
 static int g_threads; /* the configured count; 0 until set */
+static int g_applied; /* the count the pools are sized to now; 0 until set */
 
-/* Sizes OpenMP's pool and OpenBLAS's for the next parallel work. */
+/*
+ * Sizes OpenMP's pool and OpenBLAS's for the next parallel work.  The pools
+ * are process-wide, so the count applied is recorded here and not per
+ * engine: a second engine in the same process (fidelity runs two) must see
+ * what the first left, or it would run a step on a count it did not choose.
+ */
 void k25_threads_apply(int n)
 {
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
+    g_applied = n;
+}
+
+int k25_threads_applied(void)
+{
+    return g_applied;
 }
 
 int k25_set_threads(int n)

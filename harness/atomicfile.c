@@ -8,10 +8,48 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+int k25_output_file_check(const char *path, const char *flag, struct k25_error *err)
+{
+    struct stat st;
+    if (!path || !*path)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, flag, "an output file name is required");
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return k25_error_set(err, K25_EINVAL, path, 0, flag, "is a directory; give the name of a file to write");
+        if (!S_ISREG(st.st_mode))
+            return k25_error_set(err, K25_EINVAL, path, 0, flag,
+                                 "is not a regular file (a device or a pipe?): results are written under a "
+                                 "temporary name and renamed onto it");
+    } else if (errno != ENOENT) {
+        return k25_error_set(err, K25_EINVAL, path, 0, flag, "cannot use it: %s", strerror(errno));
+    }
+    char dir[1024];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == path)
+        snprintf(dir, sizeof(dir), "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path) < 1023 ? (int)(slash - path) : 1023, path);
+    if (stat(dir, &st) != 0)
+        return k25_error_set(err, K25_EINVAL, path, 0, flag, "its folder %s does not exist: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return k25_error_set(err, K25_EINVAL, path, 0, flag, "%s is not a folder", dir);
+    if (access(dir, W_OK) != 0)
+        return k25_error_set(err, K25_EINVAL, path, 0, flag, "its folder %s is not writable: %s", dir,
+                             strerror(errno));
+    return K25_OK;
+}
 
 int k25_afile_open(struct k25_afile *a, const char *path, struct k25_error *err)
 {
+    a->f = NULL;
+    int rc = k25_output_file_check(path, NULL, err);
+    if (rc != K25_OK)
+        return rc;
     snprintf(a->path, sizeof(a->path), "%s", path);
     snprintf(a->tmp, sizeof(a->tmp), "%s.tmp.%ld", path, (long)getpid());
     a->f = fopen(a->tmp, "wb");

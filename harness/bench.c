@@ -9,8 +9,14 @@
  * against the vocabulary, warm-up, the repetitions, summary, then the
  * trace and the JSON summary written and renamed into place.  Any failure
  * removes the temporaries.
+ *
+ * Interrupted (SIGINT/SIGTERM: *opts->stop set to the signal number), the
+ * run keeps what it measured: the requests that finished, the repetitions
+ * so far, marked `interrupted` in the trace's /meta and in the JSON; the
+ * command exits 128 + signal.
  */
 #include "bench.h"
+#include "harness.h" /* k25_output_file_check */
 #include "gate.h" /* k25_calib: the calibration k25 gate normalizes by */
 #include "gold.h"
 #include "h5store.h"
@@ -18,6 +24,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -38,6 +45,7 @@ void k25_bench_run_free(struct k25_bench_run *r)
     for (size_t i = 0; i < r->n_reqs; i++) {
         free(r->reqs[i].token_ns);
         free(r->reqs[i].token_ids);
+        free(r->reqs[i].token_margins);
         free(r->reqs[i].chunk_start_ns);
         free(r->reqs[i].chunk_end_ns);
     }
@@ -55,6 +63,10 @@ static int check_opts(const struct k25_bench_opts *o, struct k25_error *err)
         return k25_error_set(err, K25_EINVAL, cl, 0, "--out", "an output file is required (--out run.h5)");
     if (o->json_out && !strcmp(o->json_out, o->out))
         return k25_error_set(err, K25_EINVAL, cl, 0, "--json", "must not be the --out file");
+    int rc;
+    if ((rc = k25_output_file_check(o->out, "--out", err)) != K25_OK ||
+        (o->json_out && (rc = k25_output_file_check(o->json_out, "--json", err)) != K25_OK))
+        return rc;
     if (o->requests > 0 && o->duration_s > 0)
         return k25_error_set(err, K25_EINVAL, cl, 0, "--duration",
                              "give --duration or --requests, not both");
@@ -132,11 +144,51 @@ static int make_inputs(const struct k25_gold_set *set, struct k25_bench_input **
     return K25_OK;
 }
 
+/*
+ * After an interrupted repetition rep (started at rep_start_ns): keeps
+ * only the requests that finished (completed or rejected), freeing the
+ * ones still in flight, and closes the repetition at its last finish.
+ * Returns how many requests were dropped.
+ */
+static size_t close_interrupted(struct k25_bench_run *run, int rep, int64_t rep_start_ns)
+{
+    size_t kept = 0, dropped = 0;
+    int64_t last = rep_start_ns;
+    for (size_t i = 0; i < run->n_reqs; i++) {
+        struct k25_bench_req *q = &run->reqs[i];
+        if (q->state < K25_REQ_COMPLETED) {
+            free(q->token_ns);
+            free(q->token_ids);
+            free(q->token_margins);
+            free(q->chunk_start_ns);
+            free(q->chunk_end_ns);
+            dropped++;
+            continue;
+        }
+        if (q->rep == rep && q->finish_ns > last)
+            last = q->finish_ns;
+        run->reqs[kept++] = *q;
+    }
+    run->n_reqs = kept;
+    run->rep_start_ns[rep] = rep_start_ns;
+    run->rep_end_ns[rep] = last;
+    run->n_reps = rep + 1;
+    return dropped;
+}
+
+static const char *signal_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+}
+
 /* Serializes j to a temporary beside path and renames it into place. */
 static int write_json_file(FILE *f, const char *tmp, const char *path, json_t *j, struct k25_error *err)
 {
     int rc = K25_OK;
-    if (json_dumpf(j, f, JSON_INDENT(2)) != 0 || fputc('\n', f) == EOF || fflush(f) != 0 || fsync(fileno(f)) != 0)
+    errno = 0;
+    /* over the placeholder written when the file was created */
+    if (fflush(f) != 0 || fseek(f, 0, SEEK_SET) != 0 || ftruncate(fileno(f), 0) != 0 ||
+        json_dumpf(j, f, JSON_INDENT(2)) != 0 || fputc('\n', f) == EOF || fflush(f) != 0 || fsync(fileno(f)) != 0)
         rc = k25_error_set(err, K25_EIO, path, 0, NULL, "writing the JSON summary failed: %s",
                            errno ? strerror(errno) : "write error");
     if (fclose(f) != 0 && rc == K25_OK)
@@ -216,6 +268,12 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
                                strerror(errno));
             goto out;
         }
+        /* a first write now: a full disk fails here, not after the run */
+        if (fputs("{}\n", jf) == EOF || fflush(jf) != 0) {
+            rc = k25_error_set(err, K25_EIO, o.json_out, 0, "--json", "cannot write the JSON summary: %s",
+                               strerror(errno));
+            goto out;
+        }
     }
 
     if ((rc = k25_model_load(cfg, &model, err)) != K25_OK || (rc = k25_engine_create(cfg, model, &eng, err)) != K25_OK)
@@ -240,18 +298,57 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
         goto out;
     }
 
+    /* the load guard, before the run's own threads load the machine; a sweep samples it
+     * once before its first point and tells its runs so (K25_LOAD_GUARD=0) */
+    json_t *mach = json_object_get(prov, "machine");
+    const char *lg_env = getenv("K25_LOAD_GUARD");
+    if (lg_env && !strcmp(lg_env, "0")) {
+        json_object_set_new(mach, "load_guard", json_pack("{s:s}", "sampled_by", "the sweep (summary.json)"));
+    } else {
+        struct k25_load_guard lg;
+        if (k25_load_guard_sample(&lg) == K25_OK) {
+            json_object_set_new(mach, "load_guard", k25_load_guard_json(&lg));
+            if (lg.busy)
+                fprintf(stderr, "k25 bench: WARNING: the machine was already busy before the run (%s): timings "
+                                "include interference\n", lg.reason);
+        }
+    }
+
     struct k25_calib calib = {0};
     k25_calib_measure(&calib, 5); /* machine speed now, for k25 gate (docs/gates.md) */
     if (o.warmup > 0 &&
-        (rc = k25_loadgen_run(eng, &o, inputs, set.n, order, 0, o.warmup, 0, false, &run, err)) != K25_OK)
+        (rc = k25_loadgen_run(eng, &o, inputs, set.n, order, 0, o.warmup, 0, false, &run, err)) != K25_OK) {
+        if (run.interrupted)
+            k25_error_set(err, K25_EIO, NULL, 0, NULL, "interrupted by %s during the warm-up: nothing measured, "
+                          "nothing written", signal_name(o.stop ? (int)*o.stop : 0));
         goto out;
+    }
     k25_mem_reset_peak();
-    for (int k = 0; k < o.repeat; k++)
+    size_t n_dropped = 0;
+    for (int k = 0; k < o.repeat && !run.interrupted; k++) {
+        int64_t rep_start = k > 0 ? (int64_t)(k25_now_ns() - run.t0_ns) : 0; /* rep 0 sets t0 */
         if ((rc = k25_loadgen_run(eng, &o, inputs, set.n, order, (size_t)o.warmup, o.requests, k, true, &run,
-                                  err)) != K25_OK)
-            goto out;
+                                  err)) != K25_OK) {
+            if (!run.interrupted)
+                goto out;
+            /* keep what was measured: the finished requests, marked interrupted */
+            n_dropped = close_interrupted(&run, k, rep_start);
+            rc = K25_OK;
+            if (run.n_reqs == 0) {
+                rc = k25_error_set(err, K25_EIO, NULL, 0, NULL,
+                                   "interrupted by %s before any request finished: nothing written",
+                                   signal_name(o.stop ? (int)*o.stop : 0));
+                goto out;
+            }
+        }
+    }
     k25_calib_measure(&calib, 5);
     json_object_set_new(prov, "calibration", k25_calib_json(&calib));
+    double spread = k25_calib_spread(&calib);
+    if (isfinite(spread) && spread > K25_CALIB_MAX_SPREAD)
+        fprintf(stderr, "k25 bench: WARNING: the calibration spread by %.0f%% (> %.0f%%): the machine's speed "
+                        "changed during the run; k25 gate will not normalize by it\n",
+                100 * spread, 100 * K25_CALIB_MAX_SPREAD);
     k25_mem_get(&run.mem);
     struct k25_engine_stats st;
     k25_engine_get_stats(eng, &st);
@@ -260,7 +357,20 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
 
     if ((rc = k25_bench_summarize(&run, &o.slo, sum, err)) != K25_OK)
         goto out;
-    /* fidelity after the measurement, on its own engines: it never perturbs the timings */
+    sum->offered_rps = NAN;
+    if (o.mode == K25_BENCH_OPEN) {
+        k25_bench_open_loop_check(sum, o.rate_rps);
+        if (sum->fell_behind)
+            fprintf(stderr,
+                    "k25 bench: WARNING: open loop fell behind: offered %.3f req/s, served %.3f req/s, queue P50 "
+                    "%.0f ms of E2E P50 %.0f ms: this run measured the queue, not the engine (lower --rate)\n",
+                    sum->offered_rps, sum->achieved_rps, sum->d[K25_M_QUEUE].p[0].value,
+                    sum->d[K25_M_E2E].p[0].value);
+    }
+    /* fidelity after the measurement, on its own engines: it never perturbs the timings
+     * (not after an interruption: the user asked to stop) */
+    if (run.interrupted)
+        o.fidelity = false;
     if (o.fidelity) {
         if (o.progress)
             fprintf(stderr, "k25 bench: measuring fidelity on %zu requests x %d tokens\n", set.n, o.fidelity_tokens);
@@ -279,6 +389,12 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
     json_object_set_new(doc, "schema_version", json_integer(K25_H5_SCHEMA_VERSION));
     json_object_set_new(doc, "kind", json_string("k25-bench"));
     json_object_set_new(doc, "trace", json_string(o.out));
+    json_object_set_new(doc, "interrupted", json_boolean(run.interrupted));
+    if (run.interrupted)
+        json_object_set_new(doc, "interruption",
+                            json_pack("{s:s, s:I, s:I, s:i}", "signal", signal_name(o.stop ? (int)*o.stop : 0),
+                                      "requests_kept", (json_int_t)run.n_reqs, "requests_in_flight_dropped",
+                                      (json_int_t)n_dropped, "repetitions_started", run.n_reps));
     json_object_set_new(doc, "workload", wl);
     if (o.fidelity)
         json_object_set_new(sj, "fidelity", k25_fidelity_json(&fid));
@@ -294,6 +410,8 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
     }
     if (o.fidelity && (rc = k25_trace_write_fidelity(&h5, &fid, err)) != K25_OK)
         goto out;
+    if ((rc = k25_h5_attr_i64(h5.meta, "interrupted", run.interrupted ? 1 : 0, err)) != K25_OK)
+        goto out;
     h5_open = false; /* k25_trace_write commits or aborts */
     if ((rc = k25_trace_write(&h5, &run, sum, prov_s, cfg_s, wl_s, sum_s, err)) != K25_OK)
         goto out;
@@ -306,6 +424,9 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
         }
     }
     if (report) {
+        if (run.interrupted)
+            fprintf(report, "INTERRUPTED by %s: %zu finished requests kept, %zu in flight dropped\n",
+                    signal_name(o.stop ? (int)*o.stop : 0), run.n_reqs, n_dropped);
         k25_bench_summary_print(report, sum);
         if (o.fidelity)
             fprintf(report,

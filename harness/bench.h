@@ -153,6 +153,8 @@ struct k25_bench_req {
     int64_t finish_ns;
     int64_t *token_ns;       /* [n_output], owned */
     int32_t *token_ids;      /* [n_output], owned */
+    float *token_margins;    /* [n_output] top-1 margins (k25_result.margins: the token-identity rule's
+                                input; NaN where sampled), owned; NULL when unknown (schema 1 traces) */
     int32_t n_chunks;
     int64_t *chunk_start_ns; /* [n_chunks] start of the engine step that ran the chunk, owned */
     int64_t *chunk_end_ns;   /* [n_chunks] */
@@ -239,7 +241,22 @@ struct k25_bench_summary {
     double overhead_per_request_us, overhead_per_token_us;
     struct k25_mem_stats mem;
     int64_t kv_blocks_peak;
+    /* open loop: the rate asked for, the rate served, and whether the engine kept up
+     * (k25_bench_open_loop_check); offered_rps NaN in closed loop */
+    double offered_rps, achieved_rps;
+    bool fell_behind;
 };
+
+/*
+ * Open loop: did the system keep up with the offered rate?  It fell behind
+ * when it served less than 90% of the offered rate AND requests waited in
+ * the queue for more than 10% of their end-to-end latency (P50s): then the
+ * run measured the queue's growth, not the engine.  (The first condition
+ * alone trips on a short run's tail; the second alone on a burst.)
+ */
+#define K25_OPEN_LOOP_MIN_SERVED 0.90
+#define K25_OPEN_LOOP_MAX_QUEUE_SHARE 0.10
+void k25_bench_open_loop_check(struct k25_bench_summary *s, double offered_rps);
 
 /* Per-request metrics (NaN where undefined, e.g. TPOT of a 1-token answer). */
 double k25_bench_req_ttft_ms(const struct k25_bench_req *r);
@@ -277,6 +294,31 @@ void k25_provenance_finish(json_t *prov);
 /* ISO 8601 UTC time of now: "2025-01-31T12:34:56Z". */
 void k25_utc_now(char buf[32]);
 
+/*
+ * The load guard: how busy the machine was just before a measurement
+ * started (docs/metrics.md).  Recorded in provenance.machine.load_guard;
+ * a busy machine is warned about on stderr and in the report.
+ */
+struct k25_load_guard {
+    int cores;
+    double load_now;     /* runnable tasks of other work, mean of 5 samples over 100 ms */
+    double loadavg_1m;   /* the kernel's 1-minute load average (lags: informative only) */
+    double cpu_busy;     /* fraction of all CPU time busy in that window (other work) */
+    double steal;        /* fraction of CPU time the hypervisor took (steal) in that window */
+    double busy_limit;   /* 0.5 x cores */
+    bool busy;
+    char reason[160];    /* why busy */
+};
+/* Samples the guard (~100 ms); K25_EIO when /proc/stat is unreadable. */
+int k25_load_guard_sample(struct k25_load_guard *g);
+/* The guard as JSON (new reference). */
+json_t *k25_load_guard_json(const struct k25_load_guard *g);
+
+/* A calibration (gate_calib.c) whose trials spread by more than this ((median - fastest) /
+ * fastest) cannot say how fast the machine was: `k25 bench` warns, the report says so,
+ * and `k25 gate` makes metrics normalized by it UNSURE. */
+#define K25_CALIB_MAX_SPREAD 0.10
+
 /* ---------------------------------------------------------------- trace */
 
 /*
@@ -296,6 +338,8 @@ struct k25_trace {
     struct k25_bench_run run;  /* reqs (with token and chunk arrays), win, n_reps */
 };
 int k25_trace_read(const char *path, struct k25_trace *t, struct k25_error *err);
+/* The same from a file image in memory (buf[len]; the HDF5 core driver; name for messages). */
+int k25_trace_read_image(const void *buf, size_t len, const char *name, struct k25_trace *t, struct k25_error *err);
 void k25_trace_free(struct k25_trace *t);
 
 /* Writes a run as Chrome/Perfetto trace-event JSON (temporary + rename). */

@@ -53,6 +53,12 @@ json_t *k25_bench_summary_json(const struct k25_bench_summary *s)
     json_object_set_new(o, "output_tok_per_s", num(s->output_tok_per_s));
     json_object_set_new(o, "input_tok_per_s", num(s->input_tok_per_s));
     json_object_set_new(o, "goodput_rps", num(s->goodput_rps));
+    if (isfinite(s->offered_rps))
+        json_object_set_new(o, "open_loop", json_pack("{s:o, s:o, s:b}", "offered_rps", num(s->offered_rps),
+                                                      "achieved_rps", num(s->achieved_rps), "fell_behind",
+                                                      s->fell_behind));
+    else
+        json_object_set_new(o, "open_loop", json_null());
     for (int m = 0; m < K25_M_NMETRICS; m++)
         json_object_set_new(o, k25_metric_names[m], dist_json(&s->d[m]));
     json_t *busy = dist_json(&s->busy);
@@ -136,6 +142,15 @@ static void cell(FILE *out, double x, int w, bool unsupported_mark)
         fprintf(out, " %*.2f", w, x);
 }
 
+void k25_bench_open_loop_check(struct k25_bench_summary *s, double offered_rps)
+{
+    s->offered_rps = offered_rps;
+    s->achieved_rps = s->requests_per_s;
+    double q = s->d[K25_M_QUEUE].p[0].value, e = s->d[K25_M_E2E].p[0].value;
+    s->fell_behind = offered_rps > 0 && s->achieved_rps < K25_OPEN_LOOP_MIN_SERVED * offered_rps && isfinite(q) &&
+                     isfinite(e) && e > 0 && q > K25_OPEN_LOOP_MAX_QUEUE_SHARE * e;
+}
+
 void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s)
 {
     fprintf(out, "k25 bench: %lld requests (%lld completed, %lld rejected) in %.2f s over %d repetition%s\n",
@@ -148,6 +163,9 @@ void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s)
     else
         fprintf(out, "%.3f req/s (%lld of %lld meet the SLO)\n", s->goodput_rps, (long long)s->n_slo_ok,
                 (long long)s->n_total);
+    if (isfinite(s->offered_rps))
+        fprintf(out, "  open loop: offered %.3f req/s, achieved %.3f req/s%s\n", s->offered_rps, s->achieved_rps,
+                s->fell_behind ? ": FELL BEHIND (the queue grew; this run measured the queue, not the engine)" : "");
     fprintf(out, "\n  %-13s %7s %9s %9s %9s %21s %9s %9s %9s %9s\n", "metric", "n", "mean", "stdev", "P50",
             "[95% CI of P50]", "P90", "P95", "P99", "max");
     bool any_unsup = false;

@@ -201,6 +201,10 @@ int k25_cmd_attn_bench(int argc, char **argv)
         goto out_err;
     }
     o.progress = !quiet && isatty(2);
+    /* output paths checked before anything is measured */
+    if ((out_path && k25_output_file_check(out_path, "--out", &err) != K25_OK) ||
+        (json_file && k25_output_file_check(json_file, "--json-file", &err) != K25_OK))
+        goto out_err;
 
     int nthreads = k25_set_threads((int)threads);
     struct k25_attn_machine m;
@@ -219,7 +223,7 @@ int k25_cmd_attn_bench(int argc, char **argv)
         for (int i = 0; i < argc && w < sizeof(cmd) - 1; i++)
             w += (size_t)snprintf(cmd + w, sizeof(cmd) - w, i ? " %s" : "%s", argv[i]);
         if (k25_attn_bench_write_h5(out_path, &o, &res, cmd, &err) != K25_OK) {
-            status = 1;
+            status = err.code == K25_EINVAL ? 2 : 1;
             goto out_err;
         }
     }
@@ -230,7 +234,7 @@ int k25_cmd_attn_bench(int argc, char **argv)
             goto out_err;
         }
         if (json_file && k25_write_text_atomic(json_file, jtxt, &err) != K25_OK) {
-            status = 1;
+            status = err.code == K25_EINVAL ? 2 : 1;
             goto out_err;
         }
     }

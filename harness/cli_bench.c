@@ -12,12 +12,18 @@
 #include <string.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t g_stop;
+static volatile sig_atomic_t g_stop; /* the signal that asked to stop, 0 while none */
 
+/* The first SIGINT/SIGTERM ends the run early (what was measured is kept);
+ * a second one ends the process at once (no result under the final names). */
 static void on_signal(int sig)
 {
-    (void)sig;
-    g_stop = 1;
+    if (g_stop) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_stop = sig;
 }
 
 static void bench_usage(FILE *out)
@@ -54,6 +60,10 @@ static void bench_usage(FILE *out)
             "                      (summary.fidelity in the JSON, /fidelity in the trace)\n"
             "  --fidelity-tokens N generated positions compared per request (default 64)\n"
             "  --quiet             no progress line (it is shown only when stderr is a terminal)\n\n"
+            "Ctrl-C (SIGINT) or SIGTERM ends the run early: the requests that finished are written,\n"
+            "marked interrupted (/meta/interrupted, \"interrupted\": true), and k25 bench exits 130\n"
+            "(SIGINT) or 143 (SIGTERM); a second signal stops at once, writing nothing.\n"
+            "Exit status: 0 done, 2 bad input or an unusable output path, 1 a failure while running.\n\n"
             "Engine flags (each also a key of the YAML --config file; the command line wins):\n",
             K25_BENCH_MAX_REPEAT);
     k25_cli_print_config_flags(out);
@@ -232,8 +242,8 @@ int k25_cmd_bench(int argc, char **argv)
     sigaction(SIGTERM, &old_term, NULL);
     if (rc != K25_OK) {
         if (g_stop) {
-            fprintf(stderr, "k25 bench: interrupted; no result was written\n");
-            status = 130;
+            fprintf(stderr, "k25 bench: %s\n", err.msg);
+            status = 128 + g_stop;
             goto out;
         }
         goto out_err;
@@ -243,10 +253,10 @@ int k25_cmd_bench(int argc, char **argv)
         status = 1;
         goto out;
     }
-    if (!quiet)
-        fprintf(stderr, "k25 bench: trace written to %s%s%s\n", o.out, o.json_out ? ", summary to " : "",
-                o.json_out ? o.json_out : "");
-    status = 0;
+    if (!quiet || g_stop)
+        fprintf(stderr, "k25 bench: %strace written to %s%s%s\n", g_stop ? "interrupted: the finished requests' " : "",
+                o.out, o.json_out ? ", summary to " : "", o.json_out ? o.json_out : "");
+    status = g_stop ? 128 + g_stop : 0;
     goto out;
 
 out_err:

@@ -176,8 +176,8 @@ int k25_cmd_gate(int argc, char **argv)
         fprintf(stderr, "k25 gate: out of memory\n");
         goto out;
     }
-    if (json_file && json_dump_file(j, json_file, JSON_INDENT(2)) != 0) {
-        fprintf(stderr, "k25 gate: cannot write %s\n", json_file);
+    if (json_file && k25_write_json_atomic(json_file, j, &err) != K25_OK) {
+        fprintf(stderr, "k25 gate: --json-file: %s\n", err.msg);
         json_decref(j);
         goto out;
     }

@@ -36,7 +36,8 @@ static const char read_opts_help[] =
     "                         or skip (invalid lines listed, skipped and counted)\n"
     "  --filter EXPR          select requests, e.g. 'output_length > 1800 && domain == \"legal\"'\n"
     "                         fields input_length output_length domain id; == != < <= > >=; && || ! ( )\n"
-    "  --max-line-bytes N     longest line accepted (default 64m; k/m suffixes)\n"
+    "  --max-line-bytes N     longest line accepted (default 64m; k/m suffixes); a line with no\n"
+    "                         end after 16 x N bytes (/dev/zero, a binary file) stops the reading\n"
     "  --quiet                do not print warnings (errors are always printed)\n"
     "  --help                 this text\n";
 
@@ -257,6 +258,9 @@ static int cmd_validate(int argc, char **argv)
     if (sink.warnings_hidden)
         fprintf(stderr, "k25 gold: %lld more warnings not shown\n", (long long)sink.warnings_hidden);
     bool opened = rc == 0 || rc == K25_EFORMAT || stats.counts.bytes > 0;
+    /* a set without any line to report on (an empty file): the error says it all */
+    if (rc == K25_EFORMAT && stats.counts.requests == 0 && stats.counts.invalid_lines == 0)
+        opened = false;
     if (rc < 0)
         fprintf(stderr, "k25 gold validate: %s\n", err.msg);
     if (opened && a.json) {
@@ -290,11 +294,19 @@ static int cmd_validate(int argc, char **argv)
 
 /* -------------------------------------------------------------- select */
 
-/* Opens --out's temporary file, or returns stdout. */
-static FILE *open_out(const char *out, char *tmp, size_t tmpsz)
+/* Opens --out's temporary file, or returns stdout.  NULL with *bad_path set
+ * when --out cannot be an output file (a directory, a missing folder). */
+static FILE *open_out(const char *out, char *tmp, size_t tmpsz, bool *bad_path)
 {
+    *bad_path = false;
     if (!out)
         return stdout;
+    struct k25_error err;
+    if (k25_output_file_check(out, "--out", &err) != K25_OK) {
+        fprintf(stderr, "k25 gold: %s\n", err.msg);
+        *bad_path = true;
+        return NULL;
+    }
     snprintf(tmp, tmpsz, "%s.tmp.%ld", out, (long)getpid());
     FILE *f = fopen(tmp, "wb");
     if (!f)
@@ -349,9 +361,10 @@ static int cmd_select(int argc, char **argv)
         fprintf(stderr, "k25 gold select: %s\n", err.msg);
         goto out_filter;
     }
-    FILE *f = open_out(a.out, tmp, sizeof(tmp));
+    bool bad_path;
+    FILE *f = open_out(a.out, tmp, sizeof(tmp), &bad_path);
     if (!f) {
-        rc = K25_EIO;
+        rc = bad_path ? K25_EINVAL : K25_EIO;
         goto out_close;
     }
     struct k25_gold_request req;
@@ -440,9 +453,10 @@ static int cmd_generate(int argc, char **argv)
         }
     }
     char tmp[1100];
-    FILE *f = open_out(out, tmp, sizeof(tmp));
+    bool bad_path;
+    FILE *f = open_out(out, tmp, sizeof(tmp), &bad_path);
     if (!f)
-        return 1;
+        return bad_path ? 2 : 1;
     uint64_t t0 = k25_now_ns();
     k25_error_clear(&err);
     int rc = k25_gold_generate(&o, f, &err);

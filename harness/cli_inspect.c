@@ -14,10 +14,12 @@ static void inspect_usage(FILE *out)
 {
     fprintf(out, "usage: k25 inspect RUN.h5 [--json] [--chrome-trace OUT.json]\n\n"
                  "Prints the provenance and summary of a run stored by `k25 bench`.\n\n"
-                 "  --json               print {provenance, workload, summary} as one JSON object\n"
+                 "  --json               print {provenance, workload, summary, interrupted} as one JSON object\n"
                  "  --chrome-trace FILE  export every request's queue, prefill chunks and decode tokens,\n"
                  "                       and the engine timeline, as a Chrome/Perfetto trace\n"
-                 "                       (open in https://ui.perfetto.dev or chrome://tracing)\n");
+                 "                       (open in https://ui.perfetto.dev or chrome://tracing)\n\n"
+                 "Exit status: 0 done; 2 not a readable k25 run trace (missing, damaged, another kind,\n"
+                 "an unknown schema version) or an unusable output path; 1 a failure while writing.\n");
 }
 
 static const char *js(const json_t *o, const char *k)
@@ -34,11 +36,14 @@ static void print_num(FILE *out, const json_t *v, const char *fmt)
         fprintf(out, "n/a");
 }
 
-static void print_text(FILE *out, const char *path, json_t *prov, json_t *wl, json_t *sum)
+static void print_text(FILE *out, const char *path, bool interrupted, json_t *prov, json_t *wl, json_t *sum)
 {
     const json_t *b = json_object_get(prov, "build"), *m = json_object_get(prov, "machine"),
                  *d = json_object_get(prov, "dataset"), *c = json_object_get(prov, "config");
-    fprintf(out, "k25 run trace %s\n\nprovenance\n", path);
+    fprintf(out, "k25 run trace %s\n", path);
+    if (interrupted)
+        fprintf(out, "INTERRUPTED: the run was stopped by a signal; this holds only the requests that finished\n");
+    fprintf(out, "\nprovenance\n");
     fprintf(out, "  k25bench     %s (git %s%s)\n", js(b, "k25_version"), js(b, "git"),
             json_is_true(json_object_get(b, "git_dirty")) ? ", dirty tree" : "");
     fprintf(out, "  compiler     %s, flags '%s', BLAS core %s\n", js(b, "compiler"), js(b, "cflags"), js(b, "blas_core"));
@@ -136,6 +141,10 @@ int k25_cmd_inspect(int argc, char **argv)
     struct k25_trace t;
     struct k25_error err;
     k25_error_clear(&err);
+    if (chrome && k25_output_file_check(chrome, "--chrome-trace", &err) != K25_OK) {
+        fprintf(stderr, "k25 inspect: %s\n", err.msg);
+        return 2;
+    }
     if (k25_trace_read(path, &t, &err) != K25_OK) {
         fprintf(stderr, "k25 inspect: %s\n", err.msg);
         return err.code == K25_ENOMEM ? 1 : 2;
@@ -151,17 +160,18 @@ int k25_cmd_inspect(int argc, char **argv)
     if (chrome) {
         if (k25_trace_export_chrome(&t, chrome, &err) != K25_OK) {
             fprintf(stderr, "k25 inspect: %s\n", err.msg);
-            status = 1;
+            status = err.code == K25_EINVAL ? 2 : 1;
             goto out;
         }
         fprintf(stderr, "k25 inspect: %zu requests exported to %s\n", t.run.n_reqs, chrome);
     } else if (as_json) {
-        json_t *o = json_pack("{s:O, s:O, s:O}", "provenance", prov, "workload", wl, "summary", sum);
+        json_t *o = json_pack("{s:O, s:O, s:O, s:b}", "provenance", prov, "workload", wl, "summary", sum,
+                              "interrupted", t.run.interrupted);
         if (!o || json_dumpf(o, stdout, JSON_INDENT(2)) != 0 || fputc('\n', stdout) == EOF)
             status = 1;
         json_decref(o);
     } else {
-        print_text(stdout, path, prov, wl, sum);
+        print_text(stdout, path, t.run.interrupted, prov, wl, sum);
     }
     if (fflush(stdout) != 0) {
         fprintf(stderr, "k25 inspect: writing the output failed: %s\n", strerror(errno));

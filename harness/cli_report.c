@@ -20,14 +20,17 @@ static void report_usage(FILE *out)
             "  results/NAME    a sweep folder written by `k25 sweep --out` (holds summary.json)\n"
             "  attn.h5         an attention benchmark stored by `k25 attn-bench --out`\n"
             "  A.h5 B.h5 ...   several runs compared side by side (the first is the baseline)\n\n"
-            "  --out DIR       report folder (created)\n"
+            "  --out DIR       report folder: created, or replaced whole when it holds an earlier report\n"
+            "                  (rendered beside it in DIR.tmp.PID and swapped in when complete)\n"
             "  --sla FILE      SLA lines and health-check overrides (reports/sla-example.yaml)\n"
             "  --format F      plot format: png (default), svg, or pdf (the HTML then embeds PNG copies)\n"
             "  --title T       report title\n"
             "  --check         exit 1 unless the SLA verdict is PASS\n"
             "  --quiet         no summary line on stderr\n\n"
             "Needs gnuplot (Debian: apt-get install gnuplot-nox; K25_GNUPLOT=PATH to choose one).\n"
-            "Exit status: 0 report written, 2 bad input, 1 a failure (or --check and no PASS).\n");
+            "Exit status: 0 report written; 2 bad input (a missing, damaged or unsupported input, a bad\n"
+            "SLA file or option, an unusable --out); 1 a failure while writing (disk full: the previous\n"
+            "report in DIR is left as it was) or --check without a PASS.\n");
 }
 
 int k25_cmd_report(int argc, char **argv)
@@ -88,7 +91,10 @@ int k25_cmd_report(int argc, char **argv)
     int rc = k25_report_generate(&o, &oc, &err);
     if (rc) {
         fprintf(stderr, "k25 report: %s\n", err.msg);
-        return rc == K25_EINVAL || rc == K25_EFORMAT || rc == K25_ENOTFOUND || rc == K25_ERANGE ? 2 : 1;
+        return rc == K25_EINVAL || rc == K25_EFORMAT || rc == K25_ENOTFOUND || rc == K25_ERANGE ||
+                       rc == K25_EUNSUPPORTED
+                   ? 2
+                   : 1;
     }
     const char *v = oc.n_pass + oc.n_fail + oc.n_unsupported == 0 ? "no SLA lines"
                     : oc.overall == K25_VERDICT_PASS              ? "PASS"

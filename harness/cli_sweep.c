@@ -16,28 +16,36 @@ static void sweep_usage(FILE *out)
     fprintf(out,
             "usage: k25 sweep SPEC.yaml [--out results/NAME] [--jobs N] [--resume] [--dry-run]\n"
             "                 [--only 'axis op value && ...'] [--print-best] [--quiet]\n"
-            "       k25 sweep SPEC.yaml --out DIR --slurm        (print a Slurm job-array script)\n"
+            "       k25 sweep SPEC.yaml --out DIR --slurm [--cpus-per-task N]  (print a Slurm job-array script)\n"
             "       k25 sweep SPEC.yaml --out DIR --task I       (run task I of the array only)\n"
-            "       k25 sweep SPEC.yaml --out DIR --merge        (collect finished runs into the results)\n\n"
+            "       k25 sweep SPEC.yaml --out DIR --merge [--allow-partial]  (collect the array's runs)\n\n"
             "Runs `k25 bench` on every point of the spec's grid (docs/sweeps.md), one HDF5 trace per\n"
             "point and repetition under OUT/points/ID/, then writes OUT/sweep.h5 (the index) and\n"
-            "OUT/summary.json (best feasible point, Pareto front, constraint violations).\n\n"
+            "OUT/summary.json: a best point only when it beats the reference (the defaults)\n"
+            "significantly, paired by repetition; otherwise the data and \"no setting is significantly\n"
+            "better\"; the Pareto front; constraint violations.\n\n"
             "  --out DIR      results folder (default results/NAME, NAME from the spec)\n"
-            "  --jobs N       runs in parallel, each pinned to its own cores (default 1)\n"
+            "  --jobs N       runs in parallel, each pinned to its own cores (default 1); every run,\n"
+            "                 the reference's included, has N-1 companions, in shuffled rounds\n"
             "  --resume       finish an interrupted sweep (also what a plain re-run does:\n"
             "                 complete runs are never redone, incomplete ones always are)\n"
             "  --dry-run      list the points and the estimated time, run nothing\n"
-            "  --only EXPR    only points matching, e.g. 'prefill_chunk_size >= 1024 && max_batch_size == 8'\n"
+            "  --only EXPR    only points matching (and the reference), e.g.\n"
+            "                 'prefill_chunk_size >= 1024 && max_batch_size == 8'\n"
             "  --print-best   after the sweep (or alone, on finished results), print the best\n"
-            "                 setting as YAML to paste into k25.yaml\n"
-            "  --quiet        no progress line\n");
+            "                 setting as YAML to paste into k25.yaml, or why there is none\n"
+            "  --quiet        no progress line\n"
+            "  --cpus-per-task N  (--slurm) cores per array task, bench's --threads (default 1)\n"
+            "  --allow-partial    (--merge) merge even when runs are missing (listed; summary marked partial)\n\n"
+            "Exit status: 0 done, 2 a bad spec or option, 1 runs failed, the sweep was interrupted,\n"
+            "or (--merge) runs are missing.\n");
 }
 
 int k25_cmd_sweep(int argc, char **argv)
 {
     const char *spec_path = NULL, *out = NULL, *only = NULL, *k25_path = "/proc/self/exe";
-    int jobs = 1, task = -1;
-    bool dry = false, best = false, quiet = false, merge = false, slurm = false;
+    int jobs = 1, task = -1, cpus = 1;
+    bool dry = false, best = false, quiet = false, merge = false, slurm = false, partial = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -55,8 +63,10 @@ int k25_cmd_sweep(int argc, char **argv)
             merge = true;
         } else if (!strcmp(a, "--slurm")) {
             slurm = true;
+        } else if (!strcmp(a, "--allow-partial")) {
+            partial = true;
         } else if (!strcmp(a, "--out") || !strcmp(a, "--only") || !strcmp(a, "--jobs") || !strcmp(a, "--task") ||
-                   !strcmp(a, "--k25")) {
+                   !strcmp(a, "--k25") || !strcmp(a, "--cpus-per-task")) {
             if (!v) {
                 fprintf(stderr, "k25 sweep: %s: missing value\n", a);
                 return 2;
@@ -72,12 +82,13 @@ int k25_cmd_sweep(int argc, char **argv)
                 char *end;
                 errno = 0;
                 long x = strtol(v, &end, 10);
-                if (*end || end == v || errno || x < 0 || x > 100000 || (!strcmp(a, "--jobs") && x < 1)) {
+                bool positive = strcmp(a, "--task") != 0;
+                if (*end || end == v || errno || x < 0 || x > 100000 || (positive && x < 1)) {
                     fprintf(stderr, "k25 sweep: %s: expected a %s integer, got \"%s\"\n", a,
-                            !strcmp(a, "--jobs") ? "positive" : "non-negative", v);
+                            positive ? "positive" : "non-negative", v);
                     return 2;
                 }
-                *(!strcmp(a, "--jobs") ? &jobs : &task) = (int)x;
+                *(!strcmp(a, "--jobs") ? &jobs : !strcmp(a, "--task") ? &task : &cpus) = (int)x;
             }
         } else if (a[0] == '-') {
             fprintf(stderr, "k25 sweep: '%s': unknown option (k25 sweep --help)\n", a);
@@ -106,39 +117,26 @@ int k25_cmd_sweep(int argc, char **argv)
         out = outbuf;
     }
     if (slurm) {
-        struct k25_sweep_point *pts;
-        int n;
-        if (k25_sweep_expand(&spec, &pts, &n, &err) != K25_OK) {
+        if (k25_sweep_slurm_script(&spec, out, only, k25_path, cpus, stdout, &err) != K25_OK) {
             fprintf(stderr, "k25 sweep: %s\n", err.msg);
-            return 2;
+            return err.code == K25_ENOMEM || err.code == K25_EIO ? 1 : 2;
         }
-        char self[4096];
-        ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        self[sl > 0 ? sl : 0] = 0;
-        printf("#!/bin/bash\n# Slurm job array for sweep '%s': %d points x %d repetitions.\n"
-               "# Submit with: sbatch THIS_FILE; when every task is done: %s sweep %s --out %s --merge\n"
-               "#SBATCH --job-name=k25-%s\n#SBATCH --array=0-%d\n#SBATCH --exclusive\n"
-               "set -euo pipefail\nexec %s sweep %s --out %s --task \"$SLURM_ARRAY_TASK_ID\" --quiet\n",
-               spec.name, n, spec.repeats, self, spec_path, out, spec.name, n * spec.repeats - 1, self, spec_path,
-               out);
-        k25_sweep_points_free(pts, n);
         return 0;
     }
     int rc = K25_OK;
-    if (!merge) {
+    if (merge) {
+        if ((rc = k25_sweep_merge(&spec, out, only, partial, stderr, &err)) != K25_OK) {
+            fprintf(stderr, "k25 sweep: %s\n", err.msg);
+            return rc == K25_EINVAL ? 2 : 1;
+        }
+    } else {
         struct k25_sweep_opts o = {out, jobs, dry, only, !quiet && isatty(2), quiet, k25_path, task};
         rc = k25_sweep_run(&spec, &o, &err);
-    } else if (merge) {
-        struct k25_sweep_point *pts;
-        int n;
-        if ((rc = k25_sweep_expand(&spec, &pts, &n, &err)) == K25_OK) {
-            if ((rc = k25_sweep_collect(&spec, out, pts, n, &err)) == K25_OK)
-                rc = k25_sweep_write_results(&spec, out, pts, n, &err);
-            k25_sweep_points_free(pts, n);
-        }
     }
     if (rc) {
         fprintf(stderr, "k25 sweep: %s\n", err.msg);
+        if (k25_sweep_stop_signal())
+            return 128 + k25_sweep_stop_signal(); /* 130 for SIGINT, 143 for SIGTERM */
         return rc == K25_EINVAL || rc == K25_ENOTFOUND || rc == K25_ERANGE ? 2 : 1;
     }
     if (dry || task >= 0)
@@ -152,19 +150,29 @@ int k25_cmd_sweep(int argc, char **argv)
         fprintf(stderr, "k25 sweep: %s: %s\n", sp, je.text);
         return 1;
     }
-    const json_t *b = json_object_get(sum, "best");
+    const json_t *b = json_object_get(sum, "best"), *sig = json_object_get(sum, "significance");
+    const char *verdict = json_string_value(json_object_get(sig, "verdict"));
+    const char *message = json_string_value(json_object_get(sig, "message"));
     if (!quiet || best) {
         if (json_is_object(b)) {
             const json_t *m = json_object_get(json_object_get(b, "metrics"), spec.objective);
+            const json_t *vs = json_object_get(b, "vs_reference"), *ci = json_object_get(vs, "ratio_ci");
             printf("best point: %s  %s = %.4g", json_string_value(json_object_get(b, "label")), spec.objective,
                    json_number_value(m));
-            const json_t *imp = json_object_get(sum, "improvement_over_reference");
-            if (json_is_number(imp))
-                printf("  (%.1f%% better than the defaults)", 100.0 * json_number_value(imp));
+            if (json_is_number(json_array_get(ci, 0)) && json_is_number(json_array_get(ci, 1)))
+                printf("  (x%.3g of the reference, 95%% family-wise interval [%.3g, %.3g], %lld paired repetitions)",
+                       json_number_value(json_object_get(vs, "ratio")), json_number_value(json_array_get(ci, 0)),
+                       json_number_value(json_array_get(ci, 1)),
+                       (long long)json_integer_value(json_object_get(vs, "pairs")));
             printf("\n");
+            if (verdict && strcmp(verdict, "significant") != 0 && message)
+                printf("note: %s\n", message);
         } else {
-            printf("no point meets every constraint (see %s: infeasible)\n", sp);
+            printf("%s\n", message ? message : "no best point (see summary.json)");
         }
+        if (json_is_true(json_object_get(sum, "partial")))
+            printf("partial: %zu runs missing (summary.json: missing_runs)\n",
+                   json_array_size(json_object_get(sum, "missing_runs")));
         printf("results: %s/sweep.h5, %s\n", out, sp);
     }
     if (best && json_is_object(b)) {
@@ -176,6 +184,9 @@ int k25_cmd_sweep(int argc, char **argv)
         json_t *v;
         json_object_foreach(json_object_get(b, "axes"), key, v) if (json_is_string(v)) printf("%s: %s\n", key,
                                                                                             json_string_value(v));
+    } else if (best) {
+        printf("\n# sweep '%s' found no setting to recommend over the reference: keep the reference settings\n",
+               spec.name);
     }
     json_decref(sum);
     return 0;

@@ -13,13 +13,16 @@
  *                hierarchical bootstrap interval; verdict from the interval
  *                against the tolerance
  *   threshold    the worst per-run change against the tolerance
- *   exact        every run (every request's generated tokens) identical
+ *   exact        every run identical; generated tokens by the token-identity
+ *                rule (compare_tokens)
  */
 #include "gate.h"
+#include "bench.h" /* K25_CALIB_MAX_SPREAD */
 #include "harness.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -175,7 +178,8 @@ static void compare_statistical(const struct k25_gate_set *B, const struct k25_g
         if (gid[p] < 0)
             gid[p] = n_groups++;
     }
-    int any_mode[4] = {0};
+    int any_mode[4] = {0}, n_norm = 0;
+    double log_factor = 0, spread = NAN;
     for (int k = 0; k < n_groups; k++) {
         int members[pr->n], nm = 0;
         for (int p = 0; p < pr->n; p++)
@@ -229,10 +233,21 @@ static void compare_statistical(const struct k25_gate_set *B, const struct k25_g
         bool norm_on = m->norm == K25_NORM_ALWAYS ||
                        (m->norm == K25_NORM_OTHER_MACHINE && strcmp(b0->machine, C->runs[pr->idx[members[0]][1]].machine));
         if (norm_on) {
-            if (isfinite(cal_b) && isfinite(cal_c))
+            if (isfinite(cal_b) && isfinite(cal_c)) {
                 cs->norm = log(cal_c / cal_b) * (m->lower_better ? 1 : -1);
-            else
+                log_factor += log(cal_c / cal_b);
+                n_norm++;
+                for (int i = 0; i < nm; i++) {
+                    double sb = B->runs[pr->idx[members[i]][0]].calib_spread;
+                    double sc = C->runs[pr->idx[members[i]][1]].calib_spread;
+                    if (isfinite(sb) && !(sb <= spread))
+                        spread = sb;
+                    if (isfinite(sc) && !(sc <= spread))
+                        spread = sc;
+                }
+            } else {
                 *unnormalized = true;
+            }
         }
     }
     double est, lo, hi;
@@ -250,6 +265,22 @@ static void compare_statistical(const struct k25_gate_set *B, const struct k25_g
     row->ratio = exp(est);
     row->lo = exp(lo);
     row->hi = exp(hi);
+    row->calib_spread = spread;
+    if (n_norm > 0) {
+        /* the same estimate without the division: what the baseline and candidate columns show */
+        double raw, rlo, rhi, *keep = malloc(sizeof(double) * (size_t)n_groups);
+        K25_ASSERT(keep);
+        for (int k = 0; k < n_groups; k++) {
+            keep[k] = g[k].norm;
+            g[k].norm = 0;
+        }
+        k25_gate_best_ratio(g, n_groups, m->lower_better, 0, pol->confidence, pol->seed, &raw, &rlo, &rhi);
+        for (int k = 0; k < n_groups; k++)
+            g[k].norm = keep[k];
+        free(keep);
+        row->raw_ratio = exp(raw);
+        row->norm_factor = exp(log_factor / n_norm);
+    }
     row->noise = isfinite(lo) ? fmax(row->hi / row->ratio, row->ratio / row->lo) - 1 : NAN;
     /* "worse" ratio: > 1 is a regression whichever way the metric is better */
     double w = m->lower_better ? row->ratio : 1 / row->ratio;
@@ -269,6 +300,20 @@ static void compare_statistical(const struct k25_gate_set *B, const struct k25_g
         snprintf(row->note, sizeof(row->note), "no trace: per-repetition %s", fallback_of(m->path));
     else if (any_mode[1])
         snprintf(row->note, sizeof(row->note), "requests differ: ratio of run medians");
+    if (n_norm > 0) {
+        /* say what the division did, so the change agrees with the raw columns beside it */
+        size_t l = strlen(row->note);
+        snprintf(row->note + l, sizeof(row->note) - l,
+                 "%schange normalized by calibration: candidate/baseline %.2fx, raw change %+.1f%%",
+                 l ? "; " : "", row->norm_factor, 100 * (row->raw_ratio - 1));
+        if (isfinite(spread) && spread > K25_CALIB_MAX_SPREAD) {
+            row->verdict = K25_V_UNSURE;
+            l = strlen(row->note);
+            snprintf(row->note + l, sizeof(row->note) - l,
+                     "; UNSURE: calibration spread %.0f%% > %.0f%% (machine not steady enough to normalize by)",
+                     100 * spread, 100 * K25_CALIB_MAX_SPREAD);
+        }
+    }
 out:
     for (int k = 0; k < n_groups; k++) {
         free(g[k].b);
@@ -332,12 +377,59 @@ static void compare_summary(const struct k25_gate_set *B, const struct k25_gate_
     }
 }
 
-/* Generated tokens, request by request: identical, or how far they agree. */
+/* Appends printf-style text to a row's note, "; "-separated. */
+static void note_add(struct k25_gate_row *row, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_add(struct k25_gate_row *row, const char *fmt, ...)
+{
+    size_t l = strlen(row->note);
+    if (l + 3 >= sizeof(row->note))
+        return;
+    if (l) {
+        memcpy(row->note + l, "; ", 3);
+        l += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(row->note + l, sizeof(row->note) - l, fmt, ap);
+    va_end(ap);
+}
+
+/* "margin 0.41" / "no margin (sampled)" / "lengths 32 vs 31" for a divergence, into buf. */
+static void divergence_text(const struct k25_tok_cmp *c, char *buf, size_t n)
+{
+    if (c->n_ref != c->n_cand)
+        snprintf(buf, n, "lengths %d vs %d", c->n_ref, c->n_cand);
+    else if (isnan(c->margin_ref))
+        snprintf(buf, n, "no margin (sampled token)");
+    else if (!(c->margin_ref <= c->bound))
+        snprintf(buf, n, "margin %.3g > bound %.3g", (double)c->margin_ref, c->bound);
+    else
+        snprintf(buf, n, "baseline margin %.3g, candidate %.3g > bound %.3g", (double)c->margin_ref,
+                 (double)c->margin_cand, c->bound);
+}
+
+/*
+ * Generated tokens, request by request, under the token-identity rule
+ * (k25_tok_compare; docs/engine.md, docs/gates.md).  Each candidate
+ * sequence must equal the baseline's up to their first divergence.  There
+ * both runs had the same prefix, so the rule applies exactly: accepted when
+ * the baseline's margin (and the candidate's, when stored) is within the
+ * near-tie bound 2 K25_TOK_TAU - another BLAS kernel, thread count or
+ * batch may flip such a token - and the tokens after it are unverified (a
+ * free-running sequence cannot be compared past a flip); otherwise a
+ * regression, on this machine or another.  A baseline without margins (a
+ * schema-1 trace) is compared exactly, as before the rule: any difference
+ * fails on the same machine, the policy's other-machine tolerance on the
+ * agreeing prefix applies on another.
+ */
 static void compare_tokens(const struct k25_gate_set *B, const struct k25_gate_set *C, const struct pairing *pr,
                            struct k25_gate_row *row, bool exact_required)
 {
-    int64_t same_prefix = 0, total = 0;
-    int n = 0, n_same = 0, runs_no_trace = 0, runs_unpaired = 0;
+    int64_t same_prefix = 0, total = 0, unverified = 0;
+    int n = 0, n_same = 0, n_tie = 0, n_bad = 0, n_strict = 0, n_strict_diff = 0, runs_no_trace = 0,
+        runs_unpaired = 0;
+    struct k25_tok_cmp tie = {0}, bad = {0};
+    const char *tie_id = "", *bad_id = "";
     for (int p = 0; p < pr->n; p++) {
         const struct k25_gate_run *b = &B->runs[pr->idx[p][0]], *c = &C->runs[pr->idx[p][1]];
         if (!b->has_trace || !c->has_trace) {
@@ -350,13 +442,26 @@ static void compare_tokens(const struct k25_gate_set *B, const struct k25_gate_s
         }
         for (int i = 0; i < b->n_req; i++) {
             const struct k25_gate_req *x = &b->req[i], *y = &c->req[i];
-            int k = 0, len = x->n_tok > y->n_tok ? x->n_tok : y->n_tok;
-            while (k < x->n_tok && k < y->n_tok && x->tok[k] == y->tok[k])
-                k++;
+            struct k25_tok_cmp cmp;
+            k25_tok_compare(x->tok, x->margin, x->n_tok, y->tok, y->margin, y->n_tok, K25_TOK_TAU, &cmp);
             n++;
-            n_same += k == len;
-            same_prefix += k;
-            total += len;
+            n_strict += cmp.strict;
+            same_prefix += cmp.n_same;
+            total += x->n_tok > y->n_tok ? x->n_tok : y->n_tok;
+            if (cmp.diverged_at < 0) {
+                n_same++;
+            } else if (cmp.strict) {
+                n_strict_diff++;
+            } else if (cmp.pass) {
+                if (n_tie++ == 0) {
+                    tie = cmp;
+                    tie_id = x->id;
+                }
+                unverified += cmp.n_unverified;
+            } else if (n_bad++ == 0) {
+                bad = cmp;
+                bad_id = x->id;
+            }
         }
     }
     row->n = n;
@@ -370,12 +475,27 @@ static void compare_tokens(const struct k25_gate_set *B, const struct k25_gate_s
                  runs_unpaired ? "requests differ between the runs" : runs_no_trace ? "no trace (token ids)" : "no requests");
         return;
     }
-    if (n_same == n)
-        row->verdict = K25_V_SAME;
-    else
-        row->verdict = exact_required || 1 - agree > row->tol ? K25_V_WORSE : K25_V_SAME;
-    snprintf(row->note, sizeof(row->note), "%d of %d sequences identical, %.1f%% of tokens agree (prefix)", n_same, n,
-             100 * agree);
+    row->verdict = K25_V_SAME;
+    if (n_bad > 0 || (n_strict_diff > 0 && (exact_required || 1 - agree > row->tol)))
+        row->verdict = K25_V_WORSE;
+    snprintf(row->note, sizeof(row->note), "%d of %d sequences identical", n_same, n);
+    if (n_tie > 0) {
+        size_t l = strlen(row->note);
+        snprintf(row->note + l, sizeof(row->note) - l,
+                 ", %d diverged at a near-tie (%smargin %.2g <= bound %.3g at position %d of %s); %lld tokens unverified",
+                 n_tie, n_tie > 1 ? "first: " : "", (double)tie.margin_ref, tie.bound, tie.diverged_at, tie_id,
+                 (long long)unverified);
+    }
+    if (n_bad > 0) {
+        char why[96];
+        divergence_text(&bad, why, sizeof(why));
+        note_add(row, "%d diverged above the near-tie bound (%sat position %d of %s: %s)", n_bad,
+                 n_bad > 1 ? "first " : "", bad.diverged_at, bad_id, why);
+    }
+    if (n_strict > 0)
+        note_add(row, "%d compared exactly: the baseline trace has no token margins (schema 1)", n_strict);
+    if (n_bad > 0 || n_strict_diff > 0)
+        note_add(row, "%.1f%% of tokens agree (prefix)", 100 * agree);
 }
 
 /* First top-level difference between two identity documents, for the message. */
@@ -481,6 +601,7 @@ int k25_gate_compare(const struct k25_gate_set *B, const struct k25_gate_set *C,
         memset(row, 0, sizeof(*row));
         row->m = m;
         row->ratio = row->lo = row->hi = row->change = row->noise = NAN;
+        row->norm_factor = row->raw_ratio = row->calib_spread = NAN;
         row->tol = m->tol;
         if (res->other_machine) {
             if (isnan(m->tol_other))
@@ -635,6 +756,9 @@ json_t *k25_gate_json(const struct k25_gate_set *b, const struct k25_gate_set *c
             json_object_set_new(o, "paired", json_boolean(r->paired));
             static const char *const nn[] = {"none", "other-machine", "always"};
             json_object_set_new(o, "normalize", json_string(nn[r->m->norm]));
+            json_object_set_new(o, "calibration_factor", num(r->norm_factor));
+            json_object_set_new(o, "raw_ratio", num(r->raw_ratio));
+            json_object_set_new(o, "calibration_spread", num(r->calib_spread));
         } else {
             json_object_set_new(o, "change", num(r->change));
         }

@@ -41,6 +41,9 @@ struct k25_calib {
     int threads;
 };
 
+/* (median - fastest) / fastest of the trials; NaN without trials. */
+double k25_calib_spread(const struct k25_calib *c);
+
 /* Appends `trials` timed trials (after one untimed one) to c. */
 void k25_calib_measure(struct k25_calib *c, int trials);
 /* {"workload": "...", "version": 1, "threads": T, "trials_ms": [...], "median_ms": x}
@@ -110,6 +113,8 @@ struct k25_gate_req {
     bool completed;
     double v[K25_GATE_NREQ];  /* NaN where undefined */
     int32_t *tok;             /* [n_tok] generated ids, owned */
+    float *margin;            /* [n_tok] their top-1 margins (token-identity rule), owned;
+                                 NULL when the trace has none (schema 1): compared strictly */
     int n_tok;
 };
 
@@ -122,6 +127,7 @@ struct k25_gate_run {
     char *identity;           /* canonical JSON of what must match: config, workload, dataset (owned) */
     char machine[512];        /* cpu model, cores, build flags: "same machine" test */
     double calib_ms;          /* fastest calibration trial (machine speed); NaN when none */
+    double calib_spread;      /* (median - fastest) / fastest trial: how steady the machine was; NaN when none */
     bool has_trace;           /* per-request values and tokens available */
     struct k25_gate_req *req; /* [n_req], owned */
     int n_req;
@@ -153,9 +159,13 @@ struct k25_gate_row {
     double change;            /* threshold/exact: worst relative (or absolute) change */
     double tol;               /* tolerance applied */
     double noise;             /* statistical: interval half-width, max(hi/ratio, ratio/lo) - 1 */
+    double norm_factor;       /* statistical, normalized: candidate/baseline calibration ratio the raw
+                                 ratios were divided by (geometric mean over groups); NaN when not */
+    double raw_ratio;         /* statistical: the estimate before that division (NaN when not normalized) */
+    double calib_spread;      /* the largest calibration spread of the runs it used (NaN: none) */
     int n;                    /* pairs (requests) or runs compared */
     bool paired;
-    char note[256];
+    char note[512];
 };
 
 struct k25_gate_result {
@@ -167,6 +177,7 @@ struct k25_gate_result {
     char mismatch_msg[1024];
     int n_fail, n_unsure;
 };
+
 
 struct k25_gate_opts {
     bool allow_mismatch;

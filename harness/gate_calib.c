@@ -90,6 +90,17 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+double k25_calib_spread(const struct k25_calib *c)
+{
+    if (c->n <= 0)
+        return NAN;
+    double v[K25_CALIB_MAX];
+    memcpy(v, c->ms, sizeof(double) * (size_t)c->n);
+    qsort(v, (size_t)c->n, sizeof(double), cmp_double);
+    double med = c->n % 2 ? v[c->n / 2] : 0.5 * (v[c->n / 2 - 1] + v[c->n / 2]);
+    return v[0] > 0 ? med / v[0] - 1 : NAN;
+}
+
 json_t *k25_calib_json(const struct k25_calib *c)
 {
     json_t *o = json_object(), *arr = json_array();
@@ -112,5 +123,8 @@ json_t *k25_calib_json(const struct k25_calib *c)
     json_object_set_new(o, "median_ms", isfinite(med) ? json_real(med) : json_null());
     /* the fastest trial: the machine's speed with the least interference (what k25 gate uses) */
     json_object_set_new(o, "min_ms", c->n ? json_real(v[0]) : json_null());
+    /* how steady the machine was: (median - fastest) / fastest; above K25_CALIB_MAX_SPREAD it was not */
+    double sp = k25_calib_spread(c);
+    json_object_set_new(o, "spread", isfinite(sp) ? json_real(sp) : json_null());
     return o;
 }

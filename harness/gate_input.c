@@ -46,8 +46,10 @@ static bool ends_with(const char *s, const char *tail)
 
 static void run_free(struct k25_gate_run *r)
 {
-    for (int i = 0; i < r->n_req; i++)
+    for (int i = 0; i < r->n_req; i++) {
         free(r->req[i].tok);
+        free(r->req[i].margin);
+    }
     free(r->req);
     free(r->identity);
     json_decref(r->doc);
@@ -86,7 +88,8 @@ static int describe(struct k25_gate_run *r, struct k25_error *err)
     /* not part of what is measured: where logs went, where the gold set lives */
     json_object_del(cfg, "log_level");
     json_object_del(cfg, "log_file");
-    /* threads change speed, not results (engine: same tokens on any thread count): machine, not identity */
+    /* threads change speed, and results only by rounding (tokens agree under the token-identity rule
+     * on any thread count, docs/engine.md): machine, not identity */
     json_int_t threads = json_integer_value(json_object_get(cfg, "threads"));
     json_object_del(cfg, "threads");
     json_object_del(wl, "dataset");
@@ -107,6 +110,11 @@ static int describe(struct k25_gate_run *r, struct k25_error *err)
                           json_number_value(med) > 0
                       ? json_number_value(med)
                       : NAN;
+    /* the calibration's own spread: (median - fastest) / fastest of its trials */
+    r->calib_spread = NAN;
+    const json_t *cmed = json_object_get(cal, "median_ms");
+    if (isfinite(r->calib_ms) && json_is_number(cmed))
+        r->calib_spread = json_number_value(cmed) / r->calib_ms - 1;
     return K25_OK;
 }
 
@@ -143,8 +151,10 @@ static int take_trace(struct k25_gate_run *r, const char *h5, struct k25_error *
         g->v[K25_GATE_REQ_QUEUE] = k25_bench_req_queue_ms(q);
         g->v[K25_GATE_REQ_TPS] = k25_bench_req_out_tps(q);
         g->tok = q->token_ids; /* take ownership */
+        g->margin = q->token_margins;
         g->n_tok = q->n_output;
         q->token_ids = NULL;
+        q->token_margins = NULL;
     }
     r->has_trace = true;
     k25_trace_free(&t);
@@ -157,6 +167,7 @@ static int load_run(const char *file, const char *key, const char *label, struct
 {
     memset(r, 0, sizeof(*r));
     r->calib_ms = NAN;
+    r->calib_spread = NAN;
     snprintf(r->file, sizeof(r->file), "%s", file);
     snprintf(r->key, sizeof(r->key), "%s", key);
     snprintf(r->label, sizeof(r->label), "%s", label);

@@ -134,6 +134,15 @@ int k25_yaml_load(const char *path, yaml_document_t *doc, struct k25_error *err)
 const json_t *k25_json_path(const json_t *o, const char *path);
 
 /*
+ * Checks, before any work is done, that path can be an output file: not a
+ * directory, not a device or pipe (results are renamed into place, which
+ * would replace it), and its folder exists and is writable.  K25_EINVAL
+ * naming the path and the option (flag, may be NULL) otherwise: every
+ * command exits 2 on it.  Creates nothing.
+ */
+int k25_output_file_check(const char *path, const char *flag, struct k25_error *err);
+
+/*
  * A result file written atomically: k25_afile_open creates PATH.tmp.PID
  * (a.f is the stream to write), k25_afile_commit checks, flushes, fsyncs,
  * closes and renames it onto PATH, k25_afile_abort removes it.  On a failed

@@ -276,11 +276,13 @@ static int collect(struct loop *L, int h, int64_t *free_at, int *users_free)
         if (r->n_output > 0) {
             q->token_ns = malloc(sizeof(int64_t) * (size_t)r->n_output);
             q->token_ids = malloc(sizeof(int32_t) * (size_t)r->n_output);
-            if (!q->token_ns || !q->token_ids)
+            q->token_margins = malloc(sizeof(float) * (size_t)r->n_output);
+            if (!q->token_ns || !q->token_ids || !q->token_margins)
                 return -1;
             for (int i = 0; i < r->n_output; i++) {
                 q->token_ns[i] = (int64_t)(r->token_t_ns[i] - t0);
                 q->token_ids[i] = r->output_ids[i];
+                q->token_margins[i] = r->margins[i]; /* the token-identity rule's input (trace /tokens/margin) */
             }
         }
         q->n_chunks = (int32_t)f->n_chunks;

@@ -12,6 +12,8 @@
 #include "bench.h"
 #include "buildinfo.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
@@ -193,4 +195,101 @@ void k25_provenance_finish(json_t *p)
     if (m)
         json_object_set_new(m, "loadavg_end",
                             getloadavg(la, 3) == 3 ? json_pack("[f, f, f]", la[0], la[1], la[2]) : json_null());
+}
+
+/* ----------------------------------------------------------- load guard */
+
+/* The aggregate "cpu" line of /proc/stat: busy and steal jiffies, and their total. */
+static bool cpu_jiffies(unsigned long long *busy, unsigned long long *steal, unsigned long long *total,
+                        int *running)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return false;
+    char line[512];
+    bool ok = false;
+    *running = -1;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long long v[10] = {0};
+        if (!strncmp(line, "cpu ", 4) &&
+            sscanf(line + 4, "%llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+                   &v[5], &v[6], &v[7], &v[8], &v[9]) >= 8) {
+            /* user nice system idle iowait irq softirq steal (guest time is inside user) */
+            *total = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+            *busy = v[0] + v[1] + v[2] + v[5] + v[6];
+            *steal = v[7];
+            ok = true;
+        } else if (!strncmp(line, "procs_running ", 14)) {
+            *running = atoi(line + 14);
+        }
+    }
+    fclose(f);
+    return ok;
+}
+
+/*
+ * Samples how busy the machine is before a measurement starts: the run
+ * queue (procs_running, less this process) every 20 ms over 100 ms, and
+ * the CPU time other work and the hypervisor (steal) took in that window.
+ * Sampled before the run, because the run's own threads would trip it
+ * later.  Busy when the load others put on the machine exceeds half its
+ * cores, or when steal took more than 10% of the window.
+ */
+int k25_load_guard_sample(struct k25_load_guard *g)
+{
+    memset(g, 0, sizeof(*g));
+    g->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    g->loadavg_1m = g->load_now = g->cpu_busy = g->steal = NAN;
+    double la[3];
+    if (getloadavg(la, 3) == 3)
+        g->loadavg_1m = la[0];
+    unsigned long long b0, s0, t0, b1, s1, t1;
+    int run, n = 0;
+    double sum_run = 0;
+    if (!cpu_jiffies(&b0, &s0, &t0, &run))
+        return K25_EIO;
+    for (int i = 0; i < 5; i++) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+        unsigned long long b, s, t;
+        if (cpu_jiffies(&b, &s, &t, &run) && run >= 1) {
+            sum_run += run - 1; /* this process is running while it reads */
+            n++;
+        }
+    }
+    if (!cpu_jiffies(&b1, &s1, &t1, &run))
+        return K25_EIO;
+    if (n > 0)
+        g->load_now = sum_run / n;
+    if (t1 > t0) {
+        g->cpu_busy = (double)(b1 - b0) / (double)(t1 - t0);
+        g->steal = (double)(s1 - s0) / (double)(t1 - t0);
+    }
+    g->busy_limit = 0.5 * (g->cores > 0 ? g->cores : 1);
+    char *r = g->reason;
+    size_t cap = sizeof(g->reason);
+    if (isfinite(g->load_now) && g->load_now > g->busy_limit) {
+        g->busy = true;
+        snprintf(r, cap, "load %.1f from other work > %.1f (half of %d cores)", g->load_now, g->busy_limit, g->cores);
+    } else if (isfinite(g->steal) && g->steal > 0.10) {
+        g->busy = true;
+        snprintf(r, cap, "CPU steal %.0f%% > 10%% (the hypervisor is giving this VM's time to others)",
+                 100 * g->steal);
+    }
+    return K25_OK;
+}
+
+json_t *k25_load_guard_json(const struct k25_load_guard *g)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "cores", json_integer(g->cores));
+    json_object_set_new(o, "load_now", isfinite(g->load_now) ? json_real(g->load_now) : json_null());
+    json_object_set_new(o, "loadavg_1m", isfinite(g->loadavg_1m) ? json_real(g->loadavg_1m) : json_null());
+    json_object_set_new(o, "cpu_busy_fraction", isfinite(g->cpu_busy) ? json_real(g->cpu_busy) : json_null());
+    json_object_set_new(o, "steal_fraction", isfinite(g->steal) ? json_real(g->steal) : json_null());
+    json_object_set_new(o, "busy", json_boolean(g->busy));
+    json_object_set_new(o, "reason", g->busy ? json_string(g->reason) : json_null());
+    return o;
 }

@@ -1,12 +1,17 @@
 /*
  * report.c - k25_report_generate: the whole `k25 report`, start to end.
  *
- *   1. find gnuplot and the templates (fail first, before any work)
+ *   1. find gnuplot and the templates, check --out (fail first, before any
+ *      work) and create the work folder OUT.tmp.PID beside it
  *   2. read the SLA file and the input(s)
- *   3. write the data files and render every plot (OUT/plots/)
+ *   3. write the data files and render every plot (WORK/plots/), each
+ *      picture checked complete (gnuplot exits 0 on a write error)
  *   4. evaluate the SLA lines and the health checks
- *   5. write OUT/report.md, OUT/report.html and OUT/verdict.json, each
- *      under a temporary name renamed into place when complete
+ *   5. write WORK/report.md, WORK/report.html and WORK/verdict.json
+ *   6. swap WORK into place as OUT, all at once (report_out.c)
+ *
+ * Any failure removes WORK and leaves OUT as it was: the previous report
+ * intact, never a half-written one.
  */
 #include "report.h"
 
@@ -32,26 +37,6 @@ int k25_report_write_file(const char *path, const char *data, size_t len, struct
         unlink(tmp);
         return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot write: %s", strerror(e));
     }
-    return K25_OK;
-}
-
-static int mkdir_p(const char *dir, struct k25_error *err)
-{
-    char p[PATH_MAX];
-    k25_report_sfmt(p, sizeof(p), "%s", dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return k25_error_set(err, K25_EIO, p, 0, NULL, "cannot create the folder: %s", strerror(errno));
-        *s = '/';
-    }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-        return k25_error_set(err, K25_EIO, p, 0, NULL, "cannot create the folder: %s", strerror(errno));
-    struct stat st;
-    if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
-        return k25_error_set(err, K25_EIO, p, 0, NULL, "not a folder");
     return K25_OK;
 }
 
@@ -180,7 +165,8 @@ static void set_columns(struct k25_report_doc *d)
 int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outcome *outcome, struct k25_error *err)
 {
     uint64_t t0 = k25_now_ns();
-    char gnuplot[PATH_MAX], tmpl[PATH_MAX], plot_dir[PATH_MAX], data_dir[PATH_MAX + 16], path[PATH_MAX + 64];
+    char gnuplot[PATH_MAX], tmpl[PATH_MAX], plot_dir[PATH_MAX + 64], data_dir[PATH_MAX + 80], path[PATH_MAX + 80];
+    struct k25_report_dest dest = {.work = ""};
     struct k25_report_outcome oc;
     memset(&oc, 0, sizeof(oc));
     struct k25_sla *sla = malloc(sizeof(*sla));
@@ -194,7 +180,7 @@ int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outco
         goto out;
     }
     if ((rc = k25_plot_find_gnuplot(gnuplot, sizeof(gnuplot), err)) ||
-        (rc = k25_plot_find_templates(tmpl, sizeof(tmpl), err)))
+        (rc = k25_plot_find_templates(tmpl, sizeof(tmpl), err)) || (rc = k25_report_dest_open(&dest, o->out, err)))
         goto out;
     if (o->sla_path)
         rc = k25_sla_load(o->sla_path, sla, err);
@@ -202,10 +188,12 @@ int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outco
         k25_sla_init(sla);
     if (rc || (rc = k25_report_load(o->inputs, o->n_inputs, &in, err)))
         goto out;
-    snprintf(plot_dir, sizeof(plot_dir), "%s/plots", o->out);
-    snprintf(data_dir, sizeof(data_dir), "%s/data", plot_dir);
-    if ((rc = mkdir_p(data_dir, err)))
+    k25_report_sfmt(plot_dir, sizeof(plot_dir), "%s/plots", dest.work);
+    k25_report_sfmt(data_dir, sizeof(data_dir), "%s/data", plot_dir);
+    if (mkdir(plot_dir, 0755) != 0 || mkdir(data_dir, 0755) != 0) {
+        rc = k25_error_set(err, K25_EIO, data_dir, 0, NULL, "cannot create the folder: %s", strerror(errno));
         goto out;
+    }
 
     /* data files and plot jobs */
     switch (in.kind) {
@@ -304,19 +292,23 @@ int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outco
                            : (oc.n_unsupported || sla->n_lines == 0 ? K25_VERDICT_UNSUPPORTED : K25_VERDICT_PASS);
     oc.n_plots = pl->n;
 
-    snprintf(path, sizeof(path), "%s/report.md", o->out);
-    if ((rc = write_doc(d, false, o->out, path, err)))
+    k25_report_sfmt(path, sizeof(path), "%s/report.md", dest.work);
+    if ((rc = write_doc(d, false, dest.work, path, err)))
         goto out;
-    snprintf(path, sizeof(path), "%s/report.html", o->out);
-    if ((rc = write_doc(d, true, o->out, path, err)))
+    k25_report_sfmt(path, sizeof(path), "%s/report.html", dest.work);
+    if ((rc = write_doc(d, true, dest.work, path, err)))
         goto out;
-    snprintf(path, sizeof(path), "%s/verdict.json", o->out);
+    k25_report_sfmt(path, sizeof(path), "%s/verdict.json", dest.work);
     if ((rc = write_verdict_json(d, path, err)))
+        goto out;
+    if ((rc = k25_report_dest_commit(&dest, err)))
         goto out;
     oc.seconds = (double)(k25_now_ns() - t0) / 1e9;
     if (outcome)
         *outcome = oc;
 out:
+    if (rc)
+        k25_report_dest_abort(&dest);
     k25_report_input_free(&in);
     free(sla);
     free(pl);

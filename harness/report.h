@@ -28,6 +28,7 @@
 #include "harness.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -375,6 +376,31 @@ void k25_report_doc_write(const struct k25_report_doc *d, struct k25_doc_out *o)
 
 /* Writes data to path atomically (temporary name, fsync, rename). */
 int k25_report_write_file(const char *path, const char *data, size_t len, struct k25_error *err);
+
+/*
+ * The report folder, all or nothing (report_out.c): _open checks --out (a
+ * folder, new or holding only an earlier report; K25_EINVAL otherwise),
+ * creates its parents and the work folder beside it (d->work, where
+ * everything is rendered); _commit fsyncs the work folder and swaps it into
+ * place (renameat2 RENAME_EXCHANGE, then the old report is removed);
+ * _abort removes the work folder, leaving --out as it was.
+ */
+struct k25_report_dest {
+    char final[PATH_MAX];     /* --out, without trailing slashes */
+    char work[PATH_MAX + 32]; /* FINAL.tmp.PID while rendering; "" when none */
+};
+int k25_report_dest_open(struct k25_report_dest *d, const char *out, struct k25_error *err);
+int k25_report_dest_commit(struct k25_report_dest *d, struct k25_error *err);
+void k25_report_dest_abort(struct k25_report_dest *d);
+
+/*
+ * Whether path holds a complete picture of format fmt: a PNG whose chunks
+ * run from the signature to IEND at the file's end, an SVG that ends with
+ * </svg>, a PDF that starts with %PDF- and ends with %%EOF.  gnuplot exits 0
+ * even when writing its output failed (a full disk): this is how the
+ * report finds out.
+ */
+bool k25_plot_file_complete(const char *path, enum k25_report_format fmt);
 
 /* The whole report.  *outcome (may be NULL) receives the verdict. */
 int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outcome *outcome, struct k25_error *err);

@@ -311,6 +311,85 @@ static void health_section(const struct k25_report_doc *d, struct k25_doc_out *o
     }
 }
 
+/* -------------------------------------------------- measurement conditions */
+
+/* Appends the warnings one run's record carries (load guard, calibration spread, open loop). */
+static int run_conditions(const struct k25_report_run *r, char *buf, size_t n)
+{
+    int k = 0;
+    size_t u = strlen(buf);
+    const json_t *lg = json_object_get(json_object_get(r->provenance, "machine"), "load_guard");
+    if (json_is_true(json_object_get(lg, "busy")) && u < n) {
+        u += (size_t)snprintf(buf + u, n - u, "%s%s: the machine was already busy before the run (%s). ", "", r->label,
+                              js(lg, "reason"));
+        k++;
+    }
+    const json_t *sp = json_object_get(json_object_get(r->provenance, "calibration"), "spread");
+    if (json_is_number(sp) && json_number_value(sp) > K25_CALIB_MAX_SPREAD && u < n) {
+        u += (size_t)snprintf(buf + u, n - u,
+                              "%s: the calibration spread by %.0f%% (> %.0f%%): the machine's speed changed during "
+                              "the run. ",
+                              r->label, 100 * json_number_value(sp), 100 * K25_CALIB_MAX_SPREAD);
+        k++;
+    }
+    const json_t *ol = json_object_get(r->summary, "open_loop");
+    if (json_is_true(json_object_get(ol, "fell_behind")) && u < n) {
+        snprintf(buf + u, n - u,
+                 "%s: the open loop fell behind (offered %.3g req/s, served %.3g req/s): it measured the queue, "
+                 "not the engine. ",
+                 r->label, json_number_value(json_object_get(ol, "offered_rps")),
+                 json_number_value(json_object_get(ol, "achieved_rps")));
+        k++;
+    }
+    return k;
+}
+
+/*
+ * How trustworthy the timings are: the load guard sampled before each run
+ * (and before a sweep), the calibration's spread, and whether an open loop
+ * kept up.  Said plainly whether or not anything was wrong.
+ */
+static void conditions_section(const struct k25_report_doc *d, struct k25_doc_out *o)
+{
+    const struct k25_report_input *in = d->in;
+    if (in->kind == K25_REPORT_ATTN)
+        return;
+    char t[4096] = "";
+    int k = 0, n_runs = 0;
+    if (in->kind == K25_REPORT_SWEEP) {
+        const json_t *lg = json_object_get(in->sweep->summary, "load_guard");
+        if (json_is_true(json_object_get(lg, "busy"))) {
+            snprintf(t, sizeof(t), "The sweep: the machine was already busy before its first point (%s). ",
+                     js(lg, "reason"));
+            k++;
+        }
+        for (int i = 0; i < in->sweep->n_best_runs; i++, n_runs++)
+            k += run_conditions(&in->sweep->best_runs[i], t, sizeof(t));
+        for (int i = 0; i < in->sweep->n_ref_runs; i++, n_runs++)
+            k += run_conditions(&in->sweep->ref_runs[i], t, sizeof(t));
+    } else {
+        for (int i = 0; i < in->n_runs; i++, n_runs++)
+            k += run_conditions(&in->runs[i], t, sizeof(t));
+    }
+    o->heading(o, 2, "Measurement conditions");
+    if (k == 0) {
+        char q[512];
+        snprintf(q, sizeof(q),
+                 "OK: no warning on the %d run%s checked%s: the machine was not busy before the runs (load guard: "
+                 "load from other work at most half the cores, CPU steal at most 10%%), calibrations were steady "
+                 "(spread at most %.0f%%), and open-loop runs kept up with their offered rate.",
+                 n_runs, n_runs == 1 ? "" : "s", in->kind == K25_REPORT_SWEEP ? " (the best and reference points)" : "",
+                 100 * K25_CALIB_MAX_SPREAD);
+        o->para(o, q);
+        return;
+    }
+    char w[4400];
+    snprintf(w, sizeof(w), "WARN: %d warning%s: timings may include interference, so read differences smaller "
+                           "than their intervals as noise. %s",
+             k, k == 1 ? "" : "s", t);
+    o->para(o, w);
+}
+
 /* --------------------------------------------------------------- sweep */
 
 static double pmetric(const struct k25_report_point *p, const char *m)
@@ -343,7 +422,14 @@ static void sweep_sections(const struct k25_report_doc *d, struct k25_doc_out *o
     o->para(o, t);
 
     o->heading(o, 2, "Best setting");
-    if (s->best < 0) {
+    const json_t *sig = json_object_get(s->summary, "significance");
+    const char *verdict = js(sig, "verdict"), *message = js(sig, "message");
+    if (s->best < 0 && json_is_string(json_object_get(sig, "verdict")) && strcmp(verdict, "no_feasible_point") != 0) {
+        /* k25 sweep names a best point only when it beats the reference significantly (docs/sweeps.md) */
+        snprintf(t, sizeof(t), "**No setting to recommend**: %s. Keep the reference settings. The plots anchor on "
+                               "the point with the best mean objective.", message);
+        o->para(o, t);
+    } else if (s->best < 0) {
         o->para(o, "**No feasible point**: every point breaks a constraint or lacks a measurement (see the table "
                    "of infeasible points). The plots anchor on the point with the best objective instead.");
     } else {
@@ -620,6 +706,7 @@ void k25_report_doc_write(const struct k25_report_doc *d, struct k25_doc_out *o)
         snprintf(t + u, sizeof(t) - u, "`.");
     o->para(o, t);
     verdict_section(d, o);
+    conditions_section(d, o);
 
     const struct k25_report_input *in = d->in;
     switch (in->kind) {
@@ -644,7 +731,9 @@ void k25_report_doc_write(const struct k25_report_doc *d, struct k25_doc_out *o)
         if (in->sweep->n_ref_runs)
             runs[n++] = &in->sweep->ref_runs[0];
         if (n) {
-            o->heading(o, 3, n == 2 ? "Best point against the defaults (first repetition)" : "Best point (first repetition)");
+            o->heading(o, 3, n == 2                      ? "Best point against the defaults (first repetition)"
+                             : in->sweep->n_best_runs ? "Best point (first repetition)"
+                                                      : "Reference point (first repetition)");
             headline_runs(o, runs, n);
         }
         break;

@@ -152,7 +152,7 @@ static int attn_load(const char *path, struct k25_report_attn **out, struct k25_
     }
     void *rows = NULL;
     rc = k25_h5_read_table(grp, "results", attn_cols, (int)(sizeof(attn_cols) / sizeof(attn_cols[0])),
-                           sizeof(struct k25_report_attn_row), &rows, &a->n_rows, err);
+                           sizeof(struct k25_report_attn_row), K25_H5_ANY_COUNT, &rows, &a->n_rows, err);
     a->rows = rows;
     if (rc == K25_OK && a->n_rows == 0)
         rc = k25_error_set(err, K25_EFORMAT, path, 0, NULL, "/attn/results has no rows");

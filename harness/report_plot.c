@@ -322,10 +322,53 @@ static void log_tail(const char *plot_dir, const char *stem, char *buf, size_t n
     free(t);
 }
 
-static bool nonempty(const char *path)
+static uint32_t be32(const unsigned char *p)
 {
-    struct stat st;
-    return stat(path, &st) == 0 && st.st_size > 0;
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+bool k25_plot_file_complete(const char *path, enum k25_report_format fmt)
+{
+    size_t n = 0;
+    char *b = slurp(path, &n);
+    if (!b)
+        return false;
+    const unsigned char *u = (const unsigned char *)b;
+    bool ok = false;
+    if (fmt == K25_FMT_PNG) {
+        /* signature, then chunks (length, type, data, CRC) up to IEND, which ends the file */
+        ok = n >= 8 && !memcmp(u, "\x89PNG\r\n\x1a\n", 8);
+        size_t p = 8;
+        bool iend = false;
+        while (ok && !iend) {
+            if (n - p < 12) {
+                ok = false;
+                break;
+            }
+            uint32_t len = be32(u + p);
+            if (len > n - p - 12) {
+                ok = false;
+                break;
+            }
+            iend = !memcmp(u + p + 4, "IEND", 4);
+            p += 12 + (size_t)len;
+        }
+        ok = ok && iend && p == n;
+    } else if (fmt == K25_FMT_SVG) {
+        while (n > 0 && (b[n - 1] == '\n' || b[n - 1] == ' ' || b[n - 1] == '\r' || b[n - 1] == '\t'))
+            n--;
+        ok = strstr(b, "<svg") != NULL && n >= 6 && !memcmp(b + n - 6, "</svg>", 6);
+    } else {
+        ok = n >= 16 && !memcmp(b, "%PDF-", 5);
+        for (size_t i = n > 1024 ? n - 1024 : 0; ok && i + 5 <= n; i++)
+            if (!memcmp(b + i, "%%EOF", 5)) {
+                n = 0; /* found */
+                break;
+            }
+        ok = ok && n == 0;
+    }
+    free(b);
+    return ok;
 }
 
 /* Reaps one finished gnuplot of ours; marks its status (1 ok, 2 failed). */
@@ -384,11 +427,15 @@ int k25_plot_render_all(const char *gnuplot, const char *tmpl_dir, const char *p
     for (int k = 0; k < started && !rc; k++) {
         char out[PATH_MAX + 128], tail[400];
         k25_report_sfmt(out, sizeof(out), "%s/%s.%s", plot_dir, stems[k], ext_of(fmt));
-        if (status[k] != 1 || !nonempty(out)) {
+        if (status[k] != 1) {
             log_tail(plot_dir, stems[k], tail, sizeof(tail));
             rc = k25_error_set(err, K25_EINTERNAL, NULL, 0, NULL,
                                "gnuplot failed on %s/%s.gp (template %s.gp): %s", plot_dir, stems[k],
                                jobs[k].template_name, *tail ? tail : "no output");
+        } else if (!k25_plot_file_complete(out, fmt)) {
+            /* gnuplot exits 0 when writing its picture failed */
+            rc = k25_error_set(err, K25_EIO, out, 0, NULL,
+                               "gnuplot wrote an incomplete %s picture (disk full or a write error?)", ext_of(fmt));
         }
     }
     /* logs of successful plots are noise; a failed one stays for the user */

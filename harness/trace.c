@@ -5,7 +5,9 @@
  *   /meta       attributes: schema_version, kind, k25_version, provenance,
  *               config, workload (JSON texts) and a few flat copies
  *   /requests   compound table, one row per measured request
- *   /tokens     offsets[n+1], time_ns[], token_id[]: ragged per request
+ *   /tokens     offsets[n+1], time_ns[], token_id[], margin[]: ragged per
+ *               request (margin: the token-identity rule's top-1 margins,
+ *               schema 2; absent in schema 1 files, read as NULL)
  *   /prefill    offsets[n+1], start_ns[], end_ns[]: the prefill chunks
  *   /timeline   compound table, one row per 100 ms window
  *   /summary    attributes (summary JSON, headline figures), tables
@@ -234,6 +236,33 @@ static int meta_flat(struct k25_h5 *h, const char *provenance_json, struct k25_e
     return rc;
 }
 
+/* /tokens/margin beside token_id (schema 2): float32 top-1 margins, NaN where unknown. */
+static int write_margins(struct k25_h5 *h, const float *margins, size_t n_tok, struct k25_error *err)
+{
+    hid_t g = k25_h5_group(h, "/tokens", err);
+    if (g < 0)
+        return K25_EIO;
+    int rc = k25_h5_write_array(g, "margin", K25_H5_F32, margins, n_tok, err);
+    if (H5Gclose(g) < 0 && rc == K25_OK)
+        rc = k25_error_set(err, K25_EIO, h->path, 0, "/tokens", "closing the group failed");
+    return rc;
+}
+
+/* /tokens/margin of a schema-2 trace, exactly `total` long; *out NULL for schema 1 (no margins). */
+static int read_margins(struct k25_h5 *h, size_t total, float **out, struct k25_error *err)
+{
+    size_t n = 0;
+    *out = NULL;
+    if (h->schema_version < 2)
+        return K25_OK;
+    hid_t g = k25_h5_group(h, "/tokens", err);
+    if (g < 0)
+        return K25_EFORMAT;
+    int rc = k25_h5_read_array(g, "margin", K25_H5_F32, total, (void **)out, &n, err);
+    H5Gclose(g);
+    return rc;
+}
+
 int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const struct k25_bench_summary *s,
                     const char *provenance_json, const char *config_json, const char *workload_json,
                     const char *summary_json, struct k25_error *err)
@@ -250,7 +279,8 @@ int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const str
     int64_t *tns = malloc(sizeof(int64_t) * (n_tok + 1)), *cs = malloc(sizeof(int64_t) * (n_chk + 1)),
             *ce = malloc(sizeof(int64_t) * (n_chk + 1));
     int32_t *tid = malloc(sizeof(int32_t) * (n_tok + 1));
-    if (!rows || !wrows || !toff || !coff || !tns || !cs || !ce || !tid) {
+    float *tmg = malloc(sizeof(float) * (n_tok + 1));
+    if (!rows || !wrows || !toff || !coff || !tns || !cs || !ce || !tid || !tmg) {
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
         goto out;
     }
@@ -283,6 +313,7 @@ int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const str
         for (int t = 0; t < q->n_output; t++, kt++) {
             tns[kt] = q->token_ns[t];
             tid[kt] = q->token_ids[t];
+            tmg[kt] = q->token_margins ? q->token_margins[t] : NAN; /* NaN: unknown, compared strictly */
         }
         for (int c = 0; c < q->n_chunks; c++, kc++) {
             cs[kc] = q->chunk_start_ns[c];
@@ -306,6 +337,7 @@ int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const str
                                  err)) != K25_OK ||
         (rc = write_ragged(h, "/tokens", "time_ns", K25_H5_I64, tns, "token_id", K25_H5_I32, tid, toff, n, n_tok,
                            err)) != K25_OK ||
+        (rc = write_margins(h, tmg, n_tok, err)) != K25_OK ||
         (rc = write_ragged(h, "/prefill", "start_ns", K25_H5_I64, cs, "end_ns", K25_H5_I64, ce, coff, n, n_chk,
                            err)) != K25_OK ||
         (rc = k25_h5_write_table(h->file, "/timeline", win_cols, N_WIN_COLS, sizeof(struct win_row), wrows,
@@ -324,10 +356,16 @@ out:
     free(cs);
     free(ce);
     free(tid);
+    free(tmg);
     return rc;
 }
 
-/* Reads a ragged group and checks its offsets against the table's counts. */
+/*
+ * Reads a ragged group and checks its offsets against the table's counts:
+ * n_reqs + 1 offsets, starting at 0, never decreasing; then the two
+ * columns, each exactly offsets[n_reqs] long (a length the file claims
+ * otherwise is refused before it is allocated).
+ */
 static int read_ragged(struct k25_h5 *h, const char *group, const char *a_name, enum k25_h5_type a_type, void **a,
                        const char *b_name, enum k25_h5_type b_type, void **b, int64_t **off, size_t n_reqs,
                        struct k25_error *err)
@@ -337,12 +375,10 @@ static int read_ragged(struct k25_h5 *h, const char *group, const char *a_name, 
     hid_t g = k25_h5_group(h, group, err);
     if (g < 0)
         return K25_EFORMAT;
-    if ((rc = k25_h5_read_array(g, "offsets", K25_H5_I64, (void **)off, &no, err)) != K25_OK ||
-        (rc = k25_h5_read_array(g, a_name, a_type, a, &na, err)) != K25_OK ||
-        (rc = k25_h5_read_array(g, b_name, b_type, b, &nb, err)) != K25_OK)
+    if ((rc = k25_h5_read_array(g, "offsets", K25_H5_I64, n_reqs + 1, (void **)off, &no, err)) != K25_OK)
         goto out;
-    if (no != n_reqs + 1 || na != nb || (*off)[0] != 0 || (*off)[n_reqs] != (int64_t)na) {
-        rc = k25_error_set(err, K25_EFORMAT, h->path, 0, group, "offsets do not match /requests");
+    if ((*off)[0] != 0) {
+        rc = k25_error_set(err, K25_EFORMAT, h->path, 0, group, "offsets do not start at 0");
         goto out;
     }
     for (size_t i = 0; i < n_reqs; i++)
@@ -350,50 +386,80 @@ static int read_ragged(struct k25_h5 *h, const char *group, const char *a_name, 
             rc = k25_error_set(err, K25_EFORMAT, h->path, 0, group, "offsets decrease at %zu", i);
             goto out;
         }
+    size_t total = (size_t)(*off)[n_reqs];
+    if ((rc = k25_h5_read_array(g, a_name, a_type, total, a, &na, err)) != K25_OK ||
+        (rc = k25_h5_read_array(g, b_name, b_type, total, b, &nb, err)) != K25_OK)
+        goto out;
 out:
     H5Gclose(g);
     return rc;
 }
+
+static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t, struct k25_error *err);
 
 int k25_trace_read(const char *path, struct k25_trace *t, struct k25_error *err)
 {
     memset(t, 0, sizeof(*t));
     struct k25_h5 h;
     int rc = k25_h5_open_read(&h, path, "run", err);
-    if (rc != K25_OK)
-        return rc;
+    return rc != K25_OK ? rc : trace_read_h5(h, path, t, err);
+}
+
+int k25_trace_read_image(const void *buf, size_t len, const char *name, struct k25_trace *t, struct k25_error *err)
+{
+    memset(t, 0, sizeof(*t));
+    struct k25_h5 h;
+    int rc = k25_h5_open_read_image(&h, name, buf, len, "run", err);
+    return rc != K25_OK ? rc : trace_read_h5(h, name, t, err);
+}
+
+/* Reads the open run file h (closed here) into t; on failure t is freed. */
+static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t, struct k25_error *err)
+{
+    int rc = K25_OK;
     struct req_row *rows = NULL;
     struct win_row *wrows = NULL;
     int64_t *toff = NULL, *tns = NULL, *coff = NULL, *cs = NULL, *ce = NULL, *rs = NULL, *re = NULL;
     int32_t *tid = NULL;
+    float *tmg = NULL;
     size_t n = 0, nw = 0, nrs = 0, nre = 0;
     hid_t g = H5I_INVALID_HID;
-    t->schema_version = K25_H5_SCHEMA_VERSION;
+    t->schema_version = h.schema_version;
+    int64_t interrupted = 0; /* absent in traces written before it existed: not interrupted */
+    if (k25_h5_has_attr(h.meta, "interrupted") &&
+        (rc = k25_h5_get_attr_i64(h.meta, "interrupted", &interrupted, err)) != K25_OK)
+        goto out;
+    t->run.interrupted = interrupted != 0;
     if ((rc = k25_h5_get_attr_str(h.meta, "provenance", &t->provenance_json, err)) != K25_OK ||
         (rc = k25_h5_get_attr_str(h.meta, "config", &t->config_json, err)) != K25_OK ||
         (rc = k25_h5_get_attr_str(h.meta, "workload", &t->workload_json, err)) != K25_OK)
         goto out;
-    if ((rc = k25_h5_read_table(h.file, "/requests", req_cols, N_REQ_COLS, sizeof(struct req_row), (void **)&rows,
-                                &n, err)) != K25_OK ||
+    if ((rc = k25_h5_read_table(h.file, "/requests", req_cols, N_REQ_COLS, sizeof(struct req_row),
+                                K25_H5_ANY_COUNT, (void **)&rows, &n, err)) != K25_OK ||
         (rc = read_ragged(&h, "/tokens", "time_ns", K25_H5_I64, (void **)&tns, "token_id", K25_H5_I32,
                           (void **)&tid, &toff, n, err)) != K25_OK ||
+        (rc = read_margins(&h, (size_t)toff[n], &tmg, err)) != K25_OK ||
         (rc = read_ragged(&h, "/prefill", "start_ns", K25_H5_I64, (void **)&cs, "end_ns", K25_H5_I64, (void **)&ce,
                           &coff, n, err)) != K25_OK ||
         (rc = k25_h5_read_table(h.file, "/timeline", win_cols, N_WIN_COLS, sizeof(struct win_row),
-                                (void **)&wrows, &nw, err)) != K25_OK)
+                                K25_H5_ANY_COUNT, (void **)&wrows, &nw, err)) != K25_OK)
         goto out;
     if ((g = k25_h5_group(&h, "/summary", err)) < 0) {
         rc = K25_EFORMAT;
         goto out;
     }
+    int64_t n_reps = 0;
     if ((rc = k25_h5_get_attr_str(g, "json", &t->summary_json, err)) != K25_OK ||
-        (rc = k25_h5_read_array(g, "rep_start_ns", K25_H5_I64, (void **)&rs, &nrs, err)) != K25_OK ||
-        (rc = k25_h5_read_array(g, "rep_end_ns", K25_H5_I64, (void **)&re, &nre, err)) != K25_OK)
+        (rc = k25_h5_get_attr_i64(g, "repetitions", &n_reps, err)) != K25_OK)
         goto out;
-    if (nrs != nre || nrs > K25_BENCH_MAX_REPEAT) {
-        rc = k25_error_set(err, K25_EFORMAT, path, 0, "/summary/rep_start_ns", "bad repetition arrays");
+    if (n_reps < 0 || n_reps > K25_BENCH_MAX_REPEAT) {
+        rc = k25_error_set(err, K25_EFORMAT, path, 0, "/summary/repetitions", "%lld is not 0..%d",
+                           (long long)n_reps, K25_BENCH_MAX_REPEAT);
         goto out;
     }
+    if ((rc = k25_h5_read_array(g, "rep_start_ns", K25_H5_I64, (size_t)n_reps, (void **)&rs, &nrs, err)) != K25_OK ||
+        (rc = k25_h5_read_array(g, "rep_end_ns", K25_H5_I64, (size_t)n_reps, (void **)&re, &nre, err)) != K25_OK)
+        goto out;
     struct k25_bench_run *run = &t->run;
     run->n_reps = (int)nrs;
     for (size_t k = 0; k < nrs; k++) {
@@ -451,6 +517,13 @@ int k25_trace_read(const char *path, struct k25_trace *t, struct k25_error *err)
         }
         memcpy(q->token_ns, tns + toff[i], sizeof(int64_t) * (size_t)r->n_output);
         memcpy(q->token_ids, tid + toff[i], sizeof(int32_t) * (size_t)r->n_output);
+        if (tmg) {
+            if (!(q->token_margins = malloc(sizeof(float) * ((size_t)r->n_output + 1)))) {
+                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+                goto out;
+            }
+            memcpy(q->token_margins, tmg + toff[i], sizeof(float) * (size_t)r->n_output);
+        }
         memcpy(q->chunk_start_ns, cs + coff[i], sizeof(int64_t) * (size_t)r->n_chunks);
         memcpy(q->chunk_end_ns, ce + coff[i], sizeof(int64_t) * (size_t)r->n_chunks);
         q->n_chunks = r->n_chunks;
@@ -471,6 +544,7 @@ out:
     free(toff);
     free(tns);
     free(tid);
+    free(tmg);
     free(coff);
     free(cs);
     free(ce);

@@ -1,21 +1,33 @@
 /*
  * analyze.c - what a sweep learned: the metrics of each point (averaged
  * over its repetitions, with a 95% interval), the constraints each point
- * breaks, the best feasible point, the Pareto front, and the result files
- * (OUT/sweep.h5 index and OUT/summary.json).
+ * breaks, every point against the reference (paired by repetition), the
+ * verdict on a best point, and the Pareto front with tolerances.  The
+ * result files are written by results.c.
+ *
+ * The significance rule.  Repetition k of every point runs in the same
+ * interleaved round, so rep k of a point and rep k of the reference saw
+ * the same machine state; the per-round ratio cancels what the round
+ * shared (a neighbour's load, thermal drift).  For each point with at
+ * least two such pairs: d_k = ln(point_k / reference_k), and the ratio
+ * exp(mean d) with the Student-t interval exp(mean d +- t s / sqrt(n)).
+ * The level is family-wise: with m points compared, each interval is at
+ * 1 - 0.05 / m (Bonferroni), so "some point beat the reference" is wrong
+ * at most 5% of the time when none did.  A best point is named only when
+ * its whole interval lies on the better side of 1; among several such
+ * points, the one with the best mean.  Objectives that can be 0 or less
+ * (a queue time of 0 ms) use differences instead of log ratios.
  */
 #include "sweep.h"
 
+#include "bench.h"
 #include "harness.h"
 
-#include "h5store.h"
-
-#include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /*
  * The metrics a spec may name.  path is where `k25 bench --json` keeps the
@@ -105,22 +117,8 @@ json_t *k25_sweep_metrics_from_bench(const json_t *bench)
 /* Mean and 95% Student-t interval of n values (the harness's statistics). */
 static void mean_ci(const double *v, int n, double *mean, double *lo, double *hi)
 {
-    /* two-sided 97.5% t quantiles for df 1..30, then the normal's */
-    static const double t975[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-                                  2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-                                  2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
-    double s = 0, ss = 0;
-    for (int i = 0; i < n; i++)
-        s += v[i];
-    *mean = n ? s / n : NAN;
-    *lo = *hi = NAN;
-    if (n < 2)
-        return;
-    for (int i = 0; i < n; i++)
-        ss += (v[i] - *mean) * (v[i] - *mean);
-    double sd = sqrt(ss / (n - 1)), t = n - 1 <= 30 ? t975[n - 2] : 1.96;
-    *lo = *mean - t * sd / sqrt(n);
-    *hi = *mean + t * sd / sqrt(n);
+    int used;
+    k25_stats_mean_ci(v, (size_t)n, mean, lo, hi, &used);
 }
 
 static json_t *load_json(const char *path)
@@ -140,8 +138,11 @@ int k25_sweep_collect(const struct k25_sweep_spec *spec, const char *out, struct
         p->metrics = json_object();
         p->metrics_ci = json_object();
         p->reps_done = 0;
-        json_t *reps[64] = {0};
-        for (int r = 0; r < spec->repeats; r++) {
+        p->reps_mask = 0;
+        for (int r = 0; r < K25_SWEEP_MAX_REPEATS; r++)
+            p->rep_obj[r] = NAN;
+        json_t *reps[K25_SWEEP_MAX_REPEATS] = {0};
+        for (int r = 0; r < spec->repeats && r < K25_SWEEP_MAX_REPEATS; r++) {
             char path[2048];
             snprintf(path, sizeof(path), "%s/points/%s/rep-%d.json", out, p->id, r);
             json_t *j = load_json(path);
@@ -154,10 +155,14 @@ int k25_sweep_collect(const struct k25_sweep_spec *spec, const char *out, struct
             json_decref(j);
             if (!m)
                 continue;
+            const json_t *o = json_object_get(m, spec->objective);
+            if (o && json_is_number(o) && isfinite(json_number_value(o)))
+                p->rep_obj[r] = json_number_value(o);
+            p->reps_mask |= (uint64_t)1 << r;
             reps[p->reps_done++] = m;
         }
         for (size_t m = 0; m < NMETRICS; m++) {
-            double v[64];
+            double v[K25_SWEEP_MAX_REPEATS];
             int nv = 0;
             for (int r = 0; r < p->reps_done; r++) {
                 const json_t *x = json_object_get(reps[r], metrics[m].name);
@@ -185,249 +190,300 @@ static double metric_of(const struct k25_sweep_point *p, const char *name)
     return v && json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-/* Is a at least as good as b on every criterion and better on one? */
-static bool dominates(const double *a, const double *b, int k)
+/* Half the width of a metric's 95% interval over repetitions (0 when there is none). */
+static double ci_half(const struct k25_sweep_point *p, const char *name)
 {
+    const json_t *ci = p->metrics_ci ? json_object_get(p->metrics_ci, name) : NULL;
+    const json_t *lo = json_array_get(ci, 0), *hi = json_array_get(ci, 1);
+    if (!json_is_number(lo) || !json_is_number(hi))
+        return 0;
+    double h = 0.5 * (json_number_value(hi) - json_number_value(lo));
+    return isfinite(h) && h > 0 ? h : 0;
+}
+
+int k25_sweep_reference_index(const struct k25_sweep_spec *spec, const struct k25_sweep_point *pts, int n)
+{
+    struct k25_config d;
+    k25_config_init(&d);
+    snprintf(d.model, sizeof(d.model), "%s", spec->model);
+    d.seed = spec->seed;
+    for (int f = 0; f < spec->n_fixed; f++)
+        k25_config_set(&d, spec->fixed_key[f], spec->fixed_val[f], NULL, 0, NULL);
+    for (int i = 0; i < n; i++)
+        if (pts[i].reference)
+            return i;
+    /* a grid point equal to the defaults serves as the reference */
+    for (int i = 0; i < n; i++)
+        if (!memcmp(&d, &pts[i].cfg, sizeof(d)))
+            return i;
+    return -1;
+}
+
+/*
+ * p against the reference r, paired by repetition, with an interval at
+ * confidence 1 - alpha (two-sided).  Leaves pairs = 0 with fewer than one
+ * pair; the interval stays NaN with fewer than two.
+ */
+static void paired(const struct k25_sweep_spec *spec, const struct k25_sweep_point *p,
+                   const struct k25_sweep_point *r, double alpha, struct k25_sweep_paired *out)
+{
+    double a[K25_SWEEP_MAX_REPEATS], b[K25_SWEEP_MAX_REPEATS], d[K25_SWEEP_MAX_REPEATS];
+    int n = 0;
+    bool positive = true;
+    *out = (struct k25_sweep_paired){0, true, NAN, NAN, NAN, false};
+    for (int k = 0; k < spec->repeats && k < K25_SWEEP_MAX_REPEATS; k++) {
+        if (!isfinite(p->rep_obj[k]) || !isfinite(r->rep_obj[k]))
+            continue;
+        a[n] = p->rep_obj[k];
+        b[n] = r->rep_obj[k];
+        positive = positive && a[n] > 0 && b[n] > 0;
+        n++;
+    }
+    if (n == 0)
+        return;
+    double ref_mean = 0, mean = 0, ss = 0;
+    for (int k = 0; k < n; k++) {
+        d[k] = positive ? log(a[k] / b[k]) : a[k] - b[k];
+        mean += d[k] / n;
+        ref_mean += b[k] / n;
+    }
+    for (int k = 0; k < n; k++)
+        ss += (d[k] - mean) * (d[k] - mean);
+    double half = NAN;
+    if (n >= 2)
+        half = k25_stats_t_quantile(n - 1, 1 - alpha / 2) * sqrt(ss / (n - 1)) / sqrt(n);
+    out->pairs = n;
+    out->log_ratio = positive;
+    double dlo = mean - half, dhi = mean + half;
+    if (positive) {
+        out->ratio = exp(mean);
+        out->lo = exp(dlo);
+        out->hi = exp(dhi);
+    } else if (ref_mean > 0) {
+        out->ratio = 1 + mean / ref_mean;
+        out->lo = 1 + dlo / ref_mean;
+        out->hi = 1 + dhi / ref_mean;
+    }
+    /* better: the whole interval on the good side of "no change" */
+    out->better = n >= 2 && isfinite(half) && (spec->maximize ? dlo > 0 : dhi < 0);
+}
+
+/* Evaluates the constraints on p's mean metrics into p->feasible / p->violations. */
+static void check_constraints(const struct k25_sweep_spec *spec, struct k25_sweep_point *p)
+{
+    size_t used = 0;
+    p->violations[0] = 0;
+    p->feasible = p->reps_done == spec->repeats;
+    if (!p->feasible)
+        used += (size_t)snprintf(p->violations, sizeof(p->violations), "%d of %d repetitions missing",
+                                 spec->repeats - p->reps_done, spec->repeats);
+    if (isnan(metric_of(p, spec->objective)) && p->feasible) {
+        p->feasible = false;
+        used += (size_t)snprintf(p->violations + used, sizeof(p->violations) - used, "%s%s not measured",
+                                 used ? "; " : "", spec->objective);
+    }
+    for (int c = 0; c < spec->n_cons && used < sizeof(p->violations); c++) {
+        double v = metric_of(p, spec->cons[c].metric);
+        if (!k25_sweep_constraint_holds(&spec->cons[c], v)) {
+            p->feasible = false;
+            used += (size_t)snprintf(p->violations + used, sizeof(p->violations) - used, "%s%s (is %.4g)",
+                                     used ? "; " : "", spec->cons[c].text, v);
+        }
+    }
+}
+
+/* Does the measured reference break a constraint (not merely miss repetitions)? */
+static const char *broken_constraint(const struct k25_sweep_spec *spec, const struct k25_sweep_point *p)
+{
+    if (p->reps_done == 0)
+        return NULL;
+    for (int c = 0; c < spec->n_cons; c++)
+        if (!k25_sweep_constraint_holds(&spec->cons[c], metric_of(p, spec->cons[c].metric)))
+            return spec->cons[c].text;
+    return NULL;
+}
+
+/* snprintf that may cut a long message short (labels can be long; a message is for people). */
+static void msgf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void msgf(char *buf, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+}
+
+/* "ratio 0.93 [0.71, 1.22] over 3 paired repetitions" */
+static void fmt_paired(const struct k25_sweep_paired *c, char *buf, size_t n)
+{
+    if (c->pairs >= 2 && isfinite(c->lo))
+        snprintf(buf, n, "ratio %.3g [%.3g, %.3g] over %d paired repetitions", c->ratio, c->lo, c->hi, c->pairs);
+    else if (c->pairs >= 1 && isfinite(c->ratio))
+        snprintf(buf, n, "ratio %.3g from %d paired repetition", c->ratio, c->pairs);
+    else
+        snprintf(buf, n, "no paired repetitions");
+}
+
+/* The verdict: reference, comparisons, best point (see the rule at the top). */
+static void verdict(const struct k25_sweep_spec *spec, struct k25_sweep_point *pts, int n,
+                    struct k25_sweep_verdict *v)
+{
+    double sign = spec->maximize ? -1.0 : 1.0;
+    char rl[512] = "none", ll[512] = "", cmp[160] = "";
+    *v = (struct k25_sweep_verdict){K25_VERDICT_NO_FEASIBLE, -1, -1, -1, 0, 0.95, ""};
+    v->reference = k25_sweep_reference_index(spec, pts, n);
+    int ref = v->reference, any_feasible = 0, max_pairs = 0;
+    if (ref >= 0)
+        k25_sweep_point_label(spec, &pts[ref], rl, sizeof(rl));
+    for (int i = 0; i < n; i++) {
+        pts[i].vs_ref = (struct k25_sweep_paired){0, true, NAN, NAN, NAN, false};
+        any_feasible += pts[i].feasible;
+        if (i == ref || !pts[i].feasible)
+            continue;
+        double o = metric_of(&pts[i], spec->objective);
+        if (v->leader < 0 || sign * o < sign * metric_of(&pts[v->leader], spec->objective))
+            v->leader = i;
+    }
+    /* m: the feasible points that pair with the reference at least twice */
+    if (ref >= 0 && pts[ref].reps_done > 0)
+        for (int i = 0; i < n; i++) {
+            if (i == ref || !pts[i].feasible)
+                continue;
+            paired(spec, &pts[i], &pts[ref], 0.05, &pts[i].vs_ref);
+            max_pairs = pts[i].vs_ref.pairs > max_pairs ? pts[i].vs_ref.pairs : max_pairs;
+            v->comparisons += pts[i].vs_ref.pairs >= 2;
+        }
+    if (v->comparisons > 1) /* again at the family-wise level */
+        for (int i = 0; i < n; i++)
+            if (i != ref && pts[i].feasible)
+                paired(spec, &pts[i], &pts[ref], 0.05 / v->comparisons, &pts[i].vs_ref);
+    if (v->leader >= 0) {
+        k25_sweep_point_label(spec, &pts[v->leader], ll, sizeof(ll));
+        fmt_paired(&pts[v->leader].vs_ref, cmp, sizeof(cmp));
+    }
+    const char *broken = ref >= 0 ? broken_constraint(spec, &pts[ref]) : NULL;
+    if (!any_feasible) {
+        v->kind = K25_VERDICT_NO_FEASIBLE;
+        msgf(v->message, sizeof(v->message), "no point meets every constraint (see infeasible)");
+    } else if (ref < 0 || pts[ref].reps_done == 0) {
+        v->kind = K25_VERDICT_NO_REFERENCE;
+        msgf(v->message, sizeof(v->message),
+                 "the reference (%s) has no finished repetition: no setting can be compared with it", rl);
+    } else if (broken) {
+        v->kind = K25_VERDICT_REFERENCE_INFEASIBLE;
+        v->best = v->leader;
+        msgf(v->message, sizeof(v->message),
+                 "the reference (%s) breaks \"%s\": every feasible point improves on it; best: %s, the feasible "
+                 "point with the best mean %s (its lead over the other feasible points is not tested)",
+                 rl, broken, ll, spec->objective);
+    } else if (v->leader < 0) {
+        v->kind = K25_VERDICT_NOT_SIGNIFICANT;
+        msgf(v->message, sizeof(v->message),
+                 "no setting is significantly better than the reference (%s): no other point meets every "
+                 "constraint", rl);
+    } else if (v->comparisons == 0) {
+        v->kind = K25_VERDICT_ONE_REPETITION;
+        msgf(v->message, sizeof(v->message),
+                 "%s: no significance can be claimed (set repeats: 3 or more); best mean: %s, %s %.4g vs %.4g "
+                 "for the reference (%s)",
+                 max_pairs <= 1 && spec->repeats <= 1 ? "one repetition per point"
+                                                     : "fewer than 2 repetitions pair with the reference",
+                 ll, spec->objective, metric_of(&pts[v->leader], spec->objective),
+                 metric_of(&pts[ref], spec->objective), rl);
+    } else {
+        for (int i = 0; i < n; i++)
+            if (i != ref && pts[i].feasible && pts[i].vs_ref.better &&
+                (v->best < 0 ||
+                 sign * metric_of(&pts[i], spec->objective) < sign * metric_of(&pts[v->best], spec->objective)))
+                v->best = i;
+        char fw[96];
+        snprintf(fw, sizeof(fw), "95%% family-wise, %d comparison%s", v->comparisons, v->comparisons == 1 ? "" : "s");
+        if (v->best >= 0) {
+            char bl[512], bc[160];
+            k25_sweep_point_label(spec, &pts[v->best], bl, sizeof(bl));
+            fmt_paired(&pts[v->best].vs_ref, bc, sizeof(bc));
+            v->kind = K25_VERDICT_SIGNIFICANT;
+            msgf(v->message, sizeof(v->message), "%s is significantly better than the reference (%s): %s %s (%s)",
+                     bl, rl, spec->objective, bc, fw);
+        } else {
+            v->kind = K25_VERDICT_NOT_SIGNIFICANT;
+            msgf(v->message, sizeof(v->message),
+                     "no setting is significantly better than the reference (%s); best mean: %s, %s %s (%s)", rl, ll,
+                     spec->objective, cmp, fw);
+        }
+    }
+}
+
+/*
+ * Do a and b tie on the objective?  With at least two paired repetitions:
+ * when the 95% paired interval of their ratio (rep k against rep k, as for
+ * the verdict, one comparison) contains 1, i.e. they are not told apart.
+ * Otherwise: when either mean lies within the other's 95% interval over
+ * repetitions; with no interval (one repetition), only when equal.
+ */
+static bool objective_tie(const struct k25_sweep_spec *spec, const struct k25_sweep_point *a,
+                          const struct k25_sweep_point *b)
+{
+    struct k25_sweep_paired c;
+    paired(spec, a, b, 0.05, &c);
+    if (c.pairs >= 2 && isfinite(c.lo) && isfinite(c.hi))
+        return c.lo <= 1 && 1 <= c.hi;
+    double x = metric_of(a, spec->objective), y = metric_of(b, spec->objective);
+    return fabs(x - y) <= fmax(ci_half(a, spec->objective), ci_half(b, spec->objective));
+}
+
+/* Memory and fidelity KL (the same on every repetition) tie within 1%. */
+static bool relative_tie(double x, double y)
+{
+    return fabs(x - y) <= 0.01 * fmax(fabs(x), fabs(y));
+}
+
+/*
+ * Does a dominate b: at least as good on every Pareto criterion (objective,
+ * fidelity_kl_mean when measured, peak_memory_mb; ties allowed) and better
+ * beyond a tie on one?  A point that uses 8 bytes less memory and is slower
+ * is dominated, not a trade-off.
+ */
+static bool dominates(const struct k25_sweep_spec *spec, const struct k25_sweep_point *a,
+                      const struct k25_sweep_point *b)
+{
+    double sign = spec->maximize ? -1.0 : 1.0;
+    double ao = sign * metric_of(a, spec->objective), bo = sign * metric_of(b, spec->objective);
+    if (isnan(ao) || isnan(bo))
+        return false;
     bool better = false;
-    for (int i = 0; i < k; i++) {
-        if (isnan(a[i]) || isnan(b[i]))
+    if (!objective_tie(spec, a, b)) {
+        if (ao > bo)
             return false;
-        if (a[i] > b[i])
+        better = true;
+    }
+    const char *other[2] = {spec->fidelity ? "fidelity_kl_mean" : NULL, "peak_memory_mb"};
+    for (int c = 0; c < 2; c++) {
+        if (!other[c] || !strcmp(other[c], spec->objective))
+            continue;
+        double x = metric_of(a, other[c]), y = metric_of(b, other[c]);
+        if (isnan(x) || isnan(y))
             return false;
-        if (a[i] < b[i])
-            better = true;
+        if (relative_tie(x, y))
+            continue;
+        if (x > y)
+            return false;
+        better = true;
     }
     return better;
 }
 
-void k25_sweep_analyze(const struct k25_sweep_spec *spec, struct k25_sweep_point *pts, int n, int *best,
-                       bool *pareto)
+void k25_sweep_analyze(const struct k25_sweep_spec *spec, struct k25_sweep_point *pts, int n,
+                       struct k25_sweep_verdict *v, bool *pareto)
 {
-    *best = -1;
-    double best_v = NAN;
-    double sign = spec->maximize ? -1.0 : 1.0;
+    for (int i = 0; i < n; i++)
+        check_constraints(spec, &pts[i]);
+    verdict(spec, pts, n, v);
     for (int i = 0; i < n; i++) {
-        struct k25_sweep_point *p = &pts[i];
-        size_t used = 0;
-        p->violations[0] = 0;
-        p->feasible = p->reps_done == spec->repeats;
-        if (!p->feasible)
-            used += (size_t)snprintf(p->violations, sizeof(p->violations), "%d of %d repetitions missing",
-                                     spec->repeats - p->reps_done, spec->repeats);
-        double obj = metric_of(p, spec->objective);
-        if (isnan(obj) && p->feasible) {
-            p->feasible = false;
-            used += (size_t)snprintf(p->violations + used, sizeof(p->violations) - used, "%s%s not measured",
-                                     used ? "; " : "", spec->objective);
-        }
-        for (int c = 0; c < spec->n_cons && used < sizeof(p->violations); c++) {
-            double v = metric_of(p, spec->cons[c].metric);
-            if (!k25_sweep_constraint_holds(&spec->cons[c], v)) {
-                p->feasible = false;
-                used += (size_t)snprintf(p->violations + used, sizeof(p->violations) - used, "%s%s (is %.4g)",
-                                         used ? "; " : "", spec->cons[c].text, v);
-            }
-        }
-        if (p->feasible && (*best < 0 || sign * obj < sign * best_v)) {
-            *best = i;
-            best_v = obj;
-        }
-    }
-    /* Pareto front over (objective, fidelity KL when measured, peak memory), all as "lower is better". */
-    const char *crit[3] = {spec->objective, spec->fidelity ? "fidelity_kl_mean" : NULL, "peak_memory_mb"};
-    for (int i = 0; i < n; i++) {
-        double a[3];
-        int k = 0;
-        for (int c = 0; c < 3; c++)
-            if (crit[c] && (c == 0 || strcmp(crit[c], spec->objective) != 0))
-                a[k++] = (c == 0 ? sign : 1.0) * metric_of(&pts[i], crit[c]);
-        pareto[i] = pts[i].reps_done > 0 && !isnan(a[0]);
-        for (int j = 0; j < n && pareto[i]; j++) {
-            if (j == i || pts[j].reps_done == 0)
-                continue;
-            double b[3];
-            int kb = 0;
-            for (int c = 0; c < 3; c++)
-                if (crit[c] && (c == 0 || strcmp(crit[c], spec->objective) != 0))
-                    b[kb++] = (c == 0 ? sign : 1.0) * metric_of(&pts[j], crit[c]);
-            if (dominates(b, a, k))
+        pareto[i] = pts[i].reps_done > 0 && !isnan(metric_of(&pts[i], spec->objective));
+        for (int j = 0; j < n && pareto[i]; j++)
+            if (j != i && pts[j].reps_done > 0 && dominates(spec, &pts[j], &pts[i]))
                 pareto[i] = false;
-        }
     }
 }
 
-static json_t *point_json(const struct k25_sweep_spec *spec, const struct k25_sweep_point *p)
-{
-    char label[1024];
-    k25_sweep_point_label(spec, p, label, sizeof(label));
-    /* each axis's effective value (for the reference point: the default) */
-    json_t *axes = json_object();
-    char *cj = k25_config_to_json(&p->cfg);
-    json_error_t je;
-    json_t *cfg = cj ? json_loads(cj, 0, &je) : NULL;
-    free(cj);
-    for (int a = 0; a < spec->n_axes; a++) {
-        char buf[128];
-        const json_t *v = json_object_get(cfg, spec->axes[a].key);
-        if (p->idx[a] >= 0)
-            snprintf(buf, sizeof(buf), "%s", spec->axes[a].values[p->idx[a]]);
-        else if (json_is_string(v))
-            snprintf(buf, sizeof(buf), "%s", json_string_value(v));
-        else if (json_is_boolean(v))
-            snprintf(buf, sizeof(buf), "%s", json_is_true(v) ? "true" : "false");
-        else if (json_is_integer(v))
-            snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
-        else
-            snprintf(buf, sizeof(buf), "%.17g", json_number_value(v));
-        json_object_set_new(axes, spec->axes[a].key, json_string(buf));
-    }
-    json_decref(cfg);
-    return json_pack("{s:s, s:s, s:o, s:b, s:i, s:O, s:O, s:b, s:s}", "id", p->id, "label", label, "axes", axes,
-                     "reference", p->reference, "repetitions", p->reps_done, "metrics",
-                     p->metrics ? p->metrics : json_null(), "metrics_ci95", p->metrics_ci ? p->metrics_ci : json_null(),
-                     "feasible", p->feasible, "violations", p->violations);
-}
-
-int k25_sweep_write_results(const struct k25_sweep_spec *spec, const char *out, struct k25_sweep_point *pts, int n,
-                            struct k25_error *err)
-{
-    int best = -1, rc = K25_OK;
-    bool *pareto = calloc((size_t)n + 1, sizeof(bool));
-    if (!pareto)
-        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-    k25_sweep_analyze(spec, pts, n, &best, pareto);
-
-    /* summary.json */
-    json_t *root = json_object(), *front = json_array(), *bad = json_array(), *all = json_array();
-    int ref = -1;
-    for (int i = 0; i < n; i++) {
-        json_t *pj = point_json(spec, &pts[i]);
-        json_array_append(all, pj);
-        if (pareto[i])
-            json_array_append(front, pj);
-        if (!pts[i].feasible)
-            json_array_append(bad, pj);
-        json_decref(pj);
-        bool is_default = pts[i].reference;
-        if (!is_default) { /* a grid point equal to the defaults serves as reference too */
-            struct k25_config d;
-            k25_config_init(&d);
-            snprintf(d.model, sizeof(d.model), "%s", spec->model);
-            d.seed = spec->seed;
-            for (int f = 0; f < spec->n_fixed; f++)
-                k25_config_set(&d, spec->fixed_key[f], spec->fixed_val[f], NULL, 0, NULL);
-            is_default = !memcmp(&d, &pts[i].cfg, sizeof(d));
-        }
-        if (is_default)
-            ref = i;
-    }
-    json_object_set_new(root, "name", json_string(spec->name));
-    json_object_set_new(root, "spec", json_string(spec->path));
-    json_object_set_new(root, "objective", json_pack("{s:s, s:s}", spec->maximize ? "maximize" : "minimize",
-                                                     spec->objective, "metric", spec->objective));
-    json_t *cons = json_array();
-    for (int c = 0; c < spec->n_cons; c++)
-        json_array_append_new(cons, json_string(spec->cons[c].text));
-    json_object_set_new(root, "subject_to", cons);
-    json_object_set_new(root, "points", json_integer(n));
-    json_object_set_new(root, "repeats", json_integer(spec->repeats));
-    json_object_set_new(root, "dataset_sha256", json_string(spec->dataset_sha256));
-    json_object_set_new(root, "best", best >= 0 ? point_json(spec, &pts[best]) : json_null());
-    json_object_set_new(root, "reference", ref >= 0 ? point_json(spec, &pts[ref]) : json_null());
-    if (best >= 0 && ref >= 0) {
-        double b = metric_of(&pts[best], spec->objective), r = metric_of(&pts[ref], spec->objective);
-        /* improvement > 0 means the best point beats the defaults */
-        double imp = spec->maximize ? (b - r) / r : (r - b) / r;
-        json_object_set_new(root, "improvement_over_reference", isfinite(imp) ? json_real(imp) : json_null());
-    }
-    json_object_set_new(root, "pareto_front", front);
-    json_object_set_new(root, "infeasible", bad);
-    json_object_set_new(root, "all_points", all);
-    char *txt = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    json_decref(root);
-    char path[2048];
-    snprintf(path, sizeof(path), "%s/summary.json", out);
-    if (!txt)
-        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-    else
-        rc = k25_write_text_atomic(path, txt, err);
-    free(txt);
-    if (rc)
-        goto out_free;
-
-    /* sweep.h5: one row per point, a column per axis (as text) and per metric (NaN when absent) */
-    {
-        int na = spec->n_axes, nm = (int)NMETRICS, ncols = 0;
-        size_t row_size = 0;
-        struct k25_h5_col *cols = calloc((size_t)(na + nm + 6), sizeof(*cols));
-        char (*names)[80] = calloc((size_t)(na + nm + 6), sizeof(*names));
-        if (!cols || !names) {
-            free(cols);
-            free(names);
-            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-            goto out_free;
-        }
-#define ADD(nm_, type_, size_)                                                                       \
-    do {                                                                                             \
-        snprintf(names[ncols], sizeof(names[0]), "%s", nm_);                                        \
-        cols[ncols] = (struct k25_h5_col){names[ncols], type_, row_size, (type_) == K25_H5_STR ? (size_) : 0}; \
-        row_size += (size_);                                                                         \
-        ncols++;                                                                                     \
-    } while (0)
-        ADD("point_id", K25_H5_STR, 17);
-        ADD("file", K25_H5_STR, 64);
-        row_size = (row_size + 7) & ~(size_t)7;
-        ADD("feasible", K25_H5_I32, 4);
-        ADD("pareto", K25_H5_I32, 4);
-        ADD("repetitions", K25_H5_I32, 4);
-        ADD("reference", K25_H5_I32, 4);
-        for (int a = 0; a < na; a++)
-            ADD(spec->axes[a].key, K25_H5_STR, 128);
-        row_size = (row_size + 7) & ~(size_t)7;
-        for (int m = 0; m < nm; m++)
-            ADD(metrics[m].name, K25_H5_F64, 8);
-#undef ADD
-        unsigned char *rows = calloc((size_t)n + 1, row_size);
-        if (!rows) {
-            free(cols);
-            free(names);
-            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-            goto out_free;
-        }
-        for (int i = 0; i < n; i++) {
-            unsigned char *r = rows + (size_t)i * row_size;
-            int c = 0;
-            snprintf((char *)r + cols[c++].offset, 17, "%s", pts[i].id);
-            snprintf((char *)r + cols[c++].offset, 64, "points/%s", pts[i].id);
-            int32_t flags[4] = {pts[i].feasible, pareto[i], pts[i].reps_done, pts[i].reference};
-            for (int k = 0; k < 4; k++)
-                memcpy(r + cols[c++].offset, &flags[k], 4);
-            for (int a = 0; a < na; a++)
-                snprintf((char *)r + cols[c++].offset, 128, "%s",
-                         pts[i].idx[a] >= 0 ? spec->axes[a].values[pts[i].idx[a]] : "default");
-            for (int m = 0; m < nm; m++) {
-                double v = metric_of(&pts[i], metrics[m].name);
-                memcpy(r + cols[c++].offset, &v, 8);
-            }
-        }
-        snprintf(path, sizeof(path), "%s/sweep.h5", out);
-        struct k25_h5 h;
-        if ((rc = k25_h5_create(&h, path, "sweep", err)) == K25_OK) {
-            if ((rc = k25_h5_write_table(h.file, "points", cols, ncols, row_size, rows, (size_t)n, err)) ||
-                (rc = k25_h5_attr_str(h.meta, "name", spec->name, err)) ||
-                (rc = k25_h5_attr_str(h.meta, "objective", spec->objective, err)) ||
-                (rc = k25_h5_attr_i64(h.meta, "best_row", best, err)) ||
-                (rc = k25_h5_attr_str(h.meta, "summary_json", "summary.json", err)))
-                k25_h5_abort(&h);
-            else
-                rc = k25_h5_commit(&h, err);
-        }
-        free(rows);
-        free(cols);
-        free(names);
-    }
-
-out_free:
-    free(pareto);
-    return rc;
-}

@@ -1,26 +1,34 @@
 /*
- * runner.c - running a sweep: the (point, repetition) tasks, interleaved
- * round-robin, each one `k25 bench` in a child process (pinned to its own
- * cores when several run at once), skipping tasks whose result files are
- * complete, with progress, ETA and the best point so far; the rate search;
- * cluster job arrays (--task, --slurm, --merge).
+ * runner.c - running a sweep: the (point, repetition) tasks in interleaved
+ * rounds, each round in a seeded shuffled order, each run one `k25 bench`
+ * in a child process (pinned to its own cores when several run at once),
+ * skipping tasks whose result files are complete, with progress, ETA and
+ * the verdict so far; the rate search; one task of a cluster array
+ * (--task).  The Slurm script and --merge live in cluster.c.
+ *
+ * Same load for every point: with --jobs N every run has N-1 companions.
+ * Rounds put every point at every position, and when the last real runs
+ * are left, filler runs (a point's bench writing to OUT/.filler/, thrown
+ * away) keep the machine as loaded as it was for the others; without them
+ * the last run of a sweep would run alone, and faster.
+ *
+ * The runs themselves (command line, log, cores, the TEST-ONLY per-point
+ * slowdown hook) are child.c's; the rate search is search.c's.
  */
-#include "sweep.h"
+#include "sweep_run.h"
 
+#include "bench.h"
 #include "harness.h"
 
 #include "h5store.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,8 +37,17 @@ static volatile sig_atomic_t g_stop;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    g_stop = 1;
+    g_stop = sig; /* the signal number: the command exits 128 + it */
+}
+
+bool k25_sweep_stopping(void)
+{
+    return g_stop != 0;
+}
+
+int k25_sweep_stop_signal(void)
+{
+    return g_stop > 0 ? (int)g_stop : 0;
 }
 
 static int mkdir_p(const char *path, struct k25_error *err)
@@ -50,22 +67,39 @@ static int mkdir_p(const char *path, struct k25_error *err)
     return K25_OK;
 }
 
-/* Writes the point's effective config as a YAML file bench can --config. */
+/* Is the file at path exactly text? */
+static bool file_equals(const char *path, const char *text, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return false;
+    bool same = true;
+    size_t i = 0;
+    int c;
+    while (same && (c = fgetc(f)) != EOF)
+        same = i < n && (unsigned char)text[i++] == c;
+    fclose(f);
+    return same && i == n;
+}
+
+/*
+ * Writes the point's effective config as a YAML file bench can --config;
+ * leaves an identical file alone, so array tasks of the same point on a
+ * shared file system do not rewrite it under each other.
+ */
 static int write_point_config(const char *path, const struct k25_config *cfg, struct k25_error *err)
 {
     char *cj = k25_config_to_json(cfg);
     json_error_t je;
     json_t *o = cj ? json_loads(cj, 0, &je) : NULL;
     free(cj);
-    if (!o)
-        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-    struct k25_afile af;
-    int rc = k25_afile_open(&af, path, err);
-    if (rc) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = o ? open_memstream(&text, &len) : NULL;
+    if (!f) {
         json_decref(o);
-        return rc;
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     }
-    FILE *f = af.f;
     fprintf(f, "# effective engine config of this sweep point (written by k25 sweep)\n");
     const char *key;
     json_t *v;
@@ -86,11 +120,19 @@ static int write_point_config(const char *path, const struct k25_config *cfg, st
         }
     }
     json_decref(o);
-    return k25_afile_commit(&af, err);
+    int rc = K25_OK;
+    if (fclose(f) != 0 || !text) {
+        free(text);
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    }
+    if (!file_equals(path, text, len))
+        rc = k25_write_text_atomic(path, text, err);
+    free(text);
+    return rc;
 }
 
-/* A finished repetition: its JSON parses and (plain runs) its trace is a valid run file. */
-static bool task_done(const char *out, const struct k25_sweep_spec *spec, const struct k25_sweep_point *p, int rep)
+/* A finished repetition: its JSON parses and its trace (a rate search: the deciding probe's) is a valid run file. */
+static bool task_done(const char *out, const struct k25_sweep_point *p, int rep)
 {
     char js[2048], h5[2048];
     snprintf(js, sizeof(js), "%s/points/%s/rep-%d.json", out, p->id, rep);
@@ -98,9 +140,12 @@ static bool task_done(const char *out, const struct k25_sweep_spec *spec, const 
     json_t *j = json_load_file(js, 0, &je);
     if (!j)
         return false;
+    /* an interrupted run (Ctrl-C reaches the bench children too) keeps what it measured
+     * under the final names, marked: it is not a finished point, resume redoes it */
+    bool interrupted = json_is_true(json_object_get(j, "interrupted"));
     json_decref(j);
-    if (spec->wl.search)
-        return true;
+    if (interrupted)
+        return false;
     snprintf(h5, sizeof(h5), "%s/points/%s/rep-%d.h5", out, p->id, rep);
     struct k25_h5 h;
     if (k25_h5_open_read(&h, h5, "run", NULL) != K25_OK)
@@ -109,234 +154,58 @@ static bool task_done(const char *out, const struct k25_sweep_spec *spec, const 
     return true;
 }
 
-/* Removes temporaries a killed run left in a point folder. */
-static void clean_temporaries(const char *dir)
+/*
+ * Is the writer of a temporary (NAME.tmp.PID, harness/atomicfile.c and
+ * h5store.c) alive on this machine?  A name without a pid counts as dead.
+ */
+static bool writer_alive(const char *name)
+{
+    const char *t = strstr(name, ".tmp.");
+    if (!t)
+        return false;
+    char *end;
+    errno = 0;
+    long pid = strtol(t + 5, &end, 10);
+    if (*end || end == t + 5 || errno || pid <= 0)
+        return false;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/*
+ * Removes the temporaries a killed run left in a point folder: only those
+ * whose writer is dead, and with rep >= 0 only repetition rep's files
+ * (rep-K.h5.tmp.PID, rep-K.probe-J.json.tmp.PID, ...).  Runs of other
+ * repetitions or other array tasks writing into the same folder keep
+ * theirs.  (On a shared file system a pid names a process of this machine
+ * only; array tasks therefore clean nothing but their own repetition.)
+ */
+static void clean_temporaries(const char *dir, int rep)
 {
     DIR *d = opendir(dir);
     if (!d)
         return;
+    char own[32];
+    snprintf(own, sizeof(own), "rep-%d.", rep);
     struct dirent *e;
-    while ((e = readdir(d)))
-        if (strstr(e->d_name, ".tmp")) {
-            char p[2400];
-            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".tmp"))
+            continue;
+        if (rep >= 0 && strncmp(e->d_name, own, strlen(own)) != 0)
+            continue;
+        if (writer_alive(e->d_name))
+            continue;
+        char p[2400];
+        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
     closedir(d);
 }
 
-struct task {
-    int point, rep;
-};
-
 struct child {
     pid_t pid;
-    int task;
+    int task;                 /* index into the task list; -1: a filler run */
     uint64_t t0_ns;
 };
-
-/* argv for one bench run; strings live in buf. */
-struct argv_buf {
-    char *argv[64];
-    int argc;
-    char store[8192];
-    size_t used;
-};
-
-static void arg(struct argv_buf *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void arg(struct argv_buf *a, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(a->store + a->used, sizeof(a->store) - a->used, fmt, ap);
-    va_end(ap);
-    K25_ASSERT(n >= 0 && a->used + (size_t)n + 1 < sizeof(a->store) && a->argc < 63);
-    a->argv[a->argc++] = a->store + a->used;
-    a->argv[a->argc] = NULL;
-    a->used += (size_t)n + 1;
-}
-
-static void bench_argv(struct argv_buf *a, const struct k25_sweep_spec *spec, const struct k25_sweep_opts *o,
-                       const struct k25_sweep_point *p, int rep, const char *suffix, double rate, int threads)
-{
-    const struct k25_sweep_workload *w = &spec->wl;
-    a->argc = 0;
-    a->used = 0;
-    arg(a, "%s", o->k25_path);
-    arg(a, "bench");
-    arg(a, "--dataset");
-    arg(a, "%s", spec->dataset);
-    if (spec->filter[0]) {
-        arg(a, "--filter");
-        arg(a, "%s", spec->filter);
-    }
-    arg(a, "--config");
-    arg(a, "%s/points/%s/config.yaml", o->out, p->id);
-    arg(a, "--seed");
-    arg(a, "%llu", (unsigned long long)(spec->seed + (uint64_t)rep));
-    if (threads > 0) {
-        arg(a, "--threads");
-        arg(a, "%d", threads);
-    }
-    arg(a, "--concurrency");
-    arg(a, "%d", w->concurrency);
-    if (w->requests > 0) {
-        arg(a, "--requests");
-        arg(a, "%lld", (long long)w->requests);
-    } else {
-        arg(a, "--duration");
-        arg(a, "%g", w->duration_s);
-    }
-    if (rate > 0) {
-        arg(a, "--rate");
-        arg(a, "%.6g", rate);
-        arg(a, "--burstiness");
-        arg(a, "%g", w->burstiness);
-    }
-    if (w->warmup > 0) {
-        arg(a, "--warmup");
-        arg(a, "%lld", (long long)w->warmup);
-    }
-    if (w->slo[0]) {
-        arg(a, "--slo");
-        arg(a, "%s", w->slo);
-    }
-    if (spec->fidelity)
-        arg(a, "--fidelity");
-    arg(a, "--quiet");
-    arg(a, "--out");
-    arg(a, "%s/points/%s/rep-%d%s.h5", o->out, p->id, rep, suffix);
-    arg(a, "--json");
-    arg(a, "%s/points/%s/rep-%d%s.json", o->out, p->id, rep, suffix);
-}
-
-/* Starts argv as a child, stdout+stderr to logpath, pinned to cores [c0, c0+nc). */
-static pid_t spawn(char *const argv[], const char *logpath, int c0, int nc)
-{
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
-    /* child: die with the runner, so a killed sweep leaves no run going on */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent)
-        _exit(127);
-    int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        close(fd);
-    }
-    if (nc > 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        for (int c = c0; c < c0 + nc; c++)
-            CPU_SET(c, &set);
-        sched_setaffinity(0, sizeof(set), &set);
-    }
-    execv(argv[0], argv);
-    fprintf(stderr, "k25 sweep: cannot run %s: %s\n", argv[0], strerror(errno));
-    _exit(127);
-}
-
-/* Runs argv to completion (sequential use: the rate search). Returns exit status. */
-static int run_wait(char *const argv[], const char *logpath, int c0, int nc)
-{
-    pid_t pid = spawn(argv, logpath, c0, nc);
-    if (pid < 0)
-        return -1;
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* One metric of a bench JSON file (NaN when missing). */
-static double bench_metric(const char *path, const char *metric)
-{
-    json_error_t je;
-    json_t *j = json_load_file(path, 0, &je), *m = j ? k25_sweep_metrics_from_bench(j) : NULL;
-    const json_t *v = m ? json_object_get(m, metric) : NULL;
-    double x = v && json_is_number(v) ? json_number_value(v) : NAN;
-    json_decref(m);
-    json_decref(j);
-    return x;
-}
-
-/*
- * The rate search of one (point, repetition): bisection on the open-loop
- * rate between rate_lo and rate_hi until (hi - lo) / lo <= precision; a
- * probe passes when search_metric <= search_limit.  Writes rep-K.json with
- * max_rate_rps, the probes, and the summary of the fastest passing probe.
- */
-static int rate_search(const struct k25_sweep_spec *spec, const struct k25_sweep_opts *o,
-                       const struct k25_sweep_point *p, int rep, int c0, int nc, int threads, struct k25_error *err)
-{
-    const struct k25_sweep_workload *w = &spec->wl;
-    double lo = w->rate_lo, hi = w->rate_hi, best = 0;
-    int best_probe = -1, rc = K25_OK;
-    json_t *probes = json_array();
-    /* probe 0 at rate_lo (fails: nothing sustainable in range), probe 1 at
-     * rate_hi (passes: report it as a floor), then bisect */
-    for (int probe = 0; probe < 48; probe++) {
-        double r = probe == 0 ? lo : probe == 1 ? hi : 0.5 * (lo + hi);
-        if (probe >= 2 && (hi - lo) / lo <= w->precision)
-            break;
-        char suffix[32], js[2048], log[2048];
-        snprintf(suffix, sizeof(suffix), ".probe-%d", probe);
-        snprintf(js, sizeof(js), "%s/points/%s/rep-%d%s.json", o->out, p->id, rep, suffix);
-        snprintf(log, sizeof(log), "%s/points/%s/rep-%d%s.log", o->out, p->id, rep, suffix);
-        struct argv_buf a;
-        bench_argv(&a, spec, o, p, rep, suffix, r, threads);
-        int st = run_wait(a.argv, log, c0, nc);
-        if (g_stop || st != 0) {
-            rc = k25_error_set(err, K25_EIO, log, 0, NULL, "rate probe %.4g req/s %s (exit %d)", r,
-                               g_stop ? "interrupted" : "failed", st);
-            goto out;
-        }
-        double v = bench_metric(js, w->search_metric);
-        bool ok = !isnan(v) && v <= w->search_limit;
-        json_array_append_new(probes, json_pack("{s:f, s:o, s:b}", "rate_rps", r, w->search_metric,
-                                                isnan(v) ? json_null() : json_real(v), "meets_slo", ok));
-        if (ok) {
-            best = r;
-            best_probe = probe;
-        }
-        if (probe == 0 && !ok)
-            break;
-        if (probe == 1 && ok)
-            break;
-        if (probe >= 2) {
-            if (ok)
-                lo = r;
-            else
-                hi = r;
-        }
-    }
-    json_t *res = json_object();
-    json_object_set_new(res, "max_rate_rps", json_real(best));
-    json_object_set_new(res, "search_metric", json_string(w->search_metric));
-    json_object_set_new(res, "search_limit", json_real(w->search_limit));
-    json_object_set_new(res, "precision", json_real(w->precision));
-    json_object_set(res, "probes", probes);
-    if (best_probe >= 0) {
-        char js[2048];
-        json_error_t je;
-        snprintf(js, sizeof(js), "%s/points/%s/rep-%d.probe-%d.json", o->out, p->id, rep, best_probe);
-        json_t *b = json_load_file(js, 0, &je);
-        json_t *s = b ? json_object_get(b, "summary") : NULL;
-        json_object_set(res, "summary", s ? s : (b ? b : json_null()));
-        json_decref(b);
-    }
-    char path[2048];
-    snprintf(path, sizeof(path), "%s/points/%s/rep-%d.json", o->out, p->id, rep);
-    rc = k25_write_json_atomic(path, res, err);
-    json_decref(res);
-out:
-    json_decref(probes);
-    return rc;
-}
 
 static void fmt_duration(double s, char *buf, size_t n)
 {
@@ -350,23 +219,28 @@ static void fmt_duration(double s, char *buf, size_t n)
         snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
-/* The best point among those with every repetition done, as a progress note. */
+/* The verdict so far (from the runs finished), as a progress note. */
 static void best_so_far(const struct k25_sweep_spec *spec, const char *out, struct k25_sweep_point *pts, int n,
                         char *buf, size_t bn)
 {
-    int best = -1;
+    struct k25_sweep_verdict v;
     bool *pareto = calloc((size_t)n + 1, 1);
     buf[0] = 0;
     if (!pareto)
         return;
-    if (k25_sweep_collect(spec, out, pts, n, NULL) == K25_OK)
-        k25_sweep_analyze(spec, pts, n, &best, pareto);
+    if (k25_sweep_collect(spec, out, pts, n, NULL) != K25_OK) {
+        free(pareto);
+        return;
+    }
+    k25_sweep_analyze(spec, pts, n, &v, pareto);
     free(pareto);
-    if (best >= 0) {
+    int show = v.best >= 0 ? v.best : v.leader;
+    if (show >= 0) {
         char label[512];
-        k25_sweep_point_label(spec, &pts[best], label, sizeof(label));
-        const json_t *v = json_object_get(pts[best].metrics, spec->objective);
-        snprintf(buf, bn, " | best: %s %s=%.4g", label, spec->objective, v ? json_number_value(v) : NAN);
+        k25_sweep_point_label(spec, &pts[show], label, sizeof(label));
+        const json_t *x = json_object_get(pts[show].metrics, spec->objective);
+        snprintf(buf, bn, " | %s: %s %s=%.4g", v.best >= 0 ? "best" : "best mean (not significant)", label,
+                 spec->objective, x ? json_number_value(x) : NAN);
     }
 }
 
@@ -405,167 +279,243 @@ static void stamp_wall(const char *out, const struct k25_sweep_point *p, int rep
     json_decref(j);
 }
 
-int k25_sweep_run(const struct k25_sweep_spec *spec, const struct k25_sweep_opts *o, struct k25_error *err)
+/* splitmix64: a small seeded generator for the shuffled rounds. */
+static uint64_t splitmix64(uint64_t *s)
 {
-    struct k25_sweep_point *pts = NULL;
-    int n = 0, rc;
-    struct task *tasks = NULL;
-    struct child *kids = NULL;
-    if ((rc = k25_sweep_expand(spec, &pts, &n, err)))
-        return rc;
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
-    /* which points (--only), which tasks remain */
-    bool *sel = calloc((size_t)n, sizeof(bool));
-    tasks = calloc((size_t)n * (size_t)spec->repeats + 1, sizeof(*tasks));
-    if (!sel || !tasks) {
-        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-        goto out;
-    }
-    int n_sel = 0;
+int k25_sweep_tasks(const struct k25_sweep_spec *spec, const struct k25_sweep_point *pts, int n, const char *only,
+                    bool *sel, struct k25_sweep_task *tasks, struct k25_error *err)
+{
+    int ref = k25_sweep_reference_index(spec, pts, n), n_sel = 0, n_match = 0, rc;
+    int *order = calloc((size_t)n + 1, sizeof(int));
+    if (!order)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     for (int i = 0; i < n; i++) {
         sel[i] = true;
-        if (o->only && (rc = k25_sweep_only_match(spec, &pts[i], o->only, &sel[i], err)))
-            goto out;
+        if (only && (rc = k25_sweep_only_match(spec, &pts[i], only, &sel[i], err))) {
+            free(order);
+            return rc;
+        }
+        n_match += sel[i] && i != ref;
+        if (i == ref)
+            sel[i] = true; /* the reference always runs: every verdict compares with it */
+        if (sel[i])
+            order[n_sel++] = i;
+    }
+    if (only && n_match == 0) {
+        free(order);
+        return k25_error_set(err, K25_EINVAL, "--only", 0, NULL, "selects none of the %d points", n);
+    }
+    int nt = 0;
+    for (int r = 0; r < spec->repeats; r++) {
+        uint64_t st = spec->seed * 0x100000001B3ull + (uint64_t)r + 1;
+        for (int i = n_sel - 1; i > 0; i--) { /* Fisher-Yates */
+            int j = (int)(splitmix64(&st) % (uint64_t)(i + 1)), t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        for (int i = 0; i < n_sel; i++)
+            tasks[nt++] = (struct k25_sweep_task){order[i], r};
+    }
+    free(order);
+    return nt;
+}
+
+/* Threads for one array task: the cores Slurm gave it (SLURM_CPUS_PER_TASK, else our affinity). */
+static int task_threads(void)
+{
+    cpu_set_t set;
+    int n = 0;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        n = CPU_COUNT(&set);
+    const char *s = getenv("SLURM_CPUS_PER_TASK");
+    int c = s ? atoi(s) : 0;
+    if (c > 0 && (n <= 0 || c < n))
+        n = c;
+    return n > 0 ? n : 0;
+}
+
+/* The running sweep: what the scheduling loop and its helpers share. */
+struct sched {
+    const struct k25_sweep_spec *spec;
+    const struct k25_sweep_opts *o;
+    struct k25_sweep_point *pts;
+    int n;
+    const struct k25_sweep_task *tasks;
+    int n_tasks;
+    struct k25_sweep_slow_rule slow[K25_SWEEP_MAX_SLOW_RULES];
+    int n_slow;
+    int jobs, per_job, threads;
+    struct child *kids;       /* [jobs] */
+    int fillers_started;
+};
+
+/* Starts task t (>= 0) or a filler run (t = -1) in slot s. */
+static int launch(struct sched *S, int s, int t, struct k25_error *err)
+{
+    const struct k25_sweep_spec *spec = S->spec;
+    const struct k25_sweep_opts *o = S->o;
+    const struct k25_sweep_task *tk = &S->tasks[t >= 0 ? t : (S->n_tasks - 1 - S->fillers_started % S->n_tasks)];
+    const struct k25_sweep_point *p = &S->pts[tk->point];
+    const struct k25_sweep_slow_rule *slow = k25_sweep_slow_rule_for(S->slow, S->n_slow, spec, p);
+    char prefix[2048], log[2100];
+    int c0 = s * S->per_job;
+    if (t >= 0)
+        snprintf(prefix, sizeof(prefix), "%s/points/%s/rep-%d", o->out, p->id, tk->rep);
+    else
+        snprintf(prefix, sizeof(prefix), "%s/.filler/slot-%d", o->out, s);
+    snprintf(log, sizeof(log), "%s.log", prefix);
+    pid_t pid;
+    if (t >= 0 && spec->wl.search) {
+        pid = k25_sweep_spawn_search(spec, o, p, tk->rep, log, c0, S->per_job, S->threads, slow);
+    } else {
+        struct k25_sweep_argv a;
+        k25_sweep_bench_argv(&a, spec, o, p, tk->rep, prefix, spec->wl.search ? spec->wl.rate_lo : spec->wl.rate_rps,
+                   S->threads);
+        pid = k25_sweep_spawn(a.argv, log, c0, S->per_job, slow);
+    }
+    if (pid < 0)
+        return k25_error_set(err, K25_EIO, NULL, 0, NULL, "cannot start a run: %s", strerror(errno));
+    S->kids[s] = (struct child){pid, t, k25_now_ns()};
+    if (t < 0)
+        S->fillers_started++;
+    return K25_OK;
+}
+
+/* Ends the filler runs (their results are thrown away) and removes their files. */
+static void stop_fillers(struct sched *S)
+{
+    for (int s = 0; s < S->jobs; s++) {
+        if (S->kids[s].pid <= 0 || S->kids[s].task >= 0)
+            continue;
+        kill(S->kids[s].pid, SIGKILL);
+        while (waitpid(S->kids[s].pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        S->kids[s].pid = 0;
+    }
+    char dir[2048];
+    snprintf(dir, sizeof(dir), "%s/.filler", S->o->out);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') {
+            char p[2400];
+            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* --dry-run: the selected points, what is done, and the time left at the measured pace. */
+static void dry_run_report(const struct k25_sweep_spec *spec, const struct k25_sweep_opts *o,
+                           const struct k25_sweep_point *pts, int n, const bool *sel, int n_all, int n_done,
+                           int n_tasks)
+{
+    int n_sel = 0, ref = k25_sweep_reference_index(spec, pts, n);
+    for (int i = 0; i < n; i++)
         n_sel += sel[i];
-    }
-    if (n_sel == 0) {
-        rc = k25_error_set(err, K25_EINVAL, "--only", 0, NULL, "selects none of the %d points", n);
-        goto out;
-    }
-    int n_tasks = 0, n_done = 0, n_all = 0;
-    for (int r = 0; r < spec->repeats; r++) /* round-robin: every point once, then again */
-        for (int i = 0; i < n; i++) {
-            if (!sel[i])
-                continue;
-            n_all++;
-            if (task_done(o->out, spec, &pts[i], r))
-                n_done++;
-            else
-                tasks[n_tasks++] = (struct task){i, r};
-        }
-
-    if (o->dry_run) {
-        double per = measured_run_s(spec, o->out, pts, n);
-        printf("sweep '%s': %d points x %d repetitions = %d runs (%d already done, %d to run)%s\n", spec->name,
-               n_sel, spec->repeats, n_all, n_done, n_tasks,
-               n_sel < n ? " [--only]" : "");
-        for (int i = 0; i < n; i++) {
-            if (!sel[i])
-                continue;
-            char label[1024];
-            k25_sweep_point_label(spec, &pts[i], label, sizeof(label));
-            printf("  %s  %s%s\n", pts[i].id, label, pts[i].reference ? "  (reference: the defaults)" : "");
-        }
-        if (isfinite(per)) {
-            char d[32];
-            fmt_duration(per * n_tasks / (o->jobs > 0 ? o->jobs : 1), d, sizeof(d));
-            printf("estimated time: %s (%.1f s per run, measured on the %s runs already done, %d job%s)\n", d, per,
-                   "previous", o->jobs, o->jobs == 1 ? "" : "s");
-        } else {
-            printf("estimated time: unknown until the first run finishes (no earlier runs under %s)\n", o->out);
-        }
-        rc = K25_OK;
-        goto out;
-    }
-
-    /* folders, configs, stale temporaries */
-    if ((rc = mkdir_p(o->out, err)))
-        goto out;
+    double per = measured_run_s(spec, o->out, pts, n);
+    printf("sweep '%s': %d points x %d repetitions = %d runs (%d already done, %d to run)%s\n", spec->name, n_sel,
+           spec->repeats, n_all, n_done, n_tasks, n_sel < n ? " [--only, with the reference]" : "");
     for (int i = 0; i < n; i++) {
         if (!sel[i])
+            continue;
+        char label[1024];
+        k25_sweep_point_label(spec, &pts[i], label, sizeof(label));
+        printf("  %s  %s%s\n", pts[i].id, label, i == ref ? "  (reference: the defaults)" : "");
+    }
+    if (isfinite(per)) {
+        char d[32];
+        fmt_duration(per * n_tasks / (o->jobs > 0 ? o->jobs : 1), d, sizeof(d));
+        printf("estimated time: %s (%.1f s per run, measured on the %s runs already done, %d job%s)\n", d, per,
+               "previous", o->jobs, o->jobs == 1 ? "" : "s");
+    } else {
+        printf("estimated time: unknown until the first run finishes (no earlier runs under %s)\n", o->out);
+    }
+}
+
+/*
+ * Point folders, their configs and stale temporaries: of every selected
+ * point, or for an array task only its own point's folder and its own
+ * run's leftovers.
+ */
+static int prepare_folders(const struct k25_sweep_opts *o, const struct k25_sweep_point *pts, int n,
+                           const bool *sel, const struct k25_sweep_task *all, struct k25_error *err)
+{
+    int rc = mkdir_p(o->out, err);
+    for (int i = 0; i < n && !rc; i++) {
+        if (!sel[i] || (o->task >= 0 && i != all[o->task].point))
             continue;
         char dir[2048], cfgp[2200];
         snprintf(dir, sizeof(dir), "%s/points/%s", o->out, pts[i].id);
         if ((rc = mkdir_p(dir, err)))
-            goto out;
-        clean_temporaries(dir);
+            break;
+        clean_temporaries(dir, o->task >= 0 ? all[o->task].rep : -1);
         snprintf(cfgp, sizeof(cfgp), "%s/config.yaml", dir);
-        if ((rc = write_point_config(cfgp, &pts[i].cfg, err)))
-            goto out;
+        rc = write_point_config(cfgp, &pts[i].cfg, err);
     }
+    return rc;
+}
 
-    int jobs = o->jobs > 0 ? o->jobs : 1;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int per_job = jobs > 1 ? (int)(ncpu / jobs) : 0; /* cores per job when pinning */
-    if (jobs > 1 && per_job < 1)
-        per_job = 1;
-    if (jobs > 1 && !o->quiet)
-        fprintf(stderr, "k25 sweep: %d runs in parallel share this machine (%ld cores, %d each): timings of "
-                        "parallel runs disturb each other; use --jobs 1 for the figures you sign off\n",
-                jobs, ncpu, per_job);
+/*
+ * The load guard, once before the first point (our own parallel runs
+ * would trip it in each run): OUT/load_guard.json, which summary.json
+ * carries, and a warning when the machine was busy.  The runs are then
+ * told not to sample (K25_LOAD_GUARD=0; the caller restores it).
+ */
+static void sample_load_guard(const char *out)
+{
+    struct k25_load_guard lg;
+    if (k25_load_guard_sample(&lg) != K25_OK)
+        return;
+    json_t *g = k25_load_guard_json(&lg);
+    char gp[2048];
+    snprintf(gp, sizeof(gp), "%s/load_guard.json", out);
+    if (g)
+        k25_write_json_atomic(gp, g, NULL); /* best effort: a note for the summary and the report */
+    json_decref(g);
+    if (lg.busy)
+        fprintf(stderr, "k25 sweep: WARNING: the machine was already busy before the sweep (%s): timings include "
+                        "interference\n", lg.reason);
+    setenv("K25_LOAD_GUARD", "0", 1);
+}
 
-    if (o->task >= 0) { /* one task of a cluster array */
-        if (o->task >= n_all) {
-            rc = k25_error_set(err, K25_ERANGE, "--task", 0, NULL, "task %d of %d", o->task, n_all);
-            goto out;
-        }
-        int k = 0, pi = -1, rr = -1;
-        for (int r = 0; r < spec->repeats && pi < 0; r++)
-            for (int i = 0; i < n && pi < 0; i++)
-                if (sel[i] && k++ == o->task) {
-                    pi = i;
-                    rr = r;
-                }
-        n_tasks = 0;
-        if (!task_done(o->out, spec, &pts[pi], rr))
-            tasks[n_tasks++] = (struct task){pi, rr};
-    }
-
-    struct sigaction sa = {0}, old_int, old_term, dfl = {0}, old_chld;
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-    /* an inherited SIG_IGN for SIGCHLD would make the kernel reap our runs
-     * before waitpid sees them */
-    dfl.sa_handler = SIG_DFL;
-    sigaction(SIGCHLD, &dfl, &old_chld);
-    g_stop = 0;
-    kids = calloc((size_t)jobs, sizeof(*kids));
-    if (!kids) {
-        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-        goto out_sig;
-    }
-    int next = 0, running = 0, failed = 0, finished = 0;
+/*
+ * The scheduling loop: real runs into free slots while any remain, then
+ * filler runs beside the last ones; reaps runs, counts the finished and
+ * failed, shows progress.  Returns the sweep's status.
+ */
+static int schedule(struct sched *S, int n_done, int n_all, struct k25_error *err)
+{
+    const struct k25_sweep_spec *spec = S->spec;
+    const struct k25_sweep_opts *o = S->o;
+    int next = 0, running = 0, failed = 0, finished = 0, rc = K25_OK;
     double sum_s = 0;
     uint64_t t_start = k25_now_ns();
-    char best_note[768] = "";
-    char first_fail[1024] = "";
-    while ((next < n_tasks && !g_stop) || running > 0) {
-        /* launch */
-        while (running < jobs && next < n_tasks && !g_stop) {
-            int slot = 0;
-            while (kids[slot].pid > 0)
-                slot++;
-            const struct task *t = &tasks[next];
-            struct k25_sweep_point *p = &pts[t->point];
-            char log[2048];
-            snprintf(log, sizeof(log), "%s/points/%s/rep-%d.log", o->out, p->id, t->rep);
-            if (spec->wl.search) {
-                /* the search probes run one after another inside a child of our own */
-                pid_t pid = fork();
-                if (pid == 0) {
-                    prctl(PR_SET_PDEATHSIG, SIGTERM);
-                    struct k25_error e2;
-                    int r2 = rate_search(spec, o, p, t->rep, slot * per_job, per_job, per_job, &e2);
-                    if (r2)
-                        fprintf(stderr, "k25 sweep: %s\n", e2.msg);
-                    _exit(r2 ? 1 : 0);
+    char best_note[768] = "", first_fail[1024] = "";
+    while ((next < S->n_tasks && !g_stop) || running > 0) {
+        for (int s = 0; s < S->jobs && !g_stop && !rc; s++) {
+            if (S->kids[s].pid > 0)
+                continue;
+            if (next < S->n_tasks) {
+                if ((rc = launch(S, s, next, err)) == K25_OK) {
+                    next++;
+                    running++;
                 }
-                kids[slot] = (struct child){pid, next, k25_now_ns()};
-            } else {
-                struct argv_buf a;
-                bench_argv(&a, spec, o, p, t->rep, "", spec->wl.rate_rps, per_job);
-                kids[slot] = (struct child){spawn(a.argv, log, slot * per_job, per_job), next, k25_now_ns()};
+            } else if (running > 0 && S->jobs > 1) {
+                rc = launch(S, s, -1, err);
             }
-            if (kids[slot].pid < 0) {
-                rc = k25_error_set(err, K25_EIO, NULL, 0, NULL, "cannot start a run: %s", strerror(errno));
-                kids[slot].pid = 0;
-                g_stop = 1;
-                break;
-            }
-            running++;
-            next++;
         }
+        if (rc)
+            g_stop = -1; /* stop launching, not a signal */
         if (running == 0)
             break;
         int st;
@@ -576,35 +526,38 @@ int k25_sweep_run(const struct k25_sweep_spec *spec, const struct k25_sweep_opts
             rc = k25_error_set(err, K25_EINTERNAL, NULL, 0, NULL, "waiting for the runs failed: %s", strerror(errno));
             break;
         }
-        for (int s = 0; s < jobs; s++) {
-            if (kids[s].pid != pid)
+        for (int s = 0; s < S->jobs; s++) {
+            if (S->kids[s].pid != pid)
                 continue;
-            const struct task *t = &tasks[kids[s].task];
-            double dt = (double)(k25_now_ns() - kids[s].t0_ns) / 1e9;
+            S->kids[s].pid = 0;
+            if (S->kids[s].task < 0)
+                break; /* a filler ended: the loop starts another while real runs remain */
+            const struct k25_sweep_task *t = &S->tasks[S->kids[s].task];
+            double dt = (double)(k25_now_ns() - S->kids[s].t0_ns) / 1e9;
             int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            kids[s].pid = 0;
             running--;
-            if (code == 0 && task_done(o->out, spec, &pts[t->point], t->rep)) {
+            if (code == 0 && task_done(o->out, &S->pts[t->point], t->rep)) {
                 finished++;
                 sum_s += dt;
-                stamp_wall(o->out, &pts[t->point], t->rep, dt);
+                stamp_wall(o->out, &S->pts[t->point], t->rep, dt);
             } else if (!g_stop) {
                 failed++;
                 if (!first_fail[0])
                     snprintf(first_fail, sizeof(first_fail), "%s/points/%s/rep-%d.log (exit %d)", o->out,
-                             pts[t->point].id, t->rep, code);
+                             S->pts[t->point].id, t->rep, code);
             }
         }
         if (o->progress) {
-            double eta = finished ? sum_s / finished * (n_tasks - finished - failed) / jobs : NAN;
+            double eta = finished ? sum_s / finished * (S->n_tasks - finished - failed) / S->jobs : NAN;
             char e[32], el[32];
             fmt_duration(eta, e, sizeof(e));
             fmt_duration((double)(k25_now_ns() - t_start) / 1e9, el, sizeof(el));
-            best_so_far(spec, o->out, pts, n, best_note, sizeof(best_note));
+            best_so_far(spec, o->out, S->pts, S->n, best_note, sizeof(best_note));
             fprintf(stderr, "\r\033[K[sweep %s] %d/%d runs%s, %s elapsed, ETA %s%s", spec->name, n_done + finished,
                     n_all, failed ? " (some failed)" : "", el, e, best_note);
         }
     }
+    stop_fillers(S);
     if (o->progress)
         fputc('\n', stderr);
     if (g_stop && !rc)
@@ -614,19 +567,114 @@ int k25_sweep_run(const struct k25_sweep_spec *spec, const struct k25_sweep_opts
     else if (failed && !rc)
         rc = k25_error_set(err, K25_EIO, o->out, 0, NULL,
                            "%d of %d runs failed (first: %s); finished runs are kept, a re-run retries the rest",
-                           failed, n_tasks, first_fail);
+                           failed, S->n_tasks, first_fail);
+    return rc;
+}
 
-out_sig:
+int k25_sweep_run(const struct k25_sweep_spec *spec, const struct k25_sweep_opts *o, struct k25_error *err)
+{
+    struct k25_sweep_point *pts = NULL;
+    int n = 0, rc;
+    struct k25_sweep_task *all = NULL, *tasks = NULL;
+    struct sched S = {0};
+    bool *sel = NULL;
+    if ((rc = k25_sweep_expand(spec, &pts, &n, err)))
+        return rc;
+    if ((rc = k25_sweep_slow_rules_parse(S.slow, &S.n_slow, err)))
+        goto out;
+    if (S.n_slow && !o->quiet)
+        fprintf(stderr, "k25 sweep: TEST-ONLY hook K25_TEST_SLOWDOWN_POINTS is active: results are deliberately "
+                        "degraded\n");
+
+    /* which points (--only, the reference always), which tasks, in run order, which remain */
+    sel = calloc((size_t)n, sizeof(bool));
+    all = calloc((size_t)n * (size_t)spec->repeats + 1, sizeof(*all));
+    tasks = calloc((size_t)n * (size_t)spec->repeats + 1, sizeof(*tasks));
+    if (!sel || !all || !tasks) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    int n_all = k25_sweep_tasks(spec, pts, n, o->only, sel, all, err), n_tasks = 0, n_done = 0;
+    if (n_all < 0) {
+        rc = n_all;
+        goto out;
+    }
+    if (o->task >= n_all) {
+        rc = k25_error_set(err, K25_ERANGE, "--task", 0, NULL, "task %d of %d (0..%d)", o->task, n_all, n_all - 1);
+        goto out;
+    }
+    for (int k = 0; k < n_all; k++) {
+        if (o->task >= 0 && k != o->task)
+            continue;
+        if (task_done(o->out, &pts[all[k].point], all[k].rep))
+            n_done++;
+        else
+            tasks[n_tasks++] = all[k];
+    }
+    if (o->dry_run) {
+        dry_run_report(spec, o, pts, n, sel, n_all, n_done, n_tasks);
+        goto out;
+    }
+    if ((rc = prepare_folders(o, pts, n, sel, all, err)))
+        goto out;
+
+    S.spec = spec;
+    S.o = o;
+    S.pts = pts;
+    S.n = n;
+    S.tasks = tasks;
+    S.n_tasks = n_tasks;
+    S.jobs = o->task >= 0 ? 1 : (o->jobs > 0 ? o->jobs : 1);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    S.per_job = S.jobs > 1 ? (int)(ncpu / S.jobs) : 0; /* cores per job when pinning */
+    if (S.jobs > 1 && S.per_job < 1)
+        S.per_job = 1;
+    S.threads = o->task >= 0 ? task_threads() : S.per_job;
+    if (S.jobs > 1 && !o->quiet)
+        fprintf(stderr, "k25 sweep: %d runs in parallel share this machine (%ld cores, %d each): timings of "
+                        "parallel runs disturb each other (every point meets the same load, in shuffled rounds); "
+                        "use --jobs 1 for the figures you sign off\n",
+                S.jobs, ncpu, S.per_job);
+    char filler_dir[2048];
+    snprintf(filler_dir, sizeof(filler_dir), "%s/.filler", o->out);
+    S.kids = calloc((size_t)S.jobs, sizeof(*S.kids));
+    if (!S.kids || (S.jobs > 1 && (rc = mkdir_p(filler_dir, err)))) {
+        if (!rc)
+            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+
+    const char *guard_env = getenv("K25_LOAD_GUARD");
+    char guard_saved[16] = "";
+    bool guard_was_set = guard_env != NULL;
+    if (guard_env)
+        snprintf(guard_saved, sizeof(guard_saved), "%s", guard_env);
+    if (o->task < 0 && n_tasks > 0) /* an array task's bench samples for itself */
+        sample_load_guard(o->out);
+    struct sigaction sa = {0}, old_int, old_term, dfl = {0}, old_chld;
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    /* an inherited SIG_IGN for SIGCHLD would make the kernel reap our runs
+     * before waitpid sees them */
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGCHLD, &dfl, &old_chld);
+    g_stop = 0;
+    rc = schedule(&S, n_done, n_all, err);
+    /* g_stop keeps the signal for k25_sweep_stop_signal() after the handlers are restored */
+    if (guard_was_set)
+        setenv("K25_LOAD_GUARD", guard_saved, 1);
+    else
+        unsetenv("K25_LOAD_GUARD");
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGCHLD, &old_chld, NULL);
-    if (!rc && o->task < 0) {
-        if ((rc = k25_sweep_collect(spec, o->out, pts, n, err)) == K25_OK)
-            rc = k25_sweep_write_results(spec, o->out, pts, n, err);
-    }
+    if (!rc && o->task < 0 && (rc = k25_sweep_collect(spec, o->out, pts, n, err)) == K25_OK)
+        rc = k25_sweep_write_results(spec, o->out, pts, n, NULL, err);
 out:
-    free(kids);
+    free(S.kids);
     free(tasks);
+    free(all);
     free(sel);
     k25_sweep_points_free(pts, n);
     return rc;

@@ -11,9 +11,11 @@
 
 #include "harness.h"
 
+#include "bench.h"
 #include "gold.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <openssl/evp.h>
 #include <stdlib.h>
@@ -102,6 +104,7 @@ static int parse_workload(struct k25_sweep_spec *s, yaml_document_t *doc, yaml_n
     struct k25_sweep_workload *w = &s->wl;
     if (n->type != YAML_MAPPING_NODE)
         return k25_error_set(err, K25_EINVAL, s->path, LINE(n), "workload", "expected a mapping");
+    w->line = LINE(n);
     int rc = K25_OK;
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !rc; p++) {
         yaml_node_t *k = yaml_document_get_node(doc, p->key), *v = yaml_document_get_node(doc, p->value);
@@ -110,8 +113,10 @@ static int parse_workload(struct k25_sweep_spec *s, yaml_document_t *doc, yaml_n
         if (!key)
             return k25_error_set(err, K25_EINVAL, s->path, LINE(k), "workload", "keys must be names");
         if (!strcmp(key, "concurrency")) {
-            if (!(rc = parse_int64(s->path, v, key, 1, &iv, err)))
+            if (!(rc = parse_int64(s->path, v, key, 1, &iv, err))) {
                 w->concurrency = (int)iv;
+                w->concurrency_set = true;
+            }
         } else if (!strcmp(key, "requests")) {
             rc = parse_int64(s->path, v, key, 1, &w->requests, err);
         } else if (!strcmp(key, "duration_s")) {
@@ -136,6 +141,7 @@ static int parse_workload(struct k25_sweep_spec *s, yaml_document_t *doc, yaml_n
             w->search = true;
         } else if (!strcmp(key, "search_slo")) {
             /* search_slo: {ttft_p99_ms: 1200} - the metric the rate may push to its limit */
+            w->search_line = LINE(v);
             if (v->type != YAML_MAPPING_NODE || v->data.mapping.pairs.top - v->data.mapping.pairs.start != 1)
                 return k25_error_set(err, K25_EINVAL, s->path, LINE(v), key,
                                      "expected one `metric: limit`, e.g. {ttft_p99_ms: 1200}");
@@ -282,6 +288,75 @@ static int parse_objective(struct k25_sweep_spec *s, yaml_document_t *doc, yaml_
     return K25_OK;
 }
 
+/* The quantile a metric name stands for (ttft_p99_ms: 0.99), 0 when it is no percentile. */
+static double metric_quantile(const char *name)
+{
+    static const struct { const char *suffix; double q; } pq[] = {
+        {"_p50_ms", 0.50}, {"_p90_ms", 0.90}, {"_p95_ms", 0.95}, {"_p99_ms", 0.99}};
+    size_t ln = strlen(name);
+    for (size_t i = 0; i < sizeof(pq) / sizeof(pq[0]); i++) {
+        size_t ls = strlen(pq[i].suffix);
+        if (ln > ls && !strcmp(name + ln - ls, pq[i].suffix))
+            return pq[i].q;
+    }
+    return 0;
+}
+
+/* Fewest samples that support quantile q (the harness's rule: n (1 - q) >= 1). */
+static int64_t min_requests(double q)
+{
+    int64_t n = 1;
+    while (!k25_stats_supported((size_t)n, q))
+        n++;
+    return n;
+}
+
+/*
+ * A percentile a run cannot measure is a run that cannot pass: refuse a
+ * spec whose search SLO, objective or constraint names a percentile its
+ * request count does not support (P99 of 32 requests), with the count it
+ * needs.  The search with duration_s is judged on the lowest probe rate
+ * (rate_lo x duration_s requests expected); a closed loop with duration_s
+ * has no count known in advance and is not checked.
+ */
+static int check_percentiles(const struct k25_sweep_spec *s, struct k25_error *err)
+{
+    const struct k25_sweep_workload *w = &s->wl;
+    int64_t have = w->requests;
+    const char *what = "workload.requests";
+    if (have <= 0 && w->duration_s > 0) {
+        double rate = w->search ? w->rate_lo : w->rate_rps;
+        if (rate <= 0)
+            return K25_OK;
+        have = (int64_t)floor(rate * w->duration_s);
+        what = w->search ? "workload.rate_lo x workload.duration_s" : "workload.rate x workload.duration_s";
+    }
+    struct use {
+        const char *metric, *field;
+        int line;
+    } uses[2 + K25_SWEEP_MAX_CONS];
+    int nu = 0;
+    if (w->search)
+        uses[nu++] = (struct use){w->search_metric, "search_slo", w->search_line};
+    uses[nu++] = (struct use){s->objective, "objective", s->objective_line};
+    for (int c = 0; c < s->n_cons; c++)
+        uses[nu++] = (struct use){s->cons[c].metric, "subject_to", s->cons[c].line};
+    for (int i = 0; i < nu; i++) {
+        double q = metric_quantile(uses[i].metric);
+        if (q <= 0)
+            continue;
+        int64_t need = min_requests(q);
+        if (have >= need)
+            continue;
+        return k25_error_set(err, K25_EINVAL, s->path, uses[i].line, uses[i].field,
+                             "%s needs at least %lld measured requests per %s (P%g of n requests is measured "
+                             "only when n x %g >= 1), but %s gives %lld: raise it to %lld or pick a lower percentile",
+                             uses[i].metric, (long long)need, w->search ? "probe" : "repetition", q * 100,
+                             1 - q, what, (long long)have, (long long)need);
+    }
+    return K25_OK;
+}
+
 int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_error *err)
 {
     memset(s, 0, sizeof(*s));
@@ -328,9 +403,11 @@ int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_e
         } else if (!strcmp(key, "workload")) {
             rc = parse_workload(s, &doc, v, err);
         } else if (!strcmp(key, "repeats")) {
+            s->repeats_line = LINE(v);
             if (!(rc = parse_int64(path, v, key, 1, &iv, err))) {
-                if (iv > 64)
-                    rc = k25_error_set(err, K25_ERANGE, path, LINE(v), key, "at most 64 repeats");
+                if (iv > K25_SWEEP_MAX_REPEATS)
+                    rc = k25_error_set(err, K25_ERANGE, path, LINE(v), key, "at most %d repeats",
+                                       K25_SWEEP_MAX_REPEATS);
                 s->repeats = (int)iv;
             }
         } else if (!strcmp(key, "seed")) {
@@ -344,6 +421,7 @@ int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_e
             rc = parse_bool(path, v, key, &s->fidelity, err);
         } else if (!strcmp(key, "objective")) {
             objective_line = LINE(k);
+            s->objective_line = objective_line;
             rc = parse_objective(s, &doc, v, err);
         } else {
             rc = k25_error_set(err, K25_ENOTFOUND, path, LINE(k), key,
@@ -397,6 +475,8 @@ int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_e
         }
         size_t n = set.n;
         snprintf(s->dataset_sha256, sizeof(s->dataset_sha256), "%s", set.sha256);
+        char abs[PATH_MAX];
+        snprintf(s->dataset_abs, sizeof(s->dataset_abs), "%s", realpath(s->dataset, abs) ? abs : s->dataset);
         k25_gold_set_free(&set);
         if (n == 0) {
             rc = k25_error_set(err, K25_EINVAL, path, filter_line ? filter_line : dataset_line, "filter", "selects no request of %s",
@@ -404,6 +484,8 @@ int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_e
             goto out_doc;
         }
     }
+
+    rc = check_percentiles(s, err);
 
 out_doc:
     yaml_document_delete(&doc);
@@ -440,9 +522,12 @@ static int point_id(const struct k25_sweep_spec *s, const struct k25_config *cfg
         return K25_ENOMEM;
     char *buf = NULL;
     const struct k25_sweep_workload *w = &s->wl;
+    /* open loop: concurrency is a cap on requests in flight, none unless the spec gives one */
+    bool open = w->search || w->rate_rps > 0;
+    int conc = open && !w->concurrency_set ? 0 : w->concurrency;
     int n = asprintf(&buf, "%s|c=%d r=%lld d=%.17g rate=%.17g b=%.17g wu=%lld slo=%s search=%d:%s:%.17g:%.17g:%.17g:%.17g"
                            "|ds=%s|f=%s|fid=%d",
-                     cj, w->concurrency, (long long)w->requests, w->duration_s, w->rate_rps, w->burstiness,
+                     cj, conc, (long long)w->requests, w->duration_s, w->rate_rps, w->burstiness,
                      (long long)w->warmup, w->slo, w->search, w->search_metric, w->search_limit, w->rate_lo,
                      w->rate_hi, w->precision, s->dataset_sha256, s->filter, s->fidelity);
     free(cj);

@@ -8,9 +8,12 @@
  * OUT/points/ID/; each repetition is one `k25 bench` run in a child
  * process (rep-K.h5 + rep-K.json, written atomically by bench), so a
  * sweep killed at any moment loses only the runs in flight, and a re-run
- * skips every finished one.  Repetitions are interleaved round-robin over
- * the points.  At the end: OUT/sweep.h5 (the index), OUT/summary.json
- * (best feasible point, Pareto front, violations).
+ * skips every finished one.  Repetitions are interleaved: round k runs
+ * every point once, in an order shuffled by the spec's seed; with --jobs N
+ * every run has N-1 companions (filler runs keep the tail loaded).  At the
+ * end: OUT/sweep.h5 (the index), OUT/summary.json (the verdict: a best
+ * point only when it beats the reference significantly, paired by
+ * repetition; the Pareto front with tolerances; violations).
  */
 #ifndef K25_SWEEP_H
 #define K25_SWEEP_H
@@ -24,6 +27,7 @@
 #define K25_SWEEP_MAX_VALUES 64
 #define K25_SWEEP_MAX_FIXED 32
 #define K25_SWEEP_MAX_CONS 16
+#define K25_SWEEP_MAX_REPEATS 64
 
 struct k25_sweep_axis {
     char key[64];
@@ -44,7 +48,9 @@ struct k25_sweep_constraint {
 };
 
 struct k25_sweep_workload {
-    int concurrency;          /* closed-loop users (default 1) */
+    int concurrency;          /* closed-loop users (default 1); open loop: cap on requests in flight */
+    bool concurrency_set;     /* given in the spec (open loop passes --concurrency only then) */
+    int line;                 /* spec line of `workload:` */
     int64_t requests;         /* measured requests per run (or duration_s) */
     double duration_s;
     double rate_rps;          /* > 0: open loop */
@@ -56,6 +62,7 @@ struct k25_sweep_workload {
     bool search;
     char search_metric[64];
     double search_limit;
+    int search_line;          /* spec line of `search_slo:` */
     double rate_lo, rate_hi, precision;
 };
 
@@ -63,7 +70,8 @@ struct k25_sweep_spec {
     char path[1024];
     char name[128];
     char model[1024];
-    char dataset[1024];
+    char dataset[1024];       /* as written in the spec (relative to the working directory) */
+    char dataset_abs[4096];   /* resolved when the spec loads: what the runs are given */
     char filter[512];
     struct k25_sweep_workload wl;
     int repeats;
@@ -79,6 +87,22 @@ struct k25_sweep_spec {
     int n_cons;
     struct k25_sweep_constraint cons[K25_SWEEP_MAX_CONS];
     char dataset_sha256[65];
+    int repeats_line, objective_line;
+};
+
+/*
+ * A point against the reference, paired by repetition: rep k of the point
+ * with rep k of the reference (they ran in the same interleaved round).
+ * ratio = point / reference of the objective (geometric mean of the
+ * per-pair ratios; with a value <= 0, 1 + mean difference / reference
+ * mean), with a Student-t interval at the family-wise level of the whole
+ * sweep (Bonferroni over the points compared).
+ */
+struct k25_sweep_paired {
+    int pairs;                /* repetitions both finished with a measured objective; 0: not compared */
+    bool log_ratio;           /* false: differences (an objective value <= 0) */
+    double ratio, lo, hi;     /* point / reference and its interval */
+    bool better;              /* the interval lies wholly on the better side of 1 */
 };
 
 /* One point of the grid (or the reference point with default settings). */
@@ -89,10 +113,34 @@ struct k25_sweep_point {
     struct k25_config cfg;                /* effective engine config */
     /* results, filled by k25_sweep_collect */
     int reps_done;
+    uint64_t reps_mask;                   /* bit k: repetition k has a result */
+    double rep_obj[K25_SWEEP_MAX_REPEATS]; /* objective per repetition, NaN where missing */
     json_t *metrics;                      /* {name: mean} over repetitions (owned) */
     json_t *metrics_ci;                   /* {name: [lo, hi]} 95% across repetitions (owned) */
+    /* filled by k25_sweep_analyze */
     bool feasible;
     char violations[512];
+    struct k25_sweep_paired vs_ref;       /* against the reference (pairs 0 for the reference itself) */
+};
+
+/* What k25_sweep_analyze concludes about "the best setting". */
+enum k25_sweep_verdict_kind {
+    K25_VERDICT_SIGNIFICANT,          /* best beats the reference; its interval excludes "no change" */
+    K25_VERDICT_NOT_SIGNIFICANT,      /* no setting is significantly better than the reference */
+    K25_VERDICT_ONE_REPETITION,       /* fewer than 2 paired repetitions: no significance can be claimed */
+    K25_VERDICT_NO_REFERENCE,         /* the reference point has no complete result to compare with */
+    K25_VERDICT_REFERENCE_INFEASIBLE, /* the reference breaks a constraint: any feasible point improves */
+    K25_VERDICT_NO_FEASIBLE,          /* no point meets every constraint */
+};
+
+struct k25_sweep_verdict {
+    enum k25_sweep_verdict_kind kind;
+    int best;                 /* the point to recommend, -1: none */
+    int leader;               /* feasible non-reference point with the best mean objective, -1: none */
+    int reference;            /* the reference point (the defaults), -1: none */
+    int comparisons;          /* points compared with the reference (the Bonferroni m) */
+    double confidence;        /* family-wise confidence of the intervals (0.95) */
+    char message[512];        /* one line saying what was concluded, for people */
 };
 
 /* Names of the metrics a spec may use (objective, constraints, search). */
@@ -118,6 +166,12 @@ int k25_sweep_expand(const struct k25_sweep_spec *spec, struct k25_sweep_point *
                      struct k25_error *err);
 void k25_sweep_points_free(struct k25_sweep_point *points, int n);
 
+/*
+ * The reference point: the one flagged `reference` (added by expand), or a
+ * grid point whose effective config equals the defaults.  -1 when none.
+ */
+int k25_sweep_reference_index(const struct k25_sweep_spec *spec, const struct k25_sweep_point *points, int n);
+
 /* "prefill_chunk_size=512 max_batch_size=8" (or "defaults"). */
 void k25_sweep_point_label(const struct k25_sweep_spec *spec, const struct k25_sweep_point *p, char *buf,
                            size_t n);
@@ -139,34 +193,91 @@ struct k25_sweep_opts {
     const char *out;          /* results/NAME */
     int jobs;                 /* parallel runs (default 1) */
     bool dry_run;
-    const char *only;         /* --only expression or NULL */
+    const char *only;         /* --only expression or NULL (the reference point always stays in) */
     bool progress;
     bool quiet;
     const char *k25_path;     /* binary to run points with (default /proc/self/exe) */
     int task;                 /* >= 0: run only this task index (cluster array), then stop */
 };
 
+/* One run: repetition `rep` of point `point`. */
+struct k25_sweep_task {
+    int point, rep;
+};
+
+/*
+ * Selects the points (--only, the reference always included) into sel[n]
+ * and lists every (point, repetition) in run order into tasks (room for
+ * n * repeats): round k holds every selected point once, in an order
+ * shuffled by a generator seeded with (spec seed, k), so every point meets
+ * every position and the order is the same in every process (the task
+ * indices of a cluster array).  Returns the number of tasks, or a negative
+ * K25_E* (a bad --only expression) with err filled.
+ */
+int k25_sweep_tasks(const struct k25_sweep_spec *spec, const struct k25_sweep_point *points, int n,
+                    const char *only, bool *sel, struct k25_sweep_task *tasks, struct k25_error *err);
+
 /*
  * Runs the sweep: every (point, repetition) not already complete under
  * opts->out, interleaved, opts->jobs at a time, then collects the results
  * and writes sweep.h5 and summary.json.  Prints progress to stderr.
  */
+/* The signal (SIGINT, SIGTERM) that stopped the last k25_sweep_run, 0 when none:
+ * `k25 sweep` exits 128 + it (130, 143), as a shell does. */
+int k25_sweep_stop_signal(void);
 int k25_sweep_run(const struct k25_sweep_spec *spec, const struct k25_sweep_opts *opts, struct k25_error *err);
 
 /*
- * Reads every point's repetition summaries under out, averages the
- * metrics, evaluates the constraints; then picks the best feasible point
- * (*best, -1 when none) and marks the Pareto front over (objective,
- * fidelity_kl_mean when measured, peak_memory_mb) in pareto[n].
+ * Reads every point's repetition summaries under out: the metrics averaged
+ * over repetitions with 95% intervals, and the objective of each
+ * repetition (for the paired comparison).
  */
 int k25_sweep_collect(const struct k25_sweep_spec *spec, const char *out, struct k25_sweep_point *points,
                       int n, struct k25_error *err);
-void k25_sweep_analyze(const struct k25_sweep_spec *spec, struct k25_sweep_point *points, int n, int *best,
-                       bool *pareto);
 
-/* Writes OUT/sweep.h5 and OUT/summary.json (atomically). */
+/*
+ * Evaluates the constraints, compares every feasible point with the
+ * reference (paired by repetition, Bonferroni over the comparisons, 95%
+ * family-wise) and names a best point only when its interval lies wholly
+ * on the better side (*v); marks the Pareto front over (objective,
+ * fidelity_kl_mean when measured, peak_memory_mb) in pareto[n], where
+ * objective values the paired repetitions cannot tell apart (95%) and
+ * memory or KL within 1% are ties, not wins.
+ */
+void k25_sweep_analyze(const struct k25_sweep_spec *spec, struct k25_sweep_point *points, int n,
+                       struct k25_sweep_verdict *v, bool *pareto);
+
+/*
+ * Writes OUT/sweep.h5 and OUT/summary.json (atomically).  missing: the
+ * runs a partial merge went without (a JSON array recorded as
+ * "missing_runs", the summary then says "partial": true), or NULL.
+ */
 int k25_sweep_write_results(const struct k25_sweep_spec *spec, const char *out, struct k25_sweep_point *points,
-                            int n, struct k25_error *err);
+                            int n, const json_t *missing, struct k25_error *err);
+
+/*
+ * --merge: collects the runs of a cluster array into the results.  Every
+ * run the array should have made (the points --only selects, the
+ * reference included, times the repetitions) that has no result is listed
+ * on `report` (point, label, repetition, array task index, and whether it
+ * failed, was cut short or never ran).  With any missing and !allow_partial
+ * nothing is written and K25_ENOTFOUND returns; with allow_partial the
+ * results are written and marked partial.
+ */
+int k25_sweep_merge(const struct k25_sweep_spec *spec, const char *out, const char *only, bool allow_partial,
+                    FILE *report, struct k25_error *err);
+
+/*
+ * --slurm: writes a job-array script to f.  Every path in it is absolute
+ * and shell-quoted (the k25 binary, the spec, OUT, the dataset it checks),
+ * `#SBATCH --chdir` is the directory the spec's relative paths mean, and
+ * --only travels to every task.  Each task asks for cpus_per_task cores
+ * and runs bench with that many threads.  Tasks may overlap on a node:
+ * each cleans only its own run's leftovers.  Creates OUT and OUT/slurm/
+ * (the tasks' Slurm logs).
+ */
+int k25_sweep_slurm_script(const struct k25_sweep_spec *spec, const char *out, const char *only,
+                           const char *k25_path, int cpus_per_task, FILE *f, struct k25_error *err);
 
 /* Extracts the sweep metrics from one `k25 bench --json` summary (new reference). */
 json_t *k25_sweep_metrics_from_bench(const json_t *bench_summary);

@@ -275,7 +275,16 @@ static void test_decode_splits(void **state)
     }
 }
 
-/* Same inputs on 1 and 2 threads: bit-identical outputs (prefill and split decode). */
+/*
+ * Same inputs on 1 and 2 threads: bit-identical outputs (prefill and split
+ * decode).  Bit-identity is right here, on every BLAS kernel set, because it
+ * is the same arithmetic in the same order: work items and their tile
+ * shapes depend only on the problem, and each item's SGEMMs run
+ * single-threaded inside one OpenMP worker, so the thread count only
+ * changes which worker runs an item.  (The engine's projection GEMMs are
+ * another matter: OpenBLAS splits those across threads and rounds
+ * differently per split; test_engine compares those by tolerance.)
+ */
 static void test_thread_count_determinism(void **state)
 {
     (void)state;
@@ -422,7 +431,7 @@ static void test_bench_skip_and_outputs(void **state)
                                       {"median_ms", K25_H5_F64, offsetof(struct row, median_ms), 0}};
     void *rows;
     size_t n;
-    assert_int_equal(k25_h5_read_table(g, "results", cols, 3, sizeof(struct row), &rows, &n, &err), 0);
+    assert_int_equal(k25_h5_read_table(g, "results", cols, 3, sizeof(struct row), K25_H5_ANY_COUNT, &rows, &n, &err), 0);
     assert_int_equal(n, 4);
     assert_string_equal(((struct row *)rows)[3].status, "skipped");
     free(rows);

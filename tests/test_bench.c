@@ -361,7 +361,7 @@ static void test_bad_inputs(void **state)
     snprintf(a, sizeof(a), "bench " SMALL " --requests 2");
     expect_fail(a, 2, "--out");
     snprintf(a, sizeof(a), "bench " SMALL " --requests 2 --out %s/no/such/dir/run.h5", tu_dir);
-    expect_fail(a, 1, "no/such/dir/run.h5");
+    expect_fail(a, 2, "no/such/dir/run.h5"); /* an unusable output path is bad input (exit 2), found up front */
     snprintf(a, sizeof(a), "bench " SMALL " --requests 2 --prefill-chunk-size -3 --out %s", h5);
     expect_fail(a, 2, "--prefill-chunk-size");
     assert_no_file("bad.h5");
@@ -384,7 +384,8 @@ static void test_bad_inputs(void **state)
     expect_fail("inspect", 2, "usage");
 }
 
-/* A run killed mid-way (SIGKILL) leaves no final file; SIGINT cleans up its temporaries too. */
+/* A run killed mid-way (SIGKILL) leaves no final file; SIGINT keeps what finished, marked
+ * interrupted (tests/test_outputs.c checks the files), and leaves no temporary. */
 static void test_killed_run(void **state)
 {
     (void)state;
@@ -411,7 +412,91 @@ static void test_killed_run(void **state)
     if (!strstr(out, "status=130") || !strstr(out, "interrupted"))
         fail_msg("SIGINT: %s", out);
     free(out);
-    assert_no_file("int.");
+    assert_no_file("int.h5.tmp");
+    assert_no_file("int.json.tmp");
+    snprintf(p, sizeof(p), "%s/int.json", tu_dir);
+    if (exists(p)) { /* a request finished before the signal: the result says it was interrupted */
+        snprintf(cmd, sizeof(cmd), "grep -q '\"interrupted\": true' %s", p);
+        assert_int_equal(tu_run(cmd, NULL), 0);
+    }
+}
+
+/* The fell-behind rule on summaries with known answers (bench.h: served < 90% AND queue > 10% of E2E). */
+static void test_open_loop_check(void **state)
+{
+    (void)state;
+    struct k25_bench_summary s;
+    memset(&s, 0, sizeof(s));
+    s.requests_per_s = 0.72;
+    s.d[K25_M_QUEUE].p[0].value = 175000;
+    s.d[K25_M_E2E].p[0].value = 176000;
+    k25_bench_open_loop_check(&s, 50);
+    assert_true(s.fell_behind);
+    assert_true(s.offered_rps == 50 && s.achieved_rps == 0.72);
+    /* served less (a short run's tail) but nobody queued: kept up */
+    s.d[K25_M_QUEUE].p[0].value = 2;
+    s.d[K25_M_E2E].p[0].value = 300;
+    k25_bench_open_loop_check(&s, 1.0);
+    assert_false(s.fell_behind);
+    /* queued (a burst) but served the offered rate: kept up */
+    s.requests_per_s = 0.95;
+    s.d[K25_M_QUEUE].p[0].value = 200;
+    k25_bench_open_loop_check(&s, 1.0);
+    assert_false(s.fell_behind);
+    s.requests_per_s = 0.5;
+    k25_bench_open_loop_check(&s, 1.0);
+    assert_true(s.fell_behind);
+}
+
+/*
+ * The load guard and the open-loop warning end to end: with a busy loop
+ * per core beside it, the guard samples a busy machine before the run and
+ * says so on stderr, in provenance.machine.load_guard and in the report's
+ * "Measurement conditions"; --rate 50 on tiny falls behind, with a warning
+ * and summary.open_loop.fell_behind.
+ */
+static void test_load_guard_and_open_loop(void **state)
+{
+    (void)state;
+    struct k25_load_guard g;
+    assert_int_equal(k25_load_guard_sample(&g), K25_OK);
+    assert_true(g.cores > 0 && g.busy_limit == 0.5 * g.cores && isfinite(g.load_now) && isfinite(g.steal));
+    json_t *j = k25_load_guard_json(&g);
+    assert_non_null(json_object_get(j, "load_now"));
+    json_decref(j);
+
+    char cmd[2048], *out = NULL, h5[512], js[512];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(h5, sizeof(h5), "%s/busy.h5", tu_dir);
+    snprintf(js, sizeof(js), "%s/busy.json", tu_dir);
+    /* one busy loop per core (load = cores > half the cores), killed when the run ends; one request
+     * at a time (--max-batch-size 1) at 50 req/s: the queue grows */
+    snprintf(cmd, sizeof(cmd),
+             "( pids=''; for i in $(seq %ld); do (while :; do :; done) & pids=\"$pids $!\"; done; sleep 0.3; "
+             "%s bench " SMALL " --requests 6 --rate 50 --max-batch-size 1 --decode-max-tokens 8 --out %s --json %s; "
+             "st=$?; kill $pids; wait; exit $st ) 2>&1",
+             cores, tu_k25(), h5, js);
+    int st = tu_run(cmd, &out);
+    if (st != 0)
+        fail_msg("%s\nexit %d\n%s", cmd, st, out);
+    if (!strstr(out, "the machine was already busy before the run"))
+        fail_msg("no load-guard warning:\n%s", out);
+    if (!strstr(out, "open loop fell behind"))
+        fail_msg("no open-loop warning:\n%s", out);
+    free(out);
+    expect_jq(js, ".provenance.machine.load_guard.busy", "true");
+    expect_jq(js, ".summary.open_loop.offered_rps", "50");
+    expect_jq(js, ".summary.open_loop.fell_behind", "true");
+    expect_jq(js, ".summary.open_loop.achieved_rps < 45", "true");
+    expect_jq(js, ".provenance.calibration.spread >= 0", "true");
+    /* the report says it under "Measurement conditions" */
+    snprintf(cmd, sizeof(cmd), "%s report %s --out %s/busy-report --quiet && grep -A2 'Measurement conditions' "
+                               "%s/busy-report/report.md",
+             tu_k25(), h5, tu_dir, tu_dir);
+    st = tu_run(cmd, &out);
+    if (st != 0 || !strstr(out, "WARN") || !strstr(out, "already busy") || !strstr(out, "fell behind"))
+        fail_msg("%s\nexit %d\n%s", cmd, st, out);
+    free(out);
 }
 
 int main(void)
@@ -424,6 +509,8 @@ int main(void)
         cmocka_unit_test(test_alias_and_help),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_killed_run),
+        cmocka_unit_test(test_open_loop_check),
+        cmocka_unit_test(test_load_guard_and_open_loop),
     };
     return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

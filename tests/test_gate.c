@@ -2,10 +2,13 @@
  * test_gate.c - `k25 gate`: the estimator on values with a known answer,
  * the policy file (the shipped one equals the built-in default; every bad
  * key, value and line), and (integration) the proof that the gate works
- * on this machine: the unmodified engine passes against itself in three
- * of three interleaved A/B tries, a deliberately slowed engine
- * (K25_TEST_SLOWDOWN=0.2: every step 20% longer) fails as SLOWER, and a
- * deliberately lossy one (K25_TEST_LOSSY) fails on its generated tokens;
+ * on this machine: through the CI timing gate (ci/timing-gate.sh), the
+ * unmodified engine passes against itself in two of two interleaved A/B
+ * tries, a deliberately slowed engine (K25_TEST_SLOWDOWN=0.25: every step
+ * 25% longer) and a binary built with extra work (tests/extra_work.c) fail
+ * as SLOWER; a deliberately lossy engine (K25_TEST_LOSSY) fails on its
+ * generated tokens; calibration normalization is stated and a noisy
+ * calibration makes normalized metrics UNSURE;
  * mismatched configs and unusable inputs exit 2; the stored baseline
  * loads and passes against itself.
  */
@@ -14,6 +17,7 @@
 #include "gate.h"
 
 #include <math.h>
+#include <sys/stat.h>
 
 /* The small workload of the A/B proofs: one thread (a neighbour on the other
  * core does not stall it), about a second per run. */
@@ -175,22 +179,13 @@ static int run(const char *cmd, char **out)
     return st;
 }
 
-/* `k25 gate --ab` of WORKLOAD with env_b before B's command; JSON to DIR/gate.json. */
-static int ab(const char *name, const char *env_b, char **out)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd),
-             "%s gate --ab '%s %s' '%s %s %s' --rounds 6 --max-rounds 10 --dir %s/%s --quiet "
-             "--policy ci/gate-policy.yaml --json-file %s/%s.json",
-             tu_k25(), tu_k25(), WORKLOAD, env_b, tu_k25(), WORKLOAD, tu_dir, name, tu_dir, name);
-    return run(cmd, out);
-}
-
-/* Prints the timing rows of a gate table (up to generated_tokens) under a label. */
+/* Prints the timing rows of a gate table (up to generated_tokens or the blank line) under a label. */
 static void show(const char *label, const char *out)
 {
     const char *a = strstr(out, "  ttft_ms"), *b = a ? strstr(a, "  generated_tokens") : NULL;
-    printf("    %s:\n%.*s", label, a && b ? (int)(b - a) : 0, a ? a : "");
+    if (a && !b)
+        b = strstr(a, "\n\n");
+    printf("    %s:\n%.*s%s", label, a && b ? (int)(b - a) : 0, a ? a : "", b && *b == '\n' ? "\n" : "");
 }
 
 static const char *verdict(const char *name, const char *metric)
@@ -207,11 +202,71 @@ static const char *verdict(const char *name, const char *metric)
 }
 
 /*
- * The proof: the unmodified engine against itself passes three of three
- * times, whatever else this machine is doing; the same engine made 20%
- * slower per step fails, with timing verdicts SLOWER.
+ * The CI timing gate (ci/timing-gate.sh, what `make test` runs) with a given
+ * baseline binary: K25_BASE_BIN=build/k25 against the candidate `cand`.
+ * JSON in tu_dir/NAME/gate-timing.json.
  */
-static void test_ab_noise_floor_and_slowdown(void **state)
+static int timing_gate(const char *name, const char *cand, char **out)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "K25_BASE_BIN=%s K25_GATE_BIN=%s K25=%s K25_TIMING_OUT=%s/%s ci/timing-gate.sh", tu_k25(),
+             tu_k25(), cand, tu_dir, name);
+    return run(cmd, out);
+}
+
+static const char *timing_verdict(const char *name, const char *metric)
+{
+    static char buf[64];
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "jq -r '.metrics[] | select(.metric == \"%s\") | .verdict' %s/%s/gate-timing.json",
+             metric, tu_dir, name);
+    buf[0] = 0;
+    if (tu_run(cmd, &out) == 0 && out)
+        snprintf(buf, sizeof(buf), "%.*s", (int)strcspn(out, "\n"), out);
+    free(out);
+    return buf;
+}
+
+/*
+ * A slower candidate must fail the CI timing gate.  UNSURE is "too noisy to
+ * tell", not a wrong answer: a busy spell gets one more try; SAME or FASTER
+ * for a slower engine is wrong and fails at once.
+ */
+static void expect_caught(const char *what, const char *slug, const char *cand)
+{
+    char *out = NULL, name[64];
+    int st = 0;
+    for (int t = 0; t < 2; t++) {
+        snprintf(name, sizeof(name), "%s-%d", slug, t + 1);
+        st = timing_gate(name, cand, &out);
+        if (st == 1)
+            break;
+        const char *v = timing_verdict(name, "e2e_ms");
+        if (st != 0 || strcmp(v, "UNSURE") != 0 || t == 1)
+            fail_msg("%s was not caught by the CI timing gate (try %d): exit %d, e2e_ms %s\n%s", what, t + 1, st, v,
+                     out);
+        printf("    %s, try 1: UNSURE (machine too noisy); trying again\n", what);
+        free(out);
+    }
+    int slower = 0;
+    const char *m[] = {"ttft_ms", "tpot_ms", "e2e_ms"};
+    for (int i = 0; i < 3; i++)
+        slower += !strcmp(timing_verdict(name, m[i]), "SLOWER");
+    assert_true(slower >= 1);
+    assert_non_null(strstr(out, "GATE FAILED"));
+    char label[128];
+    snprintf(label, sizeof(label), "%s (exit 1)", what);
+    show(label, out);
+    free(out);
+}
+
+/*
+ * The proof that the CI timing gate works on this machine: the unmodified
+ * engine against itself passes (two of two tries); the same engine made
+ * 25% slower per step by the test knob fails; a binary built with extra
+ * work (tests/extra_work.c: 2 of 3 GEMMs run twice) fails.
+ */
+static void test_ci_timing_gate(void **state)
 {
     (void)state;
     if (tu_quick()) {
@@ -219,41 +274,57 @@ static void test_ab_noise_floor_and_slowdown(void **state)
         return;
     }
     char *out = NULL, name[32];
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 2; t++) {
         snprintf(name, sizeof(name), "aa%d", t);
-        int st = ab(name, "", &out);
+        int st = timing_gate(name, tu_k25(), &out);
         if (st != 0)
-            fail_msg("A against A, try %d of 3: exit %d\n%s", t + 1, st, out);
-        assert_non_null(strstr(out, "generated_tokens"));
-        assert_string_equal(verdict(name, "generated_tokens"), "SAME");
-        const char *v = verdict(name, "tpot_ms");
+            fail_msg("A against A, try %d of 2: exit %d\n%s", t + 1, st, out);
+        const char *v = timing_verdict(name, "tpot_ms");
         assert_true(!strcmp(v, "SAME") || !strcmp(v, "UNSURE") || !strcmp(v, "FASTER"));
         char label[64];
-        snprintf(label, sizeof(label), "A against A, try %d of 3 (exit 0)", t + 1);
+        snprintf(label, sizeof(label), "A against A, try %d of 2 (exit 0)", t + 1);
         show(label, out);
         free(out);
     }
-    /* UNSURE is "too noisy to tell", not a wrong answer: a busy spell gets one more try.
-     * SAME or FASTER for a 20% slower engine would be wrong, and fails at once. */
-    int st = 0;
-    for (int t = 0; t < 2; t++) {
-        snprintf(name, sizeof(name), "slow%d", t + 1);
-        st = ab(name, "K25_TEST_SLOWDOWN=0.2", &out);
-        if (st == 1)
-            break;
-        const char *v = verdict(name, "tpot_ms");
-        if (st != 0 || strcmp(v, "UNSURE") != 0 || t == 1)
-            fail_msg("the 20%%-slower engine was not caught (try %d): exit %d, tpot_ms %s\n%s", t + 1, st, v, out);
-        printf("    slowed engine, try 1: UNSURE (machine too noisy); trying again\n");
-        free(out);
-    }
-    int slower = 0;
-    const char *m[] = {"ttft_ms", "tpot_ms", "e2e_ms", "output_tok_per_s"};
-    for (int i = 0; i < 4; i++)
-        slower += !strcmp(verdict(name, m[i]), "SLOWER");
-    assert_true(slower >= 1);
-    assert_string_equal(verdict(name, "generated_tokens"), "SAME"); /* slower, not different */
-    show("K25_TEST_SLOWDOWN=0.2 (exit 1)", out);
+    /* the test knob, through a wrapper: the candidate "binary" is the engine with K25_TEST_SLOWDOWN=0.25 */
+    char wrap[700];
+    snprintf(wrap, sizeof(wrap), "%s/k25-slow25", tu_dir);
+    char body[1200];
+    snprintf(body, sizeof(body), "#!/bin/sh\nK25_TEST_SLOWDOWN=0.25 exec %s \"$@\"\n", tu_k25());
+    tu_write_file(wrap, body);
+    assert_int_equal(chmod(wrap, 0755), 0);
+    expect_caught("K25_TEST_SLOWDOWN=0.25", "knob25", wrap);
+
+    /* a binary built with extra work, beside build/k25 (make tests-bin builds it) */
+    char extra[700];
+    snprintf(extra, sizeof(extra), "%.*s/tests/k25-extra-work", (int)(strrchr(tu_k25(), '/') - tu_k25()), tu_k25());
+    if (access(extra, X_OK) != 0)
+        fail_msg("%s is missing: make tests-bin builds it", extra);
+    expect_caught("k25-extra-work (2 of 3 GEMMs twice)", "extra-work", extra);
+}
+
+/* The gate cannot be made: loud fallback (exit 0, the reason on stderr and in the JSON), or exit 2 when strict. */
+static void test_ci_timing_gate_fallback(void **state)
+{
+    (void)state;
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "BASE_REF=no-such-commit-k25 K25=%s K25_TIMING_OUT=%s/fb ci/timing-gate.sh", tu_k25(),
+             tu_dir);
+    int st = run(cmd, &out);
+    if (st != 0 || !strstr(out, "NO TIMING GATE") || !strstr(out, "no-such-commit-k25"))
+        fail_msg("fallback: exit %d\n%s", st, out);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "jq -e '.ran == false and (.reason | test(\"no-such-commit-k25\"))' %s/fb/gate-timing.json",
+             tu_dir);
+    assert_int_equal(run(cmd, &out), 0);
+    free(out);
+    snprintf(cmd, sizeof(cmd),
+             "K25_TIMING_GATE=strict BASE_REF=no-such-commit-k25 K25=%s K25_TIMING_OUT=%s/fb2 ci/timing-gate.sh", tu_k25(),
+             tu_dir);
+    assert_int_equal(run(cmd, &out), 2);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "K25=/nonexistent/k25 ci/timing-gate.sh");
+    assert_int_equal(run(cmd, &out), 2);
     free(out);
 }
 
@@ -311,6 +382,64 @@ static void test_lossy_and_mismatch(void **state)
     st = run(cmd, &out);
     if ((st != 0 && st != 1) || !strstr(out, "mismatch allowed"))
         fail_msg("--allow-mismatch: exit %d\n%s", st, out);
+    free(out);
+}
+
+/* Copies tu_dir/base.{json,h5} to tu_dir/NAME.* with the calibration trials replaced. */
+static void with_calibration(const char *name, const char *trials, double median, double min)
+{
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof(cmd),
+             "jq '.provenance.calibration.trials_ms = %s | .provenance.calibration.median_ms = %g | "
+             ".provenance.calibration.min_ms = %g' %s/base.json > %s/%s.json && cp %s/base.h5 %s/%s.h5",
+             trials, median, min, tu_dir, tu_dir, name, tu_dir, tu_dir, name);
+    if (run(cmd, &out) != 0)
+        fail_msg("%s\n%s", cmd, out);
+    free(out);
+}
+
+/*
+ * Normalization is stated: the same timings on a "machine" whose calibration
+ * took twice as long come out 2x faster after normalizing, and the row says
+ * so (factor 2.00, raw change +0.0%), in the table and the JSON.  A
+ * calibration whose trials spread by more than 10% makes the normalized
+ * metrics UNSURE with that reason.
+ */
+static void test_calibration_note(void **state)
+{
+    (void)state;
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "test -f %s/base.json || exit 1", tu_dir);
+    if (run(cmd, &out) != 0)
+        bench("base", "", "");
+    free(out);
+    with_calibration("cal1", "[2,2,2,2]", 2, 2);
+    with_calibration("cal2", "[4,4,4,4]", 4, 4);
+    with_calibration("cal3", "[4,6,6,6]", 6, 4);
+    snprintf(cmd, sizeof(cmd), "%s gate --baseline %s/cal1.json --candidate %s/cal2.json --policy ci/gate-policy.yaml "
+                               "--json-file %s/calnote.json", tu_k25(), tu_dir, tu_dir, tu_dir);
+    int st = run(cmd, &out);
+    if (st != 0 || !strstr(out, "change normalized by calibration: candidate/baseline 2.00x, raw change +0.0%"))
+        fail_msg("exit %d\n%s", st, out);
+    free(out);
+    snprintf(cmd, sizeof(cmd),
+             "jq -e '.metrics[] | select(.metric == \"ttft_ms\") | .calibration_factor == 2 and .raw_ratio == 1 and "
+             "(.ratio - 0.5 | fabs) < 1e-9 and .verdict == \"FASTER\"' %s/calnote.json",
+             tu_dir);
+    if (run(cmd, &out) != 0)
+        fail_msg("%s\n%s", cmd, out);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s gate --baseline %s/cal1.json --candidate %s/cal3.json --policy ci/gate-policy-ci.yaml "
+                               "--json-file %s/calspread.json", tu_k25(), tu_dir, tu_dir, tu_dir);
+    st = run(cmd, &out);
+    if (st != 0 || !strstr(out, "UNSURE: calibration spread 50% > 10%"))
+        fail_msg("exit %d\n%s", st, out);
+    free(out);
+    snprintf(cmd, sizeof(cmd),
+             "jq -e '[.metrics[] | select(.normalize == \"always\") | .verdict == \"UNSURE\"] | all' %s/calspread.json",
+             tu_dir);
+    if (run(cmd, &out) != 0)
+        fail_msg("%s\n%s", cmd, out);
     free(out);
 }
 
@@ -383,7 +512,9 @@ int main(void)
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_stored_baseline),
         cmocka_unit_test(test_lossy_and_mismatch),
-        cmocka_unit_test(test_ab_noise_floor_and_slowdown),
+        cmocka_unit_test(test_calibration_note),
+        cmocka_unit_test(test_ci_timing_gate_fallback),
+        cmocka_unit_test(test_ci_timing_gate),
     };
     return cmocka_run_group_tests_name("gate", tests, tu_group_setup, tu_group_teardown);
 }

@@ -89,19 +89,20 @@ static void test_round_trip(void **state)
 
     void *back;
     size_t n;
-    assert_int_equal(k25_h5_read_table(r.file, "requests", cols, 6, sizeof(struct row), &back, &n, &err), K25_OK);
+    assert_int_equal(k25_h5_read_table(r.file, "requests", cols, 6, sizeof(struct row), K25_H5_ANY_COUNT, &back, &n,
+                                       &err), K25_OK);
     assert_int_equal(n, N);
     assert_memory_equal(back, rows, sizeof(struct row) * N);
     free(back);
-    assert_int_equal(k25_h5_read_table(r.file, "empty", cols, 6, sizeof(struct row), &back, &n, &err), K25_OK);
+    assert_int_equal(k25_h5_read_table(r.file, "empty", cols, 6, sizeof(struct row), 0, &back, &n, &err), K25_OK);
     assert_int_equal(n, 0);
     free(back);
     /* a column the table lacks is named */
     struct k25_h5_col extra[] = {{"missing_col", K25_H5_F64, 0, 0}};
-    assert_int_equal(k25_h5_read_table(r.file, "requests", extra, 1, 8, &back, &n, &err), K25_EFORMAT);
+    assert_int_equal(k25_h5_read_table(r.file, "requests", extra, 1, 8, K25_H5_ANY_COUNT, &back, &n, &err), K25_EFORMAT);
     assert_non_null(strstr(err.msg, "missing_col"));
     void *a;
-    assert_int_equal(k25_h5_read_array(r.file, "arr", K25_H5_F64, &a, &n, &err), K25_OK);
+    assert_int_equal(k25_h5_read_array(r.file, "arr", K25_H5_F64, 7, &a, &n, &err), K25_OK);
     assert_int_equal(n, 7);
     assert_memory_equal(a, arr, sizeof(arr));
     free(a);
@@ -131,11 +132,19 @@ static void test_abort_and_bad_files(void **state)
     assert_false(exists(tmp));
     assert_false(exists(path));
 
-    /* missing directory: the error says why */
+    /* missing directory: the error says why (bad input: K25_EINVAL, exit 2) */
     snprintf(bad, sizeof(bad), "%s/no/such/dir/x.h5", dir);
-    assert_int_equal(k25_h5_create(&h, bad, "run", &err), K25_EIO);
+    assert_int_equal(k25_h5_create(&h, bad, "run", &err), K25_EINVAL);
     assert_non_null(strstr(err.msg, "No such file or directory"));
     assert_non_null(strstr(err.msg, bad));
+    /* a directory where the file should be: refused before anything is written */
+    assert_int_equal(k25_h5_create(&h, dir, "run", &err), K25_EINVAL);
+    assert_non_null(strstr(err.msg, "is a directory"));
+    snprintf(bad, sizeof(bad), "%s.tmp.%ld", dir, (long)getpid());
+    assert_false(exists(bad));
+    /* a device: renaming onto it would replace it */
+    assert_int_equal(k25_h5_create(&h, "/dev/null", "run", &err), K25_EINVAL);
+    assert_non_null(strstr(err.msg, "not a regular file"));
 
     /* not HDF5 */
     snprintf(bad, sizeof(bad), "%s/text.h5", dir);

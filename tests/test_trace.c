@@ -2,11 +2,14 @@
  * test_trace.c - the run trace file: HDF5 round trip of every field,
  * atomic write (nothing under the final name before commit, no temporary
  * after a failure), refusal of files that are not run traces or have an
- * unknown schema version, the Chrome trace export, and provenance fields.
+ * unknown schema version, the Chrome trace export, provenance fields, and
+ * the token margins: stored beside the tokens, absent from schema-1
+ * traces, and used by `k25 gate`'s token check (the token-identity rule).
  */
 #include "testutil.h"
 
 #include "bench.h"
+#include "gate.h"
 #include "h5store.h"
 
 #include <math.h>
@@ -164,7 +167,8 @@ static void test_round_trip(void **state)
     const struct k25_h5_col cols[] = {{"ttft_ms", K25_H5_F64, offsetof(struct row, ttft_ms), 0},
                                       {"state", K25_H5_STR, offsetof(struct row, state), 16}};
     size_t n;
-    assert_int_equal(k25_h5_read_table(h.file, "/requests", cols, 2, sizeof(struct row), (void **)&rows, &n, &err),
+    assert_int_equal(k25_h5_read_table(h.file, "/requests", cols, 2, sizeof(struct row), K25_H5_ANY_COUNT, (void **)&rows, &n,
+                                       &err),
                      K25_OK);
     assert_float_equal(rows[1].ttft_ms, k25_bench_req_ttft_ms(&run.reqs[1]), 1e-12);
     assert_true(isnan(rows[5].ttft_ms));
@@ -243,7 +247,7 @@ static void test_atomic_failure(void **state)
     /* a directory that does not exist: clear error, nothing created */
     char bad[600];
     snprintf(bad, sizeof(bad), "%s/no/such/dir/run.h5", dir);
-    assert_int_equal(k25_h5_create(&h, bad, "run", &err), K25_EIO);
+    assert_int_equal(k25_h5_create(&h, bad, "run", &err), K25_EINVAL);
     assert_non_null(strstr(err.msg, "no/such/dir/run.h5"));
     k25_bench_run_free(&run);
     char cmd[600];
@@ -326,6 +330,154 @@ static void test_provenance_fields(void **state)
     json_decref(p);
 }
 
+/* Margins for make_run's tokens: position t of request i gets 0.1 + 0.01 (i + t), NaN for request 6 (sampled). */
+static void add_margins(struct k25_bench_run *run)
+{
+    for (size_t i = 0; i < run->n_reqs; i++) {
+        struct k25_bench_req *q = &run->reqs[i];
+        q->token_margins = malloc(sizeof(float) * 5);
+        for (int t = 0; t < 5; t++)
+            q->token_margins[t] = i == 6 ? NAN : 0.1f + 0.01f * (float)(i + (size_t)t);
+    }
+}
+
+/* Writes run to DIR/name.h5 with schema_version (1: an old trace, whose margins a reader ignores). */
+static void write_as(const char *dir, const char *name, struct k25_bench_run *run, int64_t schema_version)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s.h5", dir, name);
+    struct k25_error err;
+    struct k25_h5 h;
+    assert_int_equal(k25_h5_create(&h, path, "run", &err), K25_OK);
+    struct k25_bench_summary s;
+    struct k25_bench_slo slo = {0};
+    assert_int_equal(k25_bench_summarize(run, &slo, &s, NULL), K25_OK);
+    json_t *sj = k25_bench_summary_json(&s);
+    char *sum = json_dumps(sj, JSON_COMPACT);
+    assert_int_equal(k25_h5_attr_i64(h.meta, "schema_version", schema_version, &err), K25_OK);
+    if (k25_trace_write(&h, run, &s,
+                        "{\"build\":{\"git\":\"abc\"},\"machine\":{\"hostname\":\"h\"},\"seed\":7,"
+                        "\"dataset\":{\"sha256\":\"00\",\"path\":\"x.jsonl\"}}",
+                        "{\"model\":\"tiny\"}", "{\"mode\":\"closed\"}", sum, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    free(sum);
+    json_decref(sj);
+}
+
+/* The gate's generated_tokens row for baseline DIR/b.h5 against candidate DIR/c.h5. */
+static struct k25_gate_row tokens_row(const char *dir, const char *b, const char *c)
+{
+    char pb[600], pc[600];
+    snprintf(pb, sizeof(pb), "%s/%s.h5", dir, b);
+    snprintf(pc, sizeof(pc), "%s/%s.h5", dir, c);
+    struct k25_gate_set B, C;
+    struct k25_gate_policy pol;
+    struct k25_gate_opts o = {0};
+    struct k25_gate_result res;
+    struct k25_error err;
+    k25_gate_policy_default(&pol);
+    if (k25_gate_set_load(pb, &B, &err) != K25_OK || k25_gate_set_load(pc, &C, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    if (k25_gate_compare(&B, &C, &pol, &o, &res, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    struct k25_gate_row row = {0};
+    for (int i = 0; i < res.n_rows; i++)
+        if (res.rows[i].m->src == K25_GATE_SRC_TOKENS)
+            row = res.rows[i];
+    assert_non_null(row.m);
+    row.m = NULL; /* points into pol, which goes out of scope */
+    print_message("generated_tokens %s vs %s: %s\n", b, c, row.note);
+    k25_gate_set_free(&B);
+    k25_gate_set_free(&C);
+    return row;
+}
+
+/*
+ * Token margins: written beside the tokens (/tokens/margin, NaN kept) and
+ * read back; a schema-1 trace reads without them.  The gate's token check
+ * applies the token-identity rule: identical passes; a divergence at a
+ * near-tie (both margins <= 2 tau) passes with a note and the later tokens
+ * unverified; a divergence above the bound fails (either side's margin);
+ * a baseline without margins is compared exactly.
+ */
+static void test_token_margins_and_gate_rule(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir();
+    struct k25_bench_run run;
+    struct k25_error err;
+    struct k25_trace t;
+    char path[600];
+    make_run(&run);
+    add_margins(&run);
+    write_as(dir, "base", &run, K25_H5_SCHEMA_VERSION);
+    snprintf(path, sizeof(path), "%s/base.h5", dir);
+    if (k25_trace_read(path, &t, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(t.schema_version, 2);
+    for (size_t i = 0; i < run.n_reqs; i++) {
+        const struct k25_bench_req *a = &run.reqs[i], *b = &t.run.reqs[i];
+        assert_non_null(b->token_margins);
+        for (int k = 0; k < a->n_output; k++)
+            assert_true(i == 6 ? isnan(b->token_margins[k]) : b->token_margins[k] == a->token_margins[k]);
+    }
+    k25_trace_free(&t);
+    write_as(dir, "old", &run, 1);
+    snprintf(path, sizeof(path), "%s/old.h5", dir);
+    assert_int_equal(k25_trace_read(path, &t, &err), K25_OK);
+    assert_int_equal(t.schema_version, 1);
+    for (size_t i = 0; i < t.run.n_reqs; i++)
+        assert_null(t.run.reqs[i].token_margins);
+    k25_trace_free(&t);
+
+    /* request 3 has 4 tokens; the candidates change position 1 of it */
+    struct k25_bench_req *q = &run.reqs[3];
+    assert_int_equal(q->n_output, 4);
+    struct k25_gate_row r = tokens_row(dir, "base", "base");
+    assert_int_equal(r.verdict, K25_V_SAME);
+    assert_non_null(strstr(r.note, "7 of 7 sequences identical"));
+
+    q->token_ids[1] ^= 1;
+    q->token_margins[1] = 0.0004f; /* the candidate's own margin there */
+    write_as(dir, "cand", &run, K25_H5_SCHEMA_VERSION);
+    q->token_ids[1] ^= 1;
+    r = tokens_row(dir, "base", "cand"); /* baseline margin 0.14: above the bound */
+    assert_int_equal(r.verdict, K25_V_WORSE);
+    assert_true(r.fails);
+    assert_non_null(strstr(r.note, "1 diverged above the near-tie bound (at position 1 of req-\"3\""));
+    assert_non_null(strstr(r.note, "margin 0.14 > bound 0.002"));
+
+    q->token_margins[1] = 0.0003f; /* a near-tie in the baseline */
+    write_as(dir, "tie", &run, K25_H5_SCHEMA_VERSION);
+    r = tokens_row(dir, "tie", "cand");
+    assert_int_equal(r.verdict, K25_V_SAME);
+    assert_false(r.fails);
+    assert_non_null(strstr(r.note, "6 of 7 sequences identical, 1 diverged at a near-tie (margin 0.0003 <= bound 0.002 "
+                                   "at position 1 of req-\"3\""));
+    assert_non_null(strstr(r.note, "2 tokens unverified"));
+
+    q->token_margins[1] = 0.5f; /* the candidate was not near a tie there: the rule fails it */
+    q->token_ids[1] ^= 1;
+    write_as(dir, "cand2", &run, K25_H5_SCHEMA_VERSION);
+    q->token_ids[1] ^= 1;
+    r = tokens_row(dir, "tie", "cand2");
+    assert_int_equal(r.verdict, K25_V_WORSE);
+    assert_non_null(strstr(r.note, "candidate 0.5 > bound"));
+
+    /* an old baseline: exact comparison, said in the note */
+    r = tokens_row(dir, "old", "base");
+    assert_int_equal(r.verdict, K25_V_SAME);
+    assert_non_null(strstr(r.note, "7 compared exactly: the baseline trace has no token margins (schema 1)"));
+    r = tokens_row(dir, "old", "cand");
+    assert_int_equal(r.verdict, K25_V_WORSE);
+
+    k25_bench_run_free(&run);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -333,6 +485,7 @@ int main(void)
         cmocka_unit_test(test_atomic_failure),
         cmocka_unit_test(test_refuses_other_files),
         cmocka_unit_test(test_provenance_fields),
+        cmocka_unit_test(test_token_margins_and_gate_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# ci/timing-gate.sh - the timing gate of `make test` (docs/gates.md, "The CI timing gate").
+#
+# Timings measured at another time, or on another machine, cannot catch a 15-25%
+# slowdown (the stored baseline gates them only at 100%).  So CI builds the
+# baseline commit from source in a temporary `git worktree` and measures both
+# binaries here, interleaved (`k25 gate --ab`: A B, B A, ...), under
+# ci/gate-policy-timing.yaml: a timing more than 15% worse, surely, fails.
+#
+# The baseline commit, first that applies:
+#   BASE_REF=<commit>        given (any git revision)
+#   the last commit that touched baselines/results (the commit that stored the
+#                            baseline: `make baselines` + commit, see docs/gates.md)
+# A commit that is slower on purpose accepts it by re-baselining: `make baselines`,
+# commit with the reason in the message; from then on that commit is the baseline.
+#
+# Environment (all optional):
+#   K25               the candidate binary (default build/k25)
+#   K25_BASE_BIN      a prebuilt baseline binary: skip the build (make gate-ab, tests)
+#   K25_GATE_BIN      the k25 that runs `k25 gate` itself (default: K25); the proof tests
+#                     set it when K25 is a wrapper that sets a test knob, which the gate
+#                     process would otherwise pass on to both sides
+#   K25_TIMING_OUT    where the A/B runs and gate-timing.json go (default results/timing-gate)
+#   K25_TIMING_POLICY the policy (default ci/gate-policy-timing.yaml)
+#   ROUNDS, MAX_ROUNDS  A/B rounds, and the most while a gated metric is UNSURE (6, 12)
+#   K25_TIMING_GATE   `strict`: a baseline that cannot be built fails (exit 2) instead of
+#                     the loud fallback
+# Exit status: 0 pass (or the loud fallback), 1 a timing regression, 2 unusable.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+K25=${K25:-build/k25}
+OUT=${K25_TIMING_OUT:-results/timing-gate}
+POLICY=${K25_TIMING_POLICY:-ci/gate-policy-timing.yaml}
+ROUNDS=${ROUNDS:-6}
+MAX_ROUNDS=${MAX_ROUNDS:-12}
+CACHE=${K25_BASE_CACHE:-build/base}
+# The workload: small, one thread (a neighbour on the other core does not stall it), ~1 s a run.
+WORKLOAD='bench --dataset datasets/gold/ci-small.jsonl --model tiny --filter "input_length <= 1024" --concurrency 2 --requests 8 --warmup 1 --decode-max-tokens 32 --threads 1 --quiet'
+
+say() { echo "timing-gate: $*" >&2; }
+
+# The loud fallback: no A/B is possible, so timings are gated only against the stored
+# baseline (at its 100% tolerance, by ci/pipeline.sh).  Strict mode makes it an error.
+fallback() {
+  {
+    echo
+    echo "######################################################################"
+    echo "# timing-gate: NO TIMING GATE: $*"
+    echo "# Timings are compared only with the stored baseline, at 100% tolerance:"
+    echo "# a 15-25% slowdown would pass.  Fix: a full clone (git fetch --unshallow),"
+    echo "# or BASE_REF=<buildable commit>, or K25_BASE_BIN=<baseline k25 binary>."
+    echo "######################################################################"
+    echo
+  } >&2
+  mkdir -p "$OUT"
+  jq -n --arg reason "$*" '{kind: "k25-timing-gate", ran: false, reason: $reason}' > "$OUT/gate-timing.json"
+  [ "${K25_TIMING_GATE:-}" = strict ] && exit 2
+  exit 0
+}
+
+[ -x "$K25" ] || { say "candidate binary $K25 not found (make first)"; exit 2; }
+
+base_bin=${K25_BASE_BIN:-}
+base_desc="given binary $base_bin"
+if [ -z "$base_bin" ]; then
+  command -v git >/dev/null 2>&1 || fallback "git is not installed, so the baseline commit cannot be built"
+  git rev-parse --git-dir >/dev/null 2>&1 || fallback "not a git checkout, so the baseline commit cannot be built"
+  if [ -n "${BASE_REF:-}" ]; then
+    ref=$BASE_REF
+    why="BASE_REF"
+  else
+    ref=$(git log -1 --format=%H -- baselines/results 2>/dev/null || true)
+    why="the last commit that touched baselines/results"
+    if [ -z "$ref" ]; then
+      if [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then
+        fallback "shallow clone: the commit that stored baselines/results is not in the history"
+      fi
+      fallback "no commit touched baselines/results"
+    fi
+  fi
+  sha=$(git rev-parse --verify --quiet "$ref^{commit}" || true)
+  if [ -z "$sha" ]; then
+    shallow=""
+    [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" = true ] && shallow=" (this is a shallow clone)"
+    fallback "baseline commit $ref ($why) is not in this repository$shallow"
+  fi
+  # A shallow clone may hold the commit but report the wrong "last commit that touched" it.
+  if [ -z "${BASE_REF:-}" ] && [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then
+    fallback "shallow clone: cannot tell which commit stored baselines/results (git log is truncated)"
+  fi
+  short=$(git rev-parse --short "$sha")
+  base_desc="commit $short ($why)"
+  if [ "$(git rev-parse HEAD)" = "$sha" ] && [ -z "$(git status --porcelain --untracked-files=no)" ]; then
+    # the candidate is the baseline commit itself: the same sources, so the same binary
+    base_bin=$K25
+    base_desc="$base_desc = HEAD with a clean tree: A against A, the noise floor"
+  elif [ -x "$CACHE/$sha/k25" ]; then
+    base_bin=$CACHE/$sha/k25
+    say "baseline $base_desc: reusing $base_bin"
+  else
+    wt=$(mktemp -d /tmp/k25-base.XXXXXX)
+    cleanup() { git worktree remove --force "$wt" >/dev/null 2>&1 || rm -rf "$wt"; git worktree prune >/dev/null 2>&1 || true; }
+    trap cleanup EXIT
+    say "building the baseline, $base_desc, in a temporary worktree ($wt)"
+    t0=$(date +%s)
+    git worktree add --quiet --detach "$wt" "$sha" || fallback "git worktree add $short failed"
+    # the same compiler and flags as the candidate: OPT, PORTABLE and CFLAGS pass through make's environment
+    if ! make -C "$wt" --no-print-directory -j"$(nproc)" build/k25 > "$wt.build.log" 2>&1; then
+      tail -n 20 "$wt.build.log" >&2
+      fallback "the baseline commit $short does not build (log above; full log $wt.build.log)"
+    fi
+    mkdir -p "$CACHE/$sha"
+    cp "$wt/build/k25" "$CACHE/$sha/k25.tmp" && mv "$CACHE/$sha/k25.tmp" "$CACHE/$sha/k25"
+    rm -f "$wt.build.log"
+    base_bin=$CACHE/$sha/k25
+    say "baseline built in $(( $(date +%s) - t0 )) s: $base_bin"
+  fi
+fi
+[ -x "$base_bin" ] || { say "baseline binary $base_bin not found"; exit 2; }
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+say "A = baseline ($base_desc), B = candidate ($K25); $ROUNDS rounds interleaved (up to $MAX_ROUNDS while UNSURE), policy $POLICY"
+set +e
+# --allow-mismatch: the two commits may differ in config keys (a new key is a new
+# identity); what is compared here is time for the same workload, and the table
+# names any difference.  Tokens, completions and memory are gated against the stored
+# baseline by ci/pipeline.sh.
+"${K25_GATE_BIN:-$K25}" gate --ab "$base_bin $WORKLOAD" "$K25 $WORKLOAD" --rounds "$ROUNDS" --max-rounds "$MAX_ROUNDS" \
+  --policy "$POLICY" --allow-mismatch --dir "$OUT/ab" --json-file "$OUT/gate-timing.json" --quiet
+st=$?
+set -e
+tmp=$(mktemp)
+jq --arg base "$base_desc" '. + {ran: true, baseline_build: $base}' "$OUT/gate-timing.json" > "$tmp" 2>/dev/null \
+  && mv "$tmp" "$OUT/gate-timing.json" || rm -f "$tmp"
+case $st in
+  0) say "passed: no timing more than the tolerance slower than $base_desc" ;;
+  1) say "FAILED: the candidate is slower than $base_desc (table above; $OUT/gate-timing.json)."
+     say "If the slowdown is deliberate, re-baseline: make baselines, commit with the reason (docs/gates.md)." ;;
+  *) say "the A/B measurement could not be made (exit $st; runs in $OUT/ab)" ;;
+esac
+exit $st
