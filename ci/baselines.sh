@@ -12,6 +12,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 K25=${K25:-build/k25}
 DEST=baselines/results/ci-smoke
+# The CI timing gate (ci/timing-gate.sh) builds the commit that stores this baseline:
+# measure from committed code, so that commit's code is the code measured here.
+if git rev-parse --git-dir >/dev/null 2>&1 &&
+   [ -n "$(git status --porcelain --untracked-files=no -- . ':!baselines/results' 2>/dev/null)" ]; then
+  echo "make baselines: WARNING: uncommitted changes outside baselines/results; commit the code first," >&2
+  echo "  then commit the baseline: the timing gate builds the commit that stores it (docs/gates.md)" >&2
+fi
 TMP=baselines/results/.ci-smoke.new
 rm -rf "$TMP"
 mkdir -p baselines/results
@@ -27,6 +34,8 @@ one=$(ls "$DEST"/points/*/rep-0.json | head -n1)
   echo "Written by \`make baselines\` (ci/baselines.sh); compared with by \`make test\` (ci/pipeline.sh) and"
   echo "\`k25 gate --baseline $DEST\`. Absolute timings are this machine's: see docs/gates.md for what"
   echo "transfers to other machines (exact checks, memory, calibration-normalized timings at a wide tolerance)."
+  echo "The CI timing gate (ci/timing-gate.sh) builds the commit that stores this file and measures it beside"
+  echo "the candidate on the CI machine itself; re-baselining moves that commit (docs/gates.md)."
   echo
   echo "| | |"
   echo "|---|---|"
