@@ -99,12 +99,12 @@ $(BUILD)/tests/k25-extra-work: $(BUILD)/obj/harness/main.o $(LIBHARNESS) $(LIBK2
 tests-bin: $(K25) $(TEST_BIN) $(BUILD)/tests/k25-extra-work
 
 test: deps
-	@$(MAKE) --no-print-directory tests-bin
+	@$(MAKE) --no-print-directory -j$$(nproc) tests-bin
 	@K25=$(K25) ./ci/run-tests.sh $(TEST_BIN)
 	@K25=$(K25) ./ci/pipeline.sh test
 
 test-quick: deps
-	@$(MAKE) --no-print-directory tests-bin
+	@$(MAKE) --no-print-directory -j$$(nproc) tests-bin
 	@K25=$(K25) K25_QUICK=1 ./ci/run-tests.sh $(TEST_BIN)
 
 asan: deps
@@ -113,11 +113,11 @@ asan: deps
 	@K25=build-asan/k25 K25_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ./ci/run-tests.sh $(patsubst $(BUILD)/%,build-asan/%,$(TEST_BIN))
 
 demo: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$$(nproc) all
 	@K25=$(K25) ./ci/demo.sh
 
 baselines: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$$(nproc) all
 	@K25=$(K25) ./ci/baselines.sh
 
 # Interleaved A/B timing gate of two binaries on this machine (ci/timing-gate.sh, its
@@ -126,7 +126,7 @@ baselines: deps
 GATE_A        ?= $(K25)
 GATE_B        ?= $(K25)
 gate-ab: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$$(nproc) all
 	K25_BASE_BIN=$(GATE_A) K25=$(GATE_B) K25_TIMING_OUT=results/gate-ab ./ci/timing-gate.sh
 
 # libFuzzer targets (tests/fuzz/fuzz_*.c, tests/fuzz/README.md) built with clang

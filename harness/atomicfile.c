@@ -6,10 +6,24 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+bool k25_tmp_writer_alive(const char *name)
+{
+    const char *t = strstr(name, ".tmp.");
+    if (!t)
+        return false;
+    char *end;
+    errno = 0;
+    long pid = strtol(t + 5, &end, 10);
+    if (*end || end == t + 5 || errno || pid <= 0)
+        return false;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
 
 int k25_output_file_check(const char *path, const char *flag, struct k25_error *err)
 {

@@ -143,6 +143,14 @@ const json_t *k25_json_path(const json_t *o, const char *path);
 int k25_output_file_check(const char *path, const char *flag, struct k25_error *err);
 
 /*
+ * Is the writer of a temporary NAME.tmp.PID (k25_afile, h5store, the report
+ * folder) alive on this machine?  False for a name without a pid or a dead
+ * pid; true for a live one (or one we may not signal).  Cleanups remove
+ * only temporaries whose writer is gone, so a concurrent writer keeps its file.
+ */
+bool k25_tmp_writer_alive(const char *name);
+
+/*
  * A result file written atomically: k25_afile_open creates PATH.tmp.PID
  * (a.f is the stream to write), k25_afile_commit checks, flushes, fsyncs,
  * closes and renames it onto PATH, k25_afile_abort removes it.  On a failed

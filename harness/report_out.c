@@ -68,19 +68,6 @@ static int mkdir_p(const char *dir, struct k25_error *err)
     return K25_OK;
 }
 
-/* Is NAME.tmp.PID's writer gone?  (Only temporaries of a dead process are removed.) */
-static bool writer_dead(const char *name)
-{
-    const char *t = strstr(name, ".tmp.");
-    if (!t)
-        return false;
-    char *end;
-    errno = 0;
-    long pid = strtol(t + 5, &end, 10);
-    if (*end || end == t + 5 || errno || pid <= 0)
-        return false;
-    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-}
 
 /* What `k25 report` writes into its folder; anything else makes a folder not ours to replace. */
 static bool ours(const char *name)
@@ -124,8 +111,10 @@ static void clean_stale(const char *parent, const char *base)
     size_t bl = strlen(base);
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (strncmp(de->d_name, base, bl) != 0 || strncmp(de->d_name + bl, ".tmp.", 5) != 0 ||
-            !writer_dead(de->d_name))
+        /* BASE.tmp.PID of a process that is gone: anything else may be someone's */
+        const char *pid = de->d_name + bl + 5;
+        if (strncmp(de->d_name, base, bl) != 0 || strncmp(de->d_name + bl, ".tmp.", 5) != 0 || !*pid ||
+            pid[strspn(pid, "0123456789")] != '\0' || k25_tmp_writer_alive(de->d_name))
             continue;
         char p[PATH_MAX];
         k25_report_sfmt(p, sizeof(p), "%s/%s", parent, de->d_name);

@@ -303,9 +303,7 @@ static const char *broken_constraint(const struct k25_sweep_spec *spec, const st
     return NULL;
 }
 
-/* snprintf that may cut a long message short (labels can be long; a message is for people). */
-static void msgf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void msgf(char *buf, size_t n, const char *fmt, ...)
+void k25_sweep_msgf(char *buf, size_t n, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -364,26 +362,26 @@ static void verdict(const struct k25_sweep_spec *spec, struct k25_sweep_point *p
     const char *broken = ref >= 0 ? broken_constraint(spec, &pts[ref]) : NULL;
     if (!any_feasible) {
         v->kind = K25_VERDICT_NO_FEASIBLE;
-        msgf(v->message, sizeof(v->message), "no point meets every constraint (see infeasible)");
+        k25_sweep_msgf(v->message, sizeof(v->message), "no point meets every constraint (see infeasible)");
     } else if (ref < 0 || pts[ref].reps_done == 0) {
         v->kind = K25_VERDICT_NO_REFERENCE;
-        msgf(v->message, sizeof(v->message),
+        k25_sweep_msgf(v->message, sizeof(v->message),
                  "the reference (%s) has no finished repetition: no setting can be compared with it", rl);
     } else if (broken) {
         v->kind = K25_VERDICT_REFERENCE_INFEASIBLE;
         v->best = v->leader;
-        msgf(v->message, sizeof(v->message),
+        k25_sweep_msgf(v->message, sizeof(v->message),
                  "the reference (%s) breaks \"%s\": every feasible point improves on it; best: %s, the feasible "
                  "point with the best mean %s (its lead over the other feasible points is not tested)",
                  rl, broken, ll, spec->objective);
     } else if (v->leader < 0) {
         v->kind = K25_VERDICT_NOT_SIGNIFICANT;
-        msgf(v->message, sizeof(v->message),
+        k25_sweep_msgf(v->message, sizeof(v->message),
                  "no setting is significantly better than the reference (%s): no other point meets every "
                  "constraint", rl);
     } else if (v->comparisons == 0) {
         v->kind = K25_VERDICT_ONE_REPETITION;
-        msgf(v->message, sizeof(v->message),
+        k25_sweep_msgf(v->message, sizeof(v->message),
                  "%s: no significance can be claimed (set repeats: 3 or more); best mean: %s, %s %.4g vs %.4g "
                  "for the reference (%s)",
                  max_pairs <= 1 && spec->repeats <= 1 ? "one repetition per point"
@@ -403,11 +401,11 @@ static void verdict(const struct k25_sweep_spec *spec, struct k25_sweep_point *p
             k25_sweep_point_label(spec, &pts[v->best], bl, sizeof(bl));
             fmt_paired(&pts[v->best].vs_ref, bc, sizeof(bc));
             v->kind = K25_VERDICT_SIGNIFICANT;
-            msgf(v->message, sizeof(v->message), "%s is significantly better than the reference (%s): %s %s (%s)",
+            k25_sweep_msgf(v->message, sizeof(v->message), "%s is significantly better than the reference (%s): %s %s (%s)",
                      bl, rl, spec->objective, bc, fw);
         } else {
             v->kind = K25_VERDICT_NOT_SIGNIFICANT;
-            msgf(v->message, sizeof(v->message),
+            k25_sweep_msgf(v->message, sizeof(v->message),
                      "no setting is significantly better than the reference (%s); best mean: %s, %s %s (%s)", rl, ll,
                      spec->objective, cmp, fw);
         }

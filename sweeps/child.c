@@ -157,8 +157,7 @@ void k25_sweep_bench_argv(struct k25_sweep_argv *a, const struct k25_sweep_spec 
     arg(a, "%s.json", prefix);
 }
 
-pid_t k25_sweep_spawn(char *const argv[], const char *logpath, int c0, int nc,
-                      const struct k25_sweep_slow_rule *slow)
+pid_t k25_sweep_fork(void)
 {
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -166,8 +165,17 @@ pid_t k25_sweep_spawn(char *const argv[], const char *logpath, int c0, int nc,
         return pid;
     /* child: die with the runner, so a killed sweep leaves no run going on */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent)
+    if (getppid() != parent) /* the runner died before the line above */
         _exit(127);
+    return 0;
+}
+
+pid_t k25_sweep_spawn(char *const argv[], const char *logpath, int c0, int nc,
+                      const struct k25_sweep_slow_rule *slow)
+{
+    pid_t pid = k25_sweep_fork();
+    if (pid != 0)
+        return pid;
     int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
         dup2(fd, 1);

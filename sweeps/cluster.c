@@ -144,15 +144,6 @@ out:
     return rc;
 }
 
-/* snprintf that may cut a long message short. */
-static void msgf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void msgf(char *buf, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, n, fmt, ap);
-    va_end(ap);
-}
 
 /* The last non-empty line of a file (for "why did this run fail"), "" when none. */
 static void last_line(const char *path, char *buf, size_t n)
@@ -165,7 +156,7 @@ static void last_line(const char *path, char *buf, size_t n)
     while (fgets(line, sizeof(line), f)) {
         line[strcspn(line, "\r\n")] = 0;
         if (line[0])
-            msgf(buf, n, "%s", line);
+            k25_sweep_msgf(buf, n, "%s", line);
     }
     fclose(f);
 }
@@ -195,13 +186,13 @@ static void why_missing(const char *out, const struct k25_sweep_point *p, int re
     snprintf(log, sizeof(log), "%s/rep-%d.log", dir, rep);
     snprintf(js, sizeof(js), "%s/rep-%d.json", dir, rep);
     if (stat(js, &st) == 0) {
-        msgf(buf, n, "rep-%d.json is not readable JSON", rep);
+        k25_sweep_msgf(buf, n, "rep-%d.json is not readable JSON", rep);
     } else if (stat(log, &st) == 0) {
         last_line(log, tail, sizeof(tail));
-        msgf(buf, n, "failed or was cancelled%s (%s%s%s)", has_temporary(dir, rep) ? ", leaving a temporary" : "",
+        k25_sweep_msgf(buf, n, "failed or was cancelled%s (%s%s%s)", has_temporary(dir, rep) ? ", leaving a temporary" : "",
                  log, tail[0] ? ": " : "", tail);
     } else {
-        msgf(buf, n, "never ran (no %s)", log);
+        k25_sweep_msgf(buf, n, "never ran (no %s)", log);
     }
 }
 

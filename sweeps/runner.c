@@ -154,22 +154,6 @@ static bool task_done(const char *out, const struct k25_sweep_point *p, int rep)
     return true;
 }
 
-/*
- * Is the writer of a temporary (NAME.tmp.PID, harness/atomicfile.c and
- * h5store.c) alive on this machine?  A name without a pid counts as dead.
- */
-static bool writer_alive(const char *name)
-{
-    const char *t = strstr(name, ".tmp.");
-    if (!t)
-        return false;
-    char *end;
-    errno = 0;
-    long pid = strtol(t + 5, &end, 10);
-    if (*end || end == t + 5 || errno || pid <= 0)
-        return false;
-    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
-}
 
 /*
  * Removes the temporaries a killed run left in a point folder: only those
@@ -192,7 +176,7 @@ static void clean_temporaries(const char *dir, int rep)
             continue;
         if (rep >= 0 && strncmp(e->d_name, own, strlen(own)) != 0)
             continue;
-        if (writer_alive(e->d_name))
+        if (k25_tmp_writer_alive(e->d_name))
             continue;
         char p[2400];
         snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 /*
@@ -182,13 +181,9 @@ pid_t k25_sweep_spawn_search(const struct k25_sweep_spec *spec, const struct k25
                              const struct k25_sweep_point *p, int rep, const char *logpath, int c0, int nc,
                              int threads, const struct k25_sweep_slow_rule *slow)
 {
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    pid_t pid = k25_sweep_fork();
     if (pid != 0)
         return pid;
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent)
-        _exit(127);
     FILE *log = fopen(logpath, "w");
     if (!log)
         _exit(126);

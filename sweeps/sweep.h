@@ -222,6 +222,8 @@ int k25_sweep_tasks(const struct k25_sweep_spec *spec, const struct k25_sweep_po
  * opts->out, interleaved, opts->jobs at a time, then collects the results
  * and writes sweep.h5 and summary.json.  Prints progress to stderr.
  */
+/* snprintf into a message that may be cut short (labels can be long; a message is for people). */
+void k25_sweep_msgf(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The signal (SIGINT, SIGTERM) that stopped the last k25_sweep_run, 0 when none:
  * `k25 sweep` exits 128 + it (130, 143), as a shell does. */
 int k25_sweep_stop_signal(void);

@@ -54,6 +54,8 @@ void k25_sweep_bench_argv(struct k25_sweep_argv *a, const struct k25_sweep_spec 
  * pinned to cores [c0, c0+nc) when nc > 0, with the hook's rule (NULL:
  * none).  Returns its pid, or -1 (errno set).
  */
+/* fork() whose child dies with the runner (PR_SET_PDEATHSIG): returns as fork does. */
+pid_t k25_sweep_fork(void);
 pid_t k25_sweep_spawn(char *const argv[], const char *logpath, int c0, int nc,
                       const struct k25_sweep_slow_rule *slow);
 /* Spawns and waits: the exit status (128 + signal when killed), -1 when it could not run. */

@@ -3,8 +3,7 @@
  * the policy file (the shipped one equals the built-in default; every bad
  * key, value and line), and (integration) the proof that the gate works
  * on this machine: through the CI timing gate (ci/timing-gate.sh), the
- * unmodified engine passes against itself in two of two interleaved A/B
- * tries, a deliberately slowed engine (K25_TEST_SLOWDOWN=0.25: every step
+ * unmodified engine passes against itself, a deliberately slowed engine (K25_TEST_SLOWDOWN=0.25: every step
  * 25% longer) and a binary built with extra work (tests/extra_work.c) fail
  * as SLOWER; a deliberately lossy engine (K25_TEST_LOSSY) fails on its
  * generated tokens; calibration normalization is stated and a noisy
@@ -209,7 +208,8 @@ static const char *verdict(const char *name, const char *metric)
 static int timing_gate(const char *name, const char *cand, char **out)
 {
     char cmd[2048];
-    snprintf(cmd, sizeof(cmd), "K25_BASE_BIN=%s K25_GATE_BIN=%s K25=%s K25_TIMING_OUT=%s/%s ci/timing-gate.sh", tu_k25(),
+    snprintf(cmd, sizeof(cmd),
+             "MAX_ROUNDS=10 K25_BASE_BIN=%s K25_GATE_BIN=%s K25=%s K25_TIMING_OUT=%s/%s ci/timing-gate.sh", tu_k25(),
              tu_k25(), cand, tu_dir, name);
     return run(cmd, out);
 }
@@ -262,7 +262,7 @@ static void expect_caught(const char *what, const char *slug, const char *cand)
 
 /*
  * The proof that the CI timing gate works on this machine: the unmodified
- * engine against itself passes (two of two tries); the same engine made
+ * engine against itself passes; the same engine made
  * 25% slower per step by the test knob fails; a binary built with extra
  * work (tests/extra_work.c: 2 of 3 GEMMs run twice) fails.
  */
@@ -273,19 +273,16 @@ static void test_ci_timing_gate(void **state)
         skip();
         return;
     }
-    char *out = NULL, name[32];
-    for (int t = 0; t < 2; t++) {
-        snprintf(name, sizeof(name), "aa%d", t);
-        int st = timing_gate(name, tu_k25(), &out);
-        if (st != 0)
-            fail_msg("A against A, try %d of 2: exit %d\n%s", t + 1, st, out);
-        const char *v = timing_verdict(name, "tpot_ms");
-        assert_true(!strcmp(v, "SAME") || !strcmp(v, "UNSURE") || !strcmp(v, "FASTER"));
-        char label[64];
-        snprintf(label, sizeof(label), "A against A, try %d of 2 (exit 0)", t + 1);
-        show(label, out);
-        free(out);
-    }
+    /* (one try here: ci/pipeline.sh runs the gate again on every make test, and the closing
+     * notes and docs/gates.md record 10 tries beside a busy loop) */
+    char *out = NULL;
+    int st = timing_gate("aa", tu_k25(), &out);
+    if (st != 0)
+        fail_msg("A against A: exit %d\n%s", st, out);
+    const char *v = timing_verdict("aa", "tpot_ms");
+    assert_true(!strcmp(v, "SAME") || !strcmp(v, "UNSURE") || !strcmp(v, "FASTER"));
+    show("A against A (exit 0)", out);
+    free(out);
     /* the test knob, through a wrapper: the candidate "binary" is the engine with K25_TEST_SLOWDOWN=0.25 */
     char wrap[700];
     snprintf(wrap, sizeof(wrap), "%s/k25-slow25", tu_dir);
@@ -487,12 +484,18 @@ static void test_stored_baseline(void **state)
 {
     (void)state;
     char cmd[2048], *out = NULL;
+    /* every repetition of every point is a run: 5 points x 3 repetitions (sweeps/ci-smoke.yaml) */
+    int n_runs = 0;
+    assert_int_equal(run("ls baselines/results/ci-smoke/points/*/rep-*.json | wc -l", &out), 0);
+    n_runs = atoi(out);
+    free(out);
+    assert_int_equal(n_runs, 15);
     snprintf(cmd, sizeof(cmd),
              "%s gate --baseline baselines/results/ci-smoke --candidate baselines/results/ci-smoke/summary.json "
-             "--policy ci/gate-policy.yaml --json | jq -e '.pass and .run_pairs == 5 and "
-             "([.baseline.runs[] | select(.trace and .calibration_ms > 0)] | length == 5) and "
+             "--policy ci/gate-policy.yaml --json | jq -e '.pass and .run_pairs == %d and "
+             "([.baseline.runs[] | select(.trace and .calibration_ms > 0)] | length == %d) and "
              "(.metrics[] | select(.metric == \"generated_tokens\") | .verdict == \"SAME\")'",
-             tu_k25());
+             tu_k25(), n_runs, n_runs);
     if (run(cmd, &out) != 0)
         fail_msg("%s\n%s", cmd, out);
     free(out);
