@@ -141,7 +141,7 @@ FUZZ_NAMES    := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 .PHONY: fuzz fuzz-bins fuzz-smoke
 fuzz:
 	@K25_FUZZ_DEPS=1 ./ci/install-deps.sh
-	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT="-O1" \
+	@$(MAKE) --no-print-directory -j$$(nproc) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT="-O1" \
 	   SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	   CFLAGS="-fsanitize=fuzzer-no-link -Wno-pass-failed" fuzz-bins
 

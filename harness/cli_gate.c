@@ -120,6 +120,11 @@ int k25_cmd_gate(int argc, char **argv)
         fprintf(stderr, "k25 gate: out of memory\n");
         goto out;
     }
+    /* an unwritable --json-file fails now, not after minutes of A/B rounds */
+    if (json_file && k25_output_file_check(json_file, "--json-file", &err) != K25_OK) {
+        fprintf(stderr, "k25 gate: %s\n", err.msg);
+        goto out;
+    }
     if (policy ? k25_gate_policy_load(policy, pol, &err) : (k25_gate_policy_default(pol), K25_OK)) {
         fprintf(stderr, "k25 gate: %s\n", err.msg);
         goto out;

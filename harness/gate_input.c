@@ -125,6 +125,12 @@ static int take_trace(struct k25_gate_run *r, const char *h5, struct k25_error *
     int rc = k25_trace_read(h5, &t, err);
     if (rc != K25_OK)
         return rc;
+    if (t.run.interrupted) {
+        k25_trace_free(&t);
+        return k25_error_set(err, K25_EINVAL, h5, 0, "interrupted",
+                             "this run was interrupted before its workload finished: its figures cover only part "
+                             "of it; re-run it");
+    }
     if (!r->doc) {
         json_error_t je;
         json_t *p = json_loads(t.provenance_json ? t.provenance_json : "null", 0, &je);
@@ -190,6 +196,10 @@ static int load_run(const char *file, const char *key, const char *label, struct
         if (use)
             rc = take_trace(r, use, err);
     }
+    if (rc == K25_OK && json_is_true(json_object_get(r->doc, "interrupted")))
+        rc = k25_error_set(err, K25_EINVAL, file, 0, "interrupted",
+                           "this run was interrupted before its workload finished: its figures cover only part of "
+                           "it; re-run it");
     if (rc == K25_OK)
         rc = describe(r, err);
     return rc;
