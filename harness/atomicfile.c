@@ -25,6 +25,17 @@ bool k25_tmp_writer_alive(const char *name)
     return kill((pid_t)pid, 0) == 0 || errno == EPERM;
 }
 
+void k25_path_parent(const char *path, char *out, size_t n)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(out, n, ".");
+    else if (slash == path)
+        snprintf(out, n, "/");
+    else
+        snprintf(out, n, "%.*s", (int)(slash - path) < (int)n - 1 ? (int)(slash - path) : (int)n - 1, path);
+}
+
 int k25_output_file_check(const char *path, const char *flag, struct k25_error *err)
 {
     struct stat st;
@@ -41,13 +52,7 @@ int k25_output_file_check(const char *path, const char *flag, struct k25_error *
         return k25_error_set(err, K25_EINVAL, path, 0, flag, "cannot use it: %s", strerror(errno));
     }
     char dir[1024];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof(dir), ".");
-    else if (slash == path)
-        snprintf(dir, sizeof(dir), "/");
-    else
-        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path) < 1023 ? (int)(slash - path) : 1023, path);
+    k25_path_parent(path, dir, sizeof(dir));
     if (stat(dir, &st) != 0)
         return k25_error_set(err, K25_EINVAL, path, 0, flag, "its folder %s does not exist: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))

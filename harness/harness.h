@@ -150,6 +150,9 @@ int k25_output_file_check(const char *path, const char *flag, struct k25_error *
  */
 bool k25_tmp_writer_alive(const char *name);
 
+/* The folder PATH is in: "." for a bare name, "/" for a top-level entry (cut to n - 1 bytes). */
+void k25_path_parent(const char *path, char *out, size_t n);
+
 /*
  * A result file written atomically: k25_afile_open creates PATH.tmp.PID
  * (a.f is the stream to write), k25_afile_commit checks, flushes, fsyncs,

@@ -138,12 +138,7 @@ int k25_report_dest_open(struct k25_report_dest *d, const char *out, struct k25_
         return k25_error_set(err, K25_EINVAL, d->final, 0, "--out",
                              "give the report its own folder (e.g. reports/NAME), not '.' or '..'");
     char parent[PATH_MAX];
-    if (!slash)
-        snprintf(parent, sizeof(parent), ".");
-    else if (slash == d->final)
-        snprintf(parent, sizeof(parent), "/");
-    else
-        k25_report_sfmt(parent, sizeof(parent), "%.*s", (int)(slash - d->final), d->final);
+    k25_path_parent(d->final, parent, sizeof(parent));
     struct stat st;
     int rc;
     if (stat(d->final, &st) == 0) {
@@ -189,13 +184,7 @@ static int sync_entry(const char *path, const struct stat *st, int flag, struct 
 static int sync_parent(const char *path)
 {
     char parent[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(parent, sizeof(parent), ".");
-    else if (slash == path)
-        snprintf(parent, sizeof(parent), "/");
-    else
-        k25_report_sfmt(parent, sizeof(parent), "%.*s", (int)(slash - path), path);
+    k25_path_parent(path, parent, sizeof(parent));
     int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -1;

@@ -384,17 +384,37 @@ static void test_lossy_and_mismatch(void **state)
     free(out);
 }
 
-/* Copies tu_dir/base.{json,h5} to tu_dir/NAME.* with the calibration trials replaced. */
-static void with_calibration(const char *name, const char *trials, double median, double min)
+/* tu_dir/base.{json,h5}: one run of WORKLOAD, measured once for the tests that need it. */
+static void ensure_base(void)
+{
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "test -f %s/base.json", tu_dir);
+    if (run(cmd, &out) != 0)
+        bench("base", "", "");
+    free(out);
+}
+
+/* Copies tu_dir/base.{json,h5} to tu_dir/NAME.* with the jq filter applied to the JSON. */
+static void base_variant(const char *name, const char *jq_filter)
 {
     char cmd[2048], *out = NULL;
-    snprintf(cmd, sizeof(cmd),
-             "jq '.provenance.calibration.trials_ms = %s | .provenance.calibration.median_ms = %g | "
-             ".provenance.calibration.min_ms = %g' %s/base.json > %s/%s.json && cp %s/base.h5 %s/%s.h5",
-             trials, median, min, tu_dir, tu_dir, name, tu_dir, tu_dir, name);
+    ensure_base();
+    snprintf(cmd, sizeof(cmd), "jq '%s' %s/base.json > %s/%s.json && cp %s/base.h5 %s/%s.h5", jq_filter, tu_dir, tu_dir,
+             name, tu_dir, tu_dir, name);
     if (run(cmd, &out) != 0)
         fail_msg("%s\n%s", cmd, out);
     free(out);
+}
+
+/* base with the calibration trials replaced. */
+static void with_calibration(const char *name, const char *trials, double median, double min)
+{
+    char f[512];
+    snprintf(f, sizeof(f),
+             ".provenance.calibration.trials_ms = %s | .provenance.calibration.median_ms = %g | "
+             ".provenance.calibration.min_ms = %g",
+             trials, median, min);
+    base_variant(name, f);
 }
 
 /*
@@ -408,10 +428,6 @@ static void test_calibration_note(void **state)
 {
     (void)state;
     char cmd[2048], *out = NULL;
-    snprintf(cmd, sizeof(cmd), "test -f %s/base.json || exit 1", tu_dir);
-    if (run(cmd, &out) != 0)
-        bench("base", "", "");
-    free(out);
     with_calibration("cal1", "[2,2,2,2]", 2, 2);
     with_calibration("cal2", "[4,4,4,4]", 4, 4);
     with_calibration("cal3", "[4,6,6,6]", 6, 4);
@@ -447,14 +463,7 @@ static void test_interrupted_and_json_file(void **state)
 {
     (void)state;
     char cmd[2048], *out = NULL;
-    snprintf(cmd, sizeof(cmd), "test -f %s/base.json || exit 1", tu_dir);
-    if (run(cmd, &out) != 0)
-        bench("base", "", "");
-    free(out);
-    snprintf(cmd, sizeof(cmd), "jq '.interrupted = true' %s/base.json > %s/intr.json && cp %s/base.h5 %s/intr.h5",
-             tu_dir, tu_dir, tu_dir, tu_dir);
-    assert_int_equal(run(cmd, &out), 0);
-    free(out);
+    base_variant("intr", ".interrupted = true");
     snprintf(cmd, sizeof(cmd), "%s gate --baseline %s/base.json --candidate %s/intr.json", tu_k25(), tu_dir, tu_dir);
     int st = run(cmd, &out);
     if (st != 2 || !strstr(out, "intr.json") || !strstr(out, "interrupted"))
