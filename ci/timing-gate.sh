@@ -27,6 +27,11 @@
 #                     the loud fallback
 # Exit status: 0 pass (or the loud fallback), 1 a timing regression, 2 unusable.
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "timing-gate: takes no arguments (settings are environment variables; --help)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 K25=${K25:-build/k25}
 OUT=${K25_TIMING_OUT:-results/timing-gate}

@@ -37,8 +37,8 @@ static void sweep_usage(FILE *out)
             "  --quiet        no progress line\n"
             "  --cpus-per-task N  (--slurm) cores per array task, bench's --threads (default 1)\n"
             "  --allow-partial    (--merge) merge even when runs are missing (listed; summary marked partial)\n\n"
-            "Exit status: 0 done, 2 a bad spec or option, 1 runs failed, the sweep was interrupted,\n"
-            "or (--merge) runs are missing.\n");
+            "Exit status: 0 done, 2 a bad spec or option, 1 runs failed or (--merge) runs are missing,\n"
+            "130 / 143 interrupted by SIGINT / SIGTERM (finished runs are kept; the same command resumes).\n");
 }
 
 int k25_cmd_sweep(int argc, char **argv)

@@ -323,6 +323,11 @@ static void test_ci_timing_gate_fallback(void **state)
     snprintf(cmd, sizeof(cmd), "K25=/nonexistent/k25 ci/timing-gate.sh");
     assert_int_equal(run(cmd, &out), 2);
     free(out);
+    assert_int_equal(run("ci/timing-gate.sh --bogus", &out), 2);
+    free(out);
+    assert_int_equal(run("ci/timing-gate.sh --help", &out), 0);
+    assert_non_null(strstr(out, "BASE_REF"));
+    free(out);
 }
 
 /* Two single runs (tu_dir/NAME.{h5,json}) with env before the command and extra flags. */
