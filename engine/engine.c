@@ -30,6 +30,17 @@ const char *k25_req_state_name(enum k25_req_state s)
     return "?";
 }
 
+const char *k25_finish_reason_name(enum k25_finish_reason f)
+{
+    switch (f) {
+    case K25_FINISH_NONE: return "none";
+    case K25_FINISH_LENGTH: return "length";
+    case K25_FINISH_STOP: return "stop";
+    case K25_FINISH_CANCELLED: return "cancelled";
+    }
+    return "?";
+}
+
 int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k25_engine_t **out,
                       struct k25_error *err)
 {
@@ -112,6 +123,10 @@ static void slot_free(struct k25_engine *e, struct k25_slot *sl)
         k25_kv_seq_release(&e->pool, &sl->seq, NULL, NULL);
     free(sl->prompt);
     free(sl->forced);
+    for (int i = 0; i < sl->n_stop; i++)
+        free(sl->stop[i]);
+    free(sl->stop);
+    free(sl->stop_len);
     free(sl->res.attn_probe);
     free(sl->res.output_ids);
     free(sl->res.token_t_ns);
@@ -177,6 +192,23 @@ int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handl
     if (req->max_new_tokens < 0)
         return k25_error_set(err, K25_EINVAL, NULL, 0, "max_new_tokens",
                              "request '%s': negative max_new_tokens %d", id, req->max_new_tokens);
+    if (req->has_sampling && !(req->temperature >= 0.0 && req->temperature <= 100.0))
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "temperature",
+                             "request '%s': temperature %g outside [0, 100]", id, req->temperature);
+    if (req->has_sampling && !(req->top_p > 0.0 && req->top_p <= 1.0))
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "top_p", "request '%s': top_p %g outside (0, 1]", id,
+                             req->top_p);
+    if (req->n_stop < 0 || (req->n_stop > 0 && (!req->stop_ids || !req->stop_lens)))
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "stop", "request '%s': bad stop sequences", id);
+    for (int i = 0; i < req->n_stop; i++) {
+        if (req->stop_lens[i] < 1 || !req->stop_ids[i])
+            return k25_error_set(err, K25_EINVAL, NULL, 0, "stop", "request '%s': stop sequence %d is empty", id, i);
+        for (int j = 0; j < req->stop_lens[i]; j++)
+            if (req->stop_ids[i][j] < 0 || req->stop_ids[i][j] >= V)
+                return k25_error_set(err, K25_EINVAL, NULL, 0, "stop",
+                                     "request '%s': stop sequence %d has token %d outside the vocabulary", id, i,
+                                     req->stop_ids[i][j]);
+    }
 
     if (e->n_slots == e->cap_slots) {
         int ncap = e->cap_slots ? 2 * e->cap_slots : 64;
@@ -225,7 +257,32 @@ int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handl
         memcpy(sl->forced, req->forced_ids, sizeof(int32_t) * (size_t)req->n_forced);
         sl->n_forced = req->n_forced;
     }
-    sl->rng = k25_sample_seed(e->cfg.seed, sl->res.id);
+    if (req->n_stop > 0) {
+        sl->stop = calloc((size_t)req->n_stop, sizeof(*sl->stop));
+        sl->stop_len = malloc(sizeof(int) * (size_t)req->n_stop);
+        sl->n_stop = sl->stop && sl->stop_len ? req->n_stop : 0;
+        for (int i = 0; i < sl->n_stop; i++) {
+            if (!(sl->stop[i] = malloc(sizeof(int32_t) * (size_t)req->stop_lens[i]))) {
+                slot_free(e, sl);
+                return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            }
+            memcpy(sl->stop[i], req->stop_ids[i], sizeof(int32_t) * (size_t)req->stop_lens[i]);
+            sl->stop_len[i] = req->stop_lens[i];
+        }
+        if (sl->n_stop == 0) {
+            slot_free(e, sl);
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        }
+    }
+    if (req->has_sampling) {
+        sl->temperature = req->temperature;
+        sl->top_p = req->top_p;
+        sl->rng = req->seed ? req->seed : 1; /* xorshift needs a non-zero state */
+    } else {
+        sl->temperature = e->cfg.temperature;
+        sl->top_p = e->cfg.top_p;
+        sl->rng = k25_sample_seed(e->cfg.seed, sl->res.id);
+    }
 
     int h = e->n_slots++;
     e->slots[h] = sl;
@@ -369,6 +426,60 @@ static void kv_result_stats(struct k25_engine *e, struct k25_slot *sl)
                       (long long)sl->res.kv_bytes_before, (long long)sl->res.kv_bytes_after);
 }
 
+/* Whether the output now ends with one of the request's stop sequences. */
+static bool ends_with_stop(const struct k25_slot *sl)
+{
+    for (int i = 0; i < sl->n_stop; i++) {
+        int n = sl->stop_len[i];
+        if (n <= sl->res.n_output &&
+            !memcmp(sl->res.output_ids + sl->res.n_output - n, sl->stop[i], sizeof(int32_t) * (size_t)n))
+            return true;
+    }
+    return false;
+}
+
+/* Completes a running request: result figures, blocks back to the pool, FINISH event. */
+static void finish(struct k25_engine *e, int h, enum k25_finish_reason f)
+{
+    struct k25_slot *sl = e->slots[h];
+    sl->res.state = K25_REQ_COMPLETED;
+    sl->res.finish = f;
+    sl->res.finish_t_ns = k25_now_ns();
+    if (sl->seq.ids) {
+        kv_result_stats(e, sl);
+        k25_kv_seq_release(&e->pool, &sl->seq, k25_log_on(&e->log, K25_LOG_DEBUG) ? log_block_free : NULL, e);
+    }
+    e->pool.reserved -= sl->reserved_blocks;
+    sl->reserved_blocks = 0;
+    emit(e, K25_EV_FINISH, h, -1, sl->res.n_output, sl->res.finish_t_ns);
+}
+
+void k25_engine_cancel(k25_engine_t *e, int handle, const char *reason)
+{
+    if (handle < 0 || handle >= e->n_slots || !e->slots[handle])
+        return;
+    struct k25_slot *sl = e->slots[handle];
+    enum k25_req_state st = sl->res.state;
+    if (st == K25_REQ_COMPLETED || st == K25_REQ_REJECTED)
+        return;
+    snprintf(sl->res.reason, sizeof(sl->res.reason), "%s", reason ? reason : "cancelled");
+    if (st == K25_REQ_WAITING) { /* out of the FIFO, keeping the others' order */
+        int w = e->wait_head;
+        for (int i = e->wait_head; i < e->wait_end; i++)
+            if (e->waiting[i] != handle)
+                e->waiting[w++] = e->waiting[i];
+        e->wait_end = w;
+    } else {
+        int kept = 0;
+        for (int i = 0; i < e->n_running; i++)
+            if (e->running[i] != handle)
+                e->running[kept++] = e->running[i];
+        e->n_running = kept;
+    }
+    k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "req_id=%s state=cancelled", sl->res.id);
+    finish(e, handle, K25_FINISH_CANCELLED);
+}
+
 /*
  * Threads for one step.  Every parallel region costs a fork-join, and on a
  * loaded machine a descheduled worker stalls each region for a scheduler
@@ -496,9 +607,9 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         } else {
             e->stats.decode_tokens++;
         }
-        int32_t tok = k25_sample(e, spans[i].logits, &sl->rng);
+        int32_t tok = k25_sample(e, spans[i].logits, sl->temperature, sl->top_p, &sl->rng);
         /* the token-identity rule's input (k25.h): how far greedy was from another choice */
-        float margin = e->cfg.temperature > 0.0 ? NAN : k25_tok_margin(spans[i].logits, V, NULL);
+        float margin = sl->temperature > 0.0 ? NAN : k25_tok_margin(spans[i].logits, V, NULL);
         if (sl->res.n_output < sl->n_forced)
             tok = sl->forced[sl->res.n_output]; /* teacher forcing: the sampler state still advances */
         if ((rc = append_token(e, sl, tok, margin, spans[i].logits, spans[i].probe, t1, err)) != K25_OK)
@@ -515,15 +626,13 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
     for (int i = 0; i < e->n_running; i++) {
         int h = e->running[i];
         struct k25_slot *sl = e->slots[h];
-        if (sl->res.state == K25_REQ_DECODE && sl->res.n_output >= sl->max_new) {
-            sl->res.state = K25_REQ_COMPLETED;
-            sl->res.finish_t_ns = k25_now_ns();
-            kv_result_stats(e, sl);
-            k25_kv_seq_release(&e->pool, &sl->seq, k25_log_on(&e->log, K25_LOG_DEBUG) ? log_block_free : NULL,
-                               e);
-            e->pool.reserved -= sl->reserved_blocks;
-            sl->reserved_blocks = 0;
-            emit(e, K25_EV_FINISH, h, -1, sl->res.n_output, sl->res.finish_t_ns);
+        enum k25_finish_reason f = K25_FINISH_NONE;
+        if (sl->res.state == K25_REQ_DECODE && sl->res.n_output >= sl->max_new)
+            f = K25_FINISH_LENGTH;
+        else if (sl->res.state == K25_REQ_DECODE && ends_with_stop(sl))
+            f = K25_FINISH_STOP;
+        if (f != K25_FINISH_NONE) {
+            finish(e, h, f);
         } else {
             e->running[kept++] = h;
         }

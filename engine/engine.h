@@ -22,7 +22,11 @@ struct k25_slot {
     int n_prefilled;          /* prompt tokens already in the KV cache */
     int64_t reserved_blocks;  /* promised by admission (budgeted pool) */
     struct k25_kv_seq seq;
-    uint64_t rng;             /* sampling state, seeded from (seed, id) */
+    uint64_t rng;             /* sampling state, seeded from (seed, id) or the request's seed */
+    double temperature, top_p; /* this request's sampling (request or config) */
+    int32_t **stop;           /* [n_stop][stop_len[i]] stop sequences (malloc'd copies) */
+    int *stop_len;            /* [n_stop] */
+    int n_stop;
     int out_cap;              /* capacity of output arrays */
     bool released;
 };
@@ -82,8 +86,9 @@ int64_t k25_activation_bytes(const struct k25_model_shape *s, int64_t step_token
 int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struct k25_error *err);
 
 /* Next token from logits[vocab]: argmax when temperature == 0, else
- * temperature + top-p sampling with the xorshift state *rng. */
-int32_t k25_sample(struct k25_engine *e, const float *logits, uint64_t *rng);
+ * temperature + top-p sampling with the xorshift state *rng.  Scratch:
+ * the engine's sample_work/sample_idx (no state outside the engine). */
+int32_t k25_sample(struct k25_engine *e, const float *logits, double temperature, double top_p, uint64_t *rng);
 
 /* A seed for one request: mixes the run seed with the request id, so a
  * request samples the same tokens whatever else is in the batch. */

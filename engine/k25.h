@@ -259,7 +259,30 @@ struct k25_request {
     /* Store the attention output of the row that produced each output token
      * at the probe layers (k25_attn_probe_layers) in result.attn_probe. */
     bool keep_attn;
+    /* Per-request sampling (k25 serve): when has_sampling, temperature, top_p
+     * and seed replace the config's for this request (temperature 0 =
+     * greedy).  Otherwise the config's apply, with the run seed mixed with
+     * the request id. */
+    bool has_sampling;
+    double temperature;        /* >= 0 */
+    double top_p;              /* (0, 1] */
+    uint64_t seed;
+    /* Stop sequences as token ids: generation ends (finish K25_FINISH_STOP)
+     * as soon as the output ends with one of them; the stop tokens stay in
+     * output_ids (a server trims them from its text).  Copied at submit. */
+    const int32_t *const *stop_ids; /* [n_stop][stop_lens[i]] */
+    const int *stop_lens;           /* [n_stop], each >= 1 */
+    int n_stop;
 };
+
+/* Why a completed request stopped generating. */
+enum k25_finish_reason {
+    K25_FINISH_NONE,      /* not finished, or rejected */
+    K25_FINISH_LENGTH,    /* reached max_new_tokens */
+    K25_FINISH_STOP,      /* output ended with a stop sequence */
+    K25_FINISH_CANCELLED, /* k25_engine_cancel */
+};
+const char *k25_finish_reason_name(enum k25_finish_reason f);
 
 /* The layers whose attention output keep_attn records: first, middle, last
  * (deduplicated, ascending).  Writes up to 3 indices, returns the count. */
@@ -273,7 +296,8 @@ int k25_attn_probe_layers(int n_layers, int out[3]);
 struct k25_result {
     char id[64];
     enum k25_req_state state;
-    char reason[128];          /* why it was rejected; "" otherwise */
+    enum k25_finish_reason finish; /* set when state is K25_REQ_COMPLETED */
+    char reason[128];          /* why it was rejected or cancelled; "" otherwise */
     int n_input;
     int n_output;
     int32_t *output_ids;       /* [n_output] */
@@ -362,6 +386,14 @@ int k25_engine_run(k25_engine_t *e, struct k25_error *err);
 
 bool k25_engine_idle(const k25_engine_t *e);
 const struct k25_result *k25_engine_result(const k25_engine_t *e, int handle);
+/*
+ * Cancels a waiting or running request (a client went away): its KV blocks
+ * are freed at once, it completes with finish K25_FINISH_CANCELLED and the
+ * tokens made so far, and a K25_EV_FINISH event is emitted.  No-op for a
+ * finished request or an invalid handle.  Like every engine call, from the
+ * thread that steps the engine.
+ */
+void k25_engine_cancel(k25_engine_t *e, int handle, const char *reason);
 /* Frees a finished request's result; the handle is invalid afterwards. */
 void k25_engine_release(k25_engine_t *e, int handle);
 void k25_engine_get_stats(const k25_engine_t *e, struct k25_engine_stats *out);

@@ -35,29 +35,30 @@ static double next_unit(uint64_t *st)
     return (double)((x * 0x2545f4914f6cdd1dull) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static const float *g_probs; /* qsort comparator context (single-threaded use) */
-
-static int by_prob_desc(const void *a, const void *b)
+/* qsort_r comparator: ctx is the probabilities (no static context, so two
+ * engines - or two threads each with its engine - sample independently). */
+static int by_prob_desc(const void *a, const void *b, void *ctx)
 {
-    float pa = g_probs[*(const int32_t *)a], pb = g_probs[*(const int32_t *)b];
+    const float *probs = ctx;
+    float pa = probs[*(const int32_t *)a], pb = probs[*(const int32_t *)b];
     if (pa != pb)
         return pa > pb ? -1 : 1;
     return *(const int32_t *)a - *(const int32_t *)b; /* ties: lower id first */
 }
 
-int32_t k25_sample(struct k25_engine *e, const float *logits, uint64_t *rng)
+int32_t k25_sample(struct k25_engine *e, const float *logits, double temperature, double top_p, uint64_t *rng)
 {
     const int V = e->model->shape.vocab_size;
     int32_t best = 0;
     for (int i = 1; i < V; i++)
         if (logits[i] > logits[best])
             best = i;
-    if (e->cfg.temperature <= 0.0)
+    if (temperature <= 0.0)
         return best;
 
     float *p = e->sample_work;
     int32_t *idx = e->sample_idx;
-    double inv_t = 1.0 / e->cfg.temperature, sum = 0.0;
+    double inv_t = 1.0 / temperature, sum = 0.0;
     for (int i = 0; i < V; i++) {
         p[i] = (float)exp((logits[i] - logits[best]) * inv_t);
         sum += p[i];
@@ -65,13 +66,12 @@ int32_t k25_sample(struct k25_engine *e, const float *logits, uint64_t *rng)
     }
     for (int i = 0; i < V; i++)
         p[i] = (float)(p[i] / sum);
-    g_probs = p;
-    qsort(idx, (size_t)V, sizeof(int32_t), by_prob_desc);
+    qsort_r(idx, (size_t)V, sizeof(int32_t), by_prob_desc, p);
 
     /* smallest prefix whose mass reaches top_p, then sample within it */
     double mass = 0.0;
     int n = 0;
-    while (n < V && (n == 0 || mass < e->cfg.top_p))
+    while (n < V && (n == 0 || mass < top_p))
         mass += p[idx[n++]];
     double u = next_unit(rng) * mass, c = 0.0;
     for (int i = 0; i < n; i++) {

@@ -317,6 +317,83 @@ static void test_determinism(void **state)
     free(b.logits);
 }
 
+/*
+ * What k25 serve needs from the engine: per-request sampling (two requests
+ * with the same explicit seed sample the same tokens whatever their ids and
+ * the config's seed; greedy per request gives the greedy tokens), stop
+ * sequences (generation ends right after the output ends with one), and
+ * cancellation of a waiting and of a running request (blocks back to the
+ * pool, the other requests unaffected).
+ */
+static void test_request_controls(void **state)
+{
+    (void)state;
+    struct k25_config cfg = base_config();
+    cfg.seed = 5;
+    struct k25_error err;
+    int32_t *prompt = make_prompt(40, 3);
+    k25_engine_t *e;
+    assert_int_equal(k25_engine_create(&cfg, tu_tiny, &e, &err), K25_OK);
+    struct k25_request a = {.id = "a", .input_ids = prompt, .n_input = 40, .max_new_tokens = 24,
+                            .has_sampling = true, .temperature = 0.9, .top_p = 0.95, .seed = 77};
+    struct k25_request b = a, g = a;
+    b.id = "b";
+    g.id = "g";
+    g.temperature = 0.0;
+    int ha, hb, hg, hc, hw;
+    assert_int_equal(k25_engine_submit(e, &a, &ha, &err), K25_OK);
+    assert_int_equal(k25_engine_submit(e, &b, &hb, &err), K25_OK);
+    assert_int_equal(k25_engine_submit(e, &g, &hg, &err), K25_OK);
+    struct k25_request c = {.id = "c", .input_ids = prompt, .n_input = 40, .max_new_tokens = 200};
+    assert_int_equal(k25_engine_submit(e, &c, &hc, &err), K25_OK);
+    assert_int_equal(k25_engine_submit(e, &c, &hw, &err), K25_OK);
+    k25_engine_cancel(e, hw, "client went away"); /* still waiting */
+    assert_int_equal(k25_engine_result(e, hw)->state, K25_REQ_COMPLETED);
+    assert_int_equal(k25_engine_result(e, hw)->finish, K25_FINISH_CANCELLED);
+    assert_string_equal(k25_engine_result(e, hw)->reason, "client went away");
+    for (int i = 0; i < 6; i++) /* c is running now */
+        assert_int_equal(k25_engine_step(e, &err), K25_OK);
+    assert_int_equal(k25_engine_result(e, hc)->state, K25_REQ_DECODE);
+    k25_engine_cancel(e, hc, NULL);
+    const struct k25_result *rc = k25_engine_result(e, hc);
+    assert_int_equal(rc->finish, K25_FINISH_CANCELLED);
+    assert_true(rc->n_output > 0 && rc->n_output < 200);
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    const struct k25_result *ra = k25_engine_result(e, ha), *rb = k25_engine_result(e, hb),
+                            *rg = k25_engine_result(e, hg);
+    assert_int_equal(ra->n_output, 24);
+    assert_int_equal(ra->finish, K25_FINISH_LENGTH);
+    assert_memory_equal(ra->output_ids, rb->output_ids, sizeof(int32_t) * 24); /* the seed, not the id */
+    assert_true(isfinite(rg->margins[0]) && isnan(ra->margins[0]));
+    struct k25_engine_stats st;
+    k25_engine_get_stats(e, &st);
+    assert_int_equal(st.kv_blocks_in_use, 0);
+
+    /* a stop sequence made of tokens 3..4 of the greedy output ends the run there */
+    int32_t greedy[24];
+    memcpy(greedy, rg->output_ids, sizeof(greedy));
+    k25_engine_destroy(e);
+    assert_int_equal(k25_engine_create(&cfg, tu_tiny, &e, &err), K25_OK);
+    const int32_t *stops[] = {(const int32_t[]){-1}, greedy + 3};
+    int lens[] = {1, 2};
+    g.stop_ids = stops;
+    g.stop_lens = lens;
+    g.n_stop = 2;
+    assert_int_equal(k25_engine_submit(e, &g, &hg, &err), K25_EINVAL); /* token -1 */
+    assert_non_null(strstr(err.msg, "stop sequence 0"));
+    g.stop_ids = stops + 1;
+    g.stop_lens = lens + 1;
+    g.n_stop = 1;
+    assert_int_equal(k25_engine_submit(e, &g, &hg, &err), K25_OK);
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    rg = k25_engine_result(e, hg);
+    assert_int_equal(rg->finish, K25_FINISH_STOP);
+    assert_true(rg->n_output <= 5); /* at the first occurrence, which may come earlier */
+    assert_memory_equal(rg->output_ids, greedy, sizeof(int32_t) * (size_t)rg->n_output);
+    k25_engine_destroy(e);
+    free(prompt);
+}
+
 /* fp16 KV: documented tolerance (docs/engine.md) is 2e-3 relative on logits. */
 static void test_fp16_kv(void **state)
 {
@@ -592,6 +669,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_chunked_equals_one_pass),
         cmocka_unit_test(test_batching_equals_serial),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_request_controls),
         cmocka_unit_test(test_fp16_kv),
         cmocka_unit_test(test_budget_rejects),
         cmocka_unit_test(test_bad_requests),
