@@ -9,6 +9,7 @@
  * O(BR x BC + BR x head_dim), independent of the sequence length.
  */
 #include "baselines.h"
+#include "internal.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -22,7 +23,7 @@ static size_t thread_floats(int hd, bool need_tmp)
     return (size_t)BR * hd * 2 + (size_t)BR * BC + 2 * BR + (need_tmp ? 2 * (size_t)BC * hd : 0);
 }
 
-int64_t k25_flash2_scratch_bytes(int n_heads, int n_kv_heads, int head_dim, int block_size,
+static int64_t flash2_scratch_bytes(int n_heads, int n_kv_heads, int head_dim, int block_size,
                                  enum k25_dtype dtype, int n_seqs, int64_t n_q, int64_t n_kv,
                                  int threads)
 {
@@ -74,7 +75,8 @@ static void f2_tile(const struct k25_attn_job *job, int h, int group, int t0, in
     }
 }
 
-void k25_baseline_flash2_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale)
+void k25_baseline_flash2_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale,
+                                   struct k25_mem_acct *acct)
 {
     if (n_jobs <= 0)
         return;
@@ -91,7 +93,7 @@ void k25_baseline_flash2_attention(const struct k25_attn_job *jobs, int n_jobs, 
 
 #pragma omp parallel if (n_items > 1)
     {
-        float *mem = k25_alloc(K25_MEM_ATTN_SCRATCH, sizeof(float) * thread_floats(hd, need_tmp));
+        float *mem = k25_alloc_acct(acct, K25_MEM_ATTN_SCRATCH, sizeof(float) * thread_floats(hd, need_tmp));
         K25_ASSERT(mem != NULL);
         struct f2_scratch sc;
         sc.q = mem;
@@ -115,3 +117,11 @@ void k25_baseline_flash2_attention(const struct k25_attn_job *jobs, int n_jobs, 
         k25_free(mem);
     }
 }
+
+const struct k25_attn_impl_desc k25_attn_flash2 = {
+    .id = K25_ATTN_FLASH2,
+    .name = "flash2",
+    .run = k25_baseline_flash2_attention,
+    .scratch_bytes = flash2_scratch_bytes,
+    .compression = false,
+};

@@ -3,31 +3,39 @@
  * softmax(Q K^T * scale + causal mask) V with the score matrix of every
  * head materialized.  It exists to be the simple, memory-hungry reference:
  * k25 attn-bench shows its scratch growing with queries x keys, and the
- * memory calculator predicts it (k25_naive_scratch_bytes), so settings it
+ * memory calculator predicts it (naive_scratch_bytes), so settings it
  * cannot hold are skipped instead of attempted.
  */
 #include "baselines.h"
+#include "internal.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
-int64_t k25_naive_scratch_bytes(int n_heads, int n_kv_heads, int head_dim, int n_q, int64_t n_kv)
+/* The jobs run one after another: the peak is one job's (block size, dtype,
+ * sequences and threads do not matter). */
+static int64_t naive_scratch_bytes(int n_heads, int n_kv_heads, int head_dim, int block_size, enum k25_dtype dtype,
+                                   int n_seqs, int64_t n_q, int64_t n_kv, int threads)
 {
+    (void)block_size;
+    (void)dtype;
+    (void)n_seqs;
+    (void)threads;
     /* S [heads][n_q][n_kv] + contiguous K and V [kv_heads][n_kv][head_dim] */
     return ((int64_t)n_heads * n_q * n_kv + 2 * (int64_t)n_kv_heads * n_kv * head_dim) *
            (int64_t)sizeof(float);
 }
 
 /* One job: scratch allocated for it alone, freed before the next. */
-static void naive_job(const struct k25_attn_job *job, int n_heads, float scale)
+static void naive_job(const struct k25_attn_job *job, int n_heads, float scale, struct k25_mem_acct *acct)
 {
     const struct k25_kv_view *kv = &job->kv;
     const int hd = kv->head_dim, n_kv = kv->n_kv_heads, group = n_heads / n_kv;
     const int n_q = job->n_q, nv = job->q_pos0 + job->n_q; /* keys the last query sees */
     K25_ASSERT(nv <= kv->n_tokens);
     size_t s_elems = (size_t)n_heads * n_q * nv, kv_elems = (size_t)n_kv * nv * hd;
-    float *mem = k25_alloc(K25_MEM_ATTN_SCRATCH, sizeof(float) * (s_elems + 2 * kv_elems));
+    float *mem = k25_alloc_acct(acct, K25_MEM_ATTN_SCRATCH, sizeof(float) * (s_elems + 2 * kv_elems));
     K25_ASSERT(mem != NULL);
     float *S = mem, *K = S + s_elems, *V = K + kv_elems;
 
@@ -77,9 +85,18 @@ static void naive_job(const struct k25_attn_job *job, int n_heads, float scale)
     k25_free(mem);
 }
 
-void k25_baseline_naive_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale)
+void k25_baseline_naive_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale,
+                                  struct k25_mem_acct *acct)
 {
     K25_ASSERT(n_jobs <= 0 || n_heads % jobs[0].kv.n_kv_heads == 0);
     for (int j = 0; j < n_jobs; j++)
-        naive_job(&jobs[j], n_heads, scale);
+        naive_job(&jobs[j], n_heads, scale, acct);
 }
+
+const struct k25_attn_impl_desc k25_attn_naive = {
+    .id = K25_ATTN_NAIVE,
+    .name = "naive",
+    .run = k25_baseline_naive_attention,
+    .scratch_bytes = naive_scratch_bytes,
+    .compression = false,
+};

@@ -2,12 +2,13 @@
 # Runs each CMocka test executable given on the command line, shows its
 # output (cmocka's summary lines included) and fails if any failed.
 #
-# The numerics tests (test_engine, test_kvcompress, test_attention) run
-# again under every OpenBLAS kernel set this CPU supports among SkylakeX,
-# Haswell and Prescott (OPENBLAS_CORETYPE per run): each rounds GEMMs in
-# its own order, so a test that claims more identity than the arithmetic
-# gives fails here rather than on the next machine (docs/engine.md, the
-# token-identity rule).  A kernel set the CPU lacks is skipped with the
+# The numerics tests (test_engine, test_kvcompress, test_attention,
+# test_backend_ops) run again under every OpenBLAS kernel set this CPU
+# supports among SkylakeX, Haswell and Prescott (OPENBLAS_CORETYPE per
+# run): each rounds GEMMs in its own order, so a test that claims more
+# identity (or a tighter tolerance) than the arithmetic gives fails here
+# rather than on the next machine (docs/engine.md, the token-identity
+# rule).  A kernel set the CPU lacks is skipped with the
 # reason.  Those extra runs set K25_QUICK=1, which drops only long cases
 # that do not depend on the kernels (two of the three kept-fraction
 # ratios, the 5000-token decode-split size: 2500 still splits); every
@@ -16,7 +17,7 @@
 # default only.
 set -u
 failed=()
-numerics=" test_engine test_kvcompress test_attention "
+numerics=" test_engine test_kvcompress test_attention test_backend_ops "
 coretypes=(SkylakeX Haswell Prescott)
 quick=0
 [ -n "${K25_QUICK:-}" ] && [ "${K25_QUICK}" != 0 ] && quick=1

@@ -31,8 +31,8 @@
  * Determinism: every row's reductions (dot products, softmax sums, split
  * merge) run in an order fixed by the shapes alone.
  */
-#include "backend.h"
-#include "kvquant.h"
+#include "attn.h"
+#include "internal.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -47,115 +47,6 @@
 #define DT 32            /* KV tokens per decode sub-tile (two fp32 tiles stay in L1) */
 #define DECODE_MAX_Q 4   /* jobs with at most this many queries take the split-KV path */
 #define SPLIT_TOKENS 2048 /* decode: KV tokens per split */
-
-/* ------------------------------------------------- KV reads, dequantizing */
-
-void k25_fp16_to_fp32_row(const uint16_t *src, float *dst, size_t n)
-{
-    size_t i = 0;
-#if defined(__AVX512F__)
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
-#elif defined(__F16C__)
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-#endif
-    for (; i < n; i++)
-        dst[i] = k25_fp16_to_fp32(src[i]);
-}
-
-/* Dequantizes slots [k0, k0+n) of KV head g (all in block k0/bs, below n_quant) into dst. */
-static void dequant_run(const struct k25_kv_view *kv, bool keys, int g, int k0, int n, float *dst)
-{
-    const int bs = kv->block_size, hd = kv->head_dim, bits = kv->dtype == K25_DTYPE_INT8 ? 8 : 4;
-    const size_t rb = (size_t)hd * bits / 8;
-    const unsigned char *lay = kv->k_blocks[k0 / bs];
-    const int o = k0 % bs;
-    if (keys) {
-        const uint8_t *q = lay + (size_t)g * bs * rb;
-        const uint16_t *sz = (const uint16_t *)(lay + kv->ks_off) + (size_t)g * (bs / kv->group) * 2 * hd;
-        float szf[2 * 256];
-        int cur = -1;
-        K25_ASSERT(hd <= 256);
-        for (int t = o; t < o + n; t++) {
-            int grp = t / kv->group;
-            if (grp != cur) { /* scale and zero rows of the group as floats */
-                k25_fp16_to_fp32_row(sz + (size_t)grp * 2 * hd, szf, 2 * (size_t)hd);
-                cur = grp;
-            }
-            k25_kvq_dequant_key_row(q + (size_t)t * rb, szf, hd, bits, dst + (size_t)(t - o) * hd);
-        }
-    } else {
-        const uint8_t *q = (const uint8_t *)kv->v_blocks[k0 / bs] + (size_t)g * bs * rb;
-        const int nvg = hd / kv->vgroup;
-        const uint16_t *sz = (const uint16_t *)(lay + kv->vs_off) + (size_t)g * bs * nvg * 2;
-        for (int t = o; t < o + n; t++)
-            k25_kvq_dequant_value_row(q + (size_t)t * rb, sz + (size_t)t * nvg * 2, hd, kv->vgroup, bits,
-                                      dst + (size_t)(t - o) * hd);
-    }
-}
-
-const float *k25_kv_rows(const struct k25_kv_view *kv, const void *const *blocks, int g, int k0,
-                         int n, float *tmp)
-{
-    const int bs = kv->block_size, hd = kv->head_dim;
-    int b = k0 / bs, o = k0 % bs;
-    if (kv->dtype == K25_DTYPE_FP32 && o + n <= bs)
-        return (const float *)blocks[b] + ((size_t)g * bs + o) * hd;
-    if (kv->dtype == K25_DTYPE_INT8 || kv->dtype == K25_DTYPE_INT4) {
-        const bool keys = blocks == kv->k_blocks;
-        const float *res = (keys ? kv->res_k : kv->res_v) + (size_t)g * kv->res_cap * hd;
-        if (k0 >= kv->n_quant) /* all in the fp32 residual: rows in place */
-            return res + (size_t)(k0 - kv->n_quant) * hd;
-        for (int done = 0; done < n;) {
-            int k = k0 + done, take;
-            if (k >= kv->n_quant) {
-                take = n - done;
-                memcpy(tmp + (size_t)done * hd, res + (size_t)(k - kv->n_quant) * hd, sizeof(float) * take * hd);
-            } else {
-                take = bs - k % bs;
-                take = take < n - done ? take : n - done;
-                take = take < kv->n_quant - k ? take : kv->n_quant - k;
-                dequant_run(kv, keys, g, k, take, tmp + (size_t)done * hd);
-            }
-            done += take;
-        }
-        return tmp;
-    }
-    for (int done = 0; done < n;) {
-        b = (k0 + done) / bs;
-        o = (k0 + done) % bs;
-        int take = bs - o < n - done ? bs - o : n - done;
-        size_t off = ((size_t)g * bs + o) * hd;
-        if (kv->dtype == K25_DTYPE_FP32)
-            memcpy(tmp + (size_t)done * hd, (const float *)blocks[b] + off, sizeof(float) * take * hd);
-        else
-            k25_fp16_to_fp32_row((const uint16_t *)blocks[b] + off, tmp + (size_t)done * hd,
-                                 (size_t)take * hd);
-        done += take;
-    }
-    return tmp;
-}
-
-bool k25_kv_rows_need_tmp(const struct k25_kv_view *kv, int tile)
-{
-    return kv->dtype != K25_DTYPE_FP32 || kv->block_size % tile != 0;
-}
-
-bool k25_kv_logc(const struct k25_kv_view *kv, int g, int k0, int n, float *out)
-{
-    if (!kv->has_meta)
-        return false;
-    const int bs = kv->block_size;
-    for (int i = 0; i < n; i++) {
-        int k = k0 + i;
-        const struct k25_kv_slot *m =
-            (const struct k25_kv_slot *)((const unsigned char *)kv->k_blocks[k / bs] + kv->meta_off) +
-            (size_t)g * bs + k % bs;
-        out[i] = m->logc;
-    }
-    return true;
-}
 
 /* Adds the slots' ln(count) to a row block of scores s[rows][ld] (nk columns). */
 static void add_logc(const struct k25_kv_view *kv, int g, int k0, int nk, float *s, int rows, int ld, float *lc)
@@ -233,7 +124,7 @@ static int n_splits(int visible)
     return (visible + SPLIT_TOKENS - 1) / SPLIT_TOKENS;
 }
 
-int64_t k25_chunked_scratch_bytes(int n_heads, int n_kv_heads, int head_dim, int block_size,
+static int64_t chunked_scratch_bytes(int n_heads, int n_kv_heads, int head_dim, int block_size,
                                   enum k25_dtype dtype, int n_seqs, int64_t n_q, int64_t n_kv,
                                   int threads)
 {
@@ -570,7 +461,8 @@ static void decode_merge(const struct k25_attn_job *job, int g, int group, const
  * is an invariant failure (the figure is bounded by the tile sizes and is
  * accounted by the memory calculator).
  */
-void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale)
+void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale,
+                       struct k25_mem_acct *acct)
 {
     if (n_jobs <= 0)
         return;
@@ -603,12 +495,12 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
     const int n_items = first[n_jobs];
     float *partials = NULL;
     if (pfirst[n_jobs] > 0) {
-        partials = k25_alloc(K25_MEM_ATTN_SCRATCH, sizeof(float) * (size_t)pfirst[n_jobs]);
+        partials = k25_alloc_acct(acct, K25_MEM_ATTN_SCRATCH, sizeof(float) * (size_t)pfirst[n_jobs]);
         K25_ASSERT(partials != NULL);
     }
     float *aux = NULL;
     if (afirst[n_jobs] > 0) {
-        aux = k25_alloc(K25_MEM_ATTN_SCRATCH, sizeof(float) * afirst[n_jobs]);
+        aux = k25_alloc_acct(acct, K25_MEM_ATTN_SCRATCH, sizeof(float) * afirst[n_jobs]);
         K25_ASSERT(aux != NULL);
     }
     const int n_score_items = sfirst[n_jobs];
@@ -618,7 +510,7 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
         struct scratch sc;
         size_t rows = (size_t)tq * group > (size_t)DECODE_MAX_Q * group ? (size_t)tq * group
                                                                          : (size_t)DECODE_MAX_Q * group;
-        float *mem = k25_alloc(K25_MEM_ATTN_SCRATCH, sizeof(float) * thread_floats(group, hd, need_tmp));
+        float *mem = k25_alloc_acct(acct, K25_MEM_ATTN_SCRATCH, sizeof(float) * thread_floats(group, hd, need_tmp));
         K25_ASSERT(mem != NULL);
         sc.q = mem;
         sc.acc = sc.q + rows * hd;
@@ -683,3 +575,11 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
     k25_free(partials);
     k25_free(aux);
 }
+
+const struct k25_attn_impl_desc k25_attn_chunked = {
+    .id = K25_ATTN_CHUNKED,
+    .name = "chunked",
+    .run = k25_cpu_attention,
+    .scratch_bytes = chunked_scratch_bytes,
+    .compression = true,
+};

@@ -1,177 +1,235 @@
 /*
- * backend.h - the backend interface: the operations a forward pass needs,
- * as a table of function pointers.  The CPU backend (backend_cpu.c,
- * attention.c) is the reference; a CUDA backend (engine/cuda/) slots in
- * behind the same table.
+ * backend.h - the backend interface: where tensors live and what computes
+ * on them.  The forward pass (forward.c), the KV cache's storage, KV
+ * compression and (later) the KV tiers touch tensor memory only through
+ * this table, so a backend for other hardware plugs in without touching
+ * them.  After ggml's split, kept small:
+ *
+ *   registry  (backend.c)  name -> struct k25_backend, the one place
+ *                                   that knows which backends are built in
+ *   backend   struct k25_backend    a table of functions, static, one per kind
+ *   instance  struct k25_bctx       one per engine: the backend's state and the
+ *                                   engine's memory accounting
+ *   buffer    struct k25_buf        memory owned by a backend (host memory for
+ *                                   the CPU, device memory for CUDA); the engine
+ *                                   never dereferences buf->data
+ *   tensor    struct k25_tensor     a 2-D view into a buffer (offset, rows,
+ *                                   cols, row stride, element type)
+ *
+ * Who owns which memory:
+ *
+ *     host (engine, harness)                 backend buffers (k25_buf)
+ *     --------------------------             ---------------------------------
+ *     model weights (model.c)  --map_host-->  weights   (CPU: mapped, no copy;
+ *                                                        GPU: uploaded once)
+ *     token ids, positions     --embed/rope-> activations x, xn, qkv, att, gu, h,
+ *                                             cs, last, logits   (forward.c)
+ *     block tables, counts     --kv ops----> KV blocks + quantization residual
+ *       (kvcache.c bookkeeping)               (kvcache.c storage, per block)
+ *     sampled logits  <---------buf_get----- logits rows
+ *     attention probe <---------buf_get----- att rows of probe layers
+ *
+ * Adding a backend: implement every slot of struct k25_backend (a slot
+ * may return false from supports() for an op it does not run: the engine
+ * then refuses the config with a clear error, k25_backend_check), add one
+ * line to backend.c, and build it with the Makefile's switch.
+ * tests/test_backend_ops.c then checks every op of it against a scalar
+ * double-precision reference, without being edited.
+ *
+ * Threading: ops are called from the engine's thread; a backend may run
+ * them asynchronously but must order them as called, and buf_get returns
+ * only when the data is on the host.  synchronize() waits for everything.
  */
 #ifndef K25_BACKEND_H
 #define K25_BACKEND_H
 
+#include "attn.h"
 #include "internal.h"
 
-/*
- * The KV cache of one sequence for one layer, as the attention kernel
- * reads it.  Slots, not positions: slot i of a sequence is its i-th kept
- * KV entry.  Without compression slot = position; after pruning/merging
- * the kept slots stay in position order (each keeps its original RoPE
- * rotation, applied before the key was stored), so the causal mask in slot
- * space is exact: every compacted slot precedes every later query, and the
- * uncompressed tail is contiguous (see kvcache.h).
- *
- * Block b holds slots [b*block_size, (b+1)*block_size); its keys for KV
- * head g start at k_blocks[b] + g*block_size*head_dim elements,
- * token-major ([kv_head][token][head_dim]); values likewise.  Elements are
- * float (K25_DTYPE_FP32), IEEE half (K25_DTYPE_FP16), or quantized
- * (K25_DTYPE_INT8: one byte; K25_DTYPE_INT4: two per byte, even channel in
- * the low nibble) with asymmetric scales:
- *   keys, per channel over groups of `group` slots:
- *     k_blocks[b] + ks_off + g*(block_size/group)*2*head_dim*2 bytes:
- *     [group][scale|zero][head_dim] IEEE half;
- *   values, per token over groups of `vgroup` channels:
- *     k_blocks[b] + vs_off + g*block_size*(head_dim/vgroup)*2*2 bytes:
- *     [token][head_dim/vgroup][scale|zero] IEEE half;
- *   x = q * scale + zero.
- * Quantized views hold slots [0, n_quant) in the blocks and slots
- * [n_quant, n_tokens) in fp32 residual rows res_k/res_v
- * ([kv_head][res_cap][head_dim]).
- * A compressed sequence has slot metadata (has_meta): the slot's
- * struct k25_kv_slot at k_blocks[b] + meta_off, [kv_head][block_size];
- * its logc (ln of the tokens a merged slot stands for) is added to the
- * slot's attention logit.
- * Fields after v_blocks are zero for plain fp32/fp16 views.
- */
-struct k25_kv_slot {
-    float logc;   /* ln(count): added to the attention logit */
-    float count;  /* tokens this slot stands for (1 unless merged) */
-    float score;  /* attention received, summed over queries and query heads */
-    float seen;   /* (query, query head) pairs that could see the slot */
+struct k25_kv_pool;
+struct k25_kv_seq;
+struct k25_kv_compress_opts;
+
+/* The operations a backend may run, for supports(op, dtype). */
+enum k25_op {
+    K25_OP_GEMM,              /* dtype: the weight format */
+    K25_OP_RMSNORM,
+    K25_OP_ROPE,              /* rope_cache + rope */
+    K25_OP_SWIGLU,
+    K25_OP_EMBED,             /* dtype: the embedding table's format */
+    K25_OP_ROWS,              /* rows_gather */
+    K25_OP_KV_WRITE,          /* dtype: the KV cache's */
+    K25_OP_ATTN_CHUNKED,      /* attention by implementation; dtype: the KV cache's */
+    K25_OP_ATTN_FLASH2,
+    K25_OP_ATTN_NAIVE,
+    K25_OP_KV_SCORE,          /* attention-score accumulation into slot metadata */
+    K25_OP_KV_COMPACT,        /* compression: merge, prune, compact a sequence */
+    K25_OP_KV_TIER_COPY,      /* whole blocks to and from host memory */
+    K25_OP_N
+};
+const char *k25_op_name(enum k25_op op);
+/* The attention op of an implementation. */
+enum k25_op k25_op_attention(enum k25_attn_impl impl);
+
+/* Memory owned by a backend. */
+struct k25_buf {
+    const struct k25_backend *be;
+    void *data;           /* the backend's handle: host address (CPU), device address (CUDA) */
+    size_t bytes;
+    enum k25_mem_cat cat;
+    bool mapped;          /* wraps host memory the backend does not own (CPU weights) */
 };
 
-struct k25_kv_view {
-    int n_tokens;
-    int block_size;
-    int n_kv_heads;
-    int head_dim;
+/* A 2-D view of a buffer: rows of cols elements, stride elements apart. */
+struct k25_tensor {
+    struct k25_buf *buf;
+    size_t off;           /* bytes from the buffer's start to row 0 */
+    int64_t rows, cols, stride;
     enum k25_dtype dtype;
-    const void *const *k_blocks; /* [n_blocks] */
-    const void *const *v_blocks; /* [n_blocks] */
-    /* int8/int4 */
-    int group, vgroup;
-    size_t ks_off, vs_off;
-    int n_quant;
-    const float *res_k, *res_v;
-    int res_cap;
-    /* compression */
-    bool has_meta;
-    size_t meta_off;
 };
 
-/*
- * One attention job: n_q consecutive queries of one sequence at slots
- * q_pos0 .. q_pos0+n_q-1 attend causally to the sequence's KV (which
- * already holds their own keys): query i sees slots 0 .. q_pos0+i.
- * score (optional, [n_kv_heads][q_pos0+n_q], zeroed by the caller) receives
- * the attention each slot got, summed over the job's queries and the query
- * heads of its KV head (softmax probabilities), for compression scoring.
- */
-struct k25_attn_job {
-    const float *q;   /* [n_q][q_stride], heads at [h*head_dim], RoPE applied */
-    int q_stride;
-    int n_q;
-    int q_pos0;
-    struct k25_kv_view kv;
-    float *out;       /* [n_q][out_stride], heads at [h*head_dim] */
-    int out_stride;
-    float *score;     /* NULL or [n_kv_heads][q_pos0 + n_q] */
+/* Bytes of one element of a dense dtype (fp32 4, fp16/bf16 2, int8 1); 0 for int4. */
+size_t k25_dtype_bytes(enum k25_dtype t);
+
+/* rows [row0, row0+n) of t, and columns [col0, col0+ncols) of those. */
+static inline struct k25_tensor k25_tensor_view(const struct k25_tensor *t, int64_t row0, int64_t n, int64_t col0,
+                                                int64_t ncols)
+{
+    struct k25_tensor v = *t;
+    K25_ASSERT(k25_dtype_bytes(t->dtype) > 0); /* int4 packs two per byte: no element views */
+    v.off += (size_t)(row0 * t->stride + col0) * k25_dtype_bytes(t->dtype);
+    v.rows = n;
+    v.cols = ncols;
+    return v;
+}
+
+/* A backend instance (one per engine).  priv belongs to the backend. */
+struct k25_bctx {
+    const struct k25_backend *be;
+    struct k25_mem_acct *acct; /* where buffers are charged (the engine's) */
+    void *priv;
+};
+
+/* One sequence of an attention call: its queries are rows [row0, row0+n_q)
+ * of q/out at KV slots q_slot0.., scored into score + score_off floats
+ * ([n_kv_heads][q_slot0 + n_q], zeroed by the caller). */
+struct k25_attn_seq {
+    struct k25_kv_seq *seq;
+    int row0, n_q, q_slot0;
+    size_t score_off;
+};
+
+/* One layer's attention over a step's sequences (struct k25_attn_job per sequence). */
+struct k25_attn_call {
+    enum k25_attn_impl impl;
+    const struct k25_kv_pool *pool;
+    int layer;
+    int n_heads;
+    float scale;
+    const struct k25_attn_seq *seqs;
+    int n_seqs;
+    const struct k25_tensor *q;   /* [T][>= n_heads*head_dim], RoPE applied */
+    const struct k25_tensor *out; /* [T][n_heads*head_dim] */
+    const struct k25_tensor *score; /* NULL or fp32 scores, 1 row; only implementations that read
+                                     * compressed caches fill it (k25_attn_impl_desc.compression) */
 };
 
 struct k25_backend {
     const char *name;
-    /* y[m][n] = x[m][k] . w[n][k]^T (+ y when accumulate) */
-    void (*gemm_xwt)(int m, int n, int k, const float *x, const float *w, float *y, bool accumulate);
-    /* y[m][d] = x / rms(x) * w, per row */
-    void (*rmsnorm)(int m, int d, const float *x, const float *w, float eps, float *y);
-    /* Rotates heads of x in place ("rotate half" pairs i, i+hd/2);
-     * cs[m][hd] holds cos in [0, hd/2) and sin in [hd/2, hd) per row. */
-    void (*rope)(int m, int n_heads, int head_dim, float *x, int stride, const float *cs);
-    /* h[m][ffn] = silu(gu[m][0:ffn]) * gu[m][ffn:2ffn] */
-    void (*swiglu)(int m, int ffn, const float *gu, float *h);
-    /* Runs every job; n_heads query heads share n_kv_heads KV heads. */
-    void (*attention)(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale);
+    const char *description;
+
+    /* ---- instance */
+    int (*init)(struct k25_bctx *ctx, struct k25_error *err);
+    void (*destroy)(struct k25_bctx *ctx);
+    bool (*supports)(const struct k25_bctx *ctx, enum k25_op op, enum k25_dtype dtype);
+
+    /* ---- memory.  buf_alloc: zeroed, charged to ctx->acct under cat.
+     * buf_map_host: a buffer holding host memory's bytes - the CPU maps it
+     * (no copy; the host memory must outlive the buffer), others copy it;
+     * either way charged to ctx->acct (not to the process, which counted
+     * the host memory already).  set/get/clear: byte ranges. */
+    int (*buf_alloc)(struct k25_bctx *ctx, enum k25_mem_cat cat, size_t bytes, struct k25_buf **out,
+                     struct k25_error *err);
+    int (*buf_map_host)(struct k25_bctx *ctx, enum k25_mem_cat cat, const void *host, size_t bytes,
+                        struct k25_buf **out, struct k25_error *err);
+    void (*buf_free)(struct k25_bctx *ctx, struct k25_buf *buf);
+    void (*buf_set)(struct k25_bctx *ctx, struct k25_buf *buf, size_t off, const void *src, size_t bytes);
+    void (*buf_get)(struct k25_bctx *ctx, const struct k25_buf *buf, size_t off, void *dst, size_t bytes);
+    void (*buf_clear)(struct k25_bctx *ctx, struct k25_buf *buf, size_t off, size_t bytes);
+    void (*synchronize)(struct k25_bctx *ctx);
+
+    /* ---- compute.  Activations are fp32 rows. */
+    /* y[m][n] = x[m][k] . w[n][k]^T (+ y when accumulate); w in w->dtype */
+    void (*gemm)(struct k25_bctx *ctx, const struct k25_tensor *x, const struct k25_tensor *w,
+                 const struct k25_tensor *y, bool accumulate);
+    /* y[i] = x[i] / rms(x[i]) * w, per row; w is one row */
+    void (*rmsnorm)(struct k25_bctx *ctx, const struct k25_tensor *x, const struct k25_tensor *w, float eps,
+                    const struct k25_tensor *y);
+    /* cs[i] = cos(pos[i] f_j) for j < hd/2, then sin(pos[i] f_j), f_j = inv_freq[j] (host) */
+    void (*rope_cache)(struct k25_bctx *ctx, const int32_t *pos, const double *inv_freq,
+                       const struct k25_tensor *cs);
+    /* rotates heads [0, n_heads) of every row of x in place ("rotate half"), angles from cs */
+    void (*rope)(struct k25_bctx *ctx, const struct k25_tensor *x, int n_heads, int head_dim,
+                 const struct k25_tensor *cs);
+    /* h[i] = silu(gu[i][0:ffn]) * gu[i][ffn:2ffn] */
+    void (*swiglu)(struct k25_bctx *ctx, const struct k25_tensor *gu, const struct k25_tensor *h);
+    /* out[i] = table[ids[i]] (ids on the host, out->rows of them) */
+    void (*embed)(struct k25_bctx *ctx, const struct k25_tensor *table, const int32_t *ids,
+                  const struct k25_tensor *out);
+    /* dst[i] = src[rows[i]] (rows on the host, dst->rows of them) */
+    void (*rows_gather)(struct k25_bctx *ctx, const struct k25_tensor *src, const int32_t *rows,
+                        const struct k25_tensor *dst);
+
+    /* ---- KV cache.  The pool's bookkeeping (block ids, block tables,
+     * slot counts) is host data in kvcache.c; blocks and residuals are
+     * this backend's buffers. */
+    /* writes k, v rows ([n][n_kv_heads*head_dim], fp32) at slots slot0.. of (seq, layer);
+     * slot0 + n <= seq->n_tokens (k25_kv_seq_reserve made room) */
+    void (*kv_write)(struct k25_bctx *ctx, struct k25_kv_pool *pool, struct k25_kv_seq *seq, int layer,
+                     int slot0, const struct k25_tensor *k, const struct k25_tensor *v);
+    void (*attention)(struct k25_bctx *ctx, const struct k25_attn_call *call);
+    /* adds one sequence's scores ([n_kv_heads][q_slot0+n_q] at score) to its slot metadata */
+    void (*kv_add_scores)(struct k25_bctx *ctx, struct k25_kv_pool *pool, struct k25_kv_seq *seq, int layer,
+                          const struct k25_tensor *score, int q_slot0, int n_q, int group);
+    /* merges and prunes seq's compressible region to the kept count (kvcompress.c's rules) */
+    int (*kv_compact)(struct k25_bctx *ctx, struct k25_kv_pool *pool, struct k25_kv_seq *seq,
+                      const struct k25_kv_compress_opts *o, int *removed, struct k25_error *err);
+    /* one whole block (pool->block_bytes) to / from host memory: the KV tiers' copies.  For
+     * int8/int4 a sequence's newest slots live in its fp32 residual (seq->res, a buffer of its
+     * own, read with buf_get): a tier move of a whole sequence moves that too */
+    void (*kv_block_get)(struct k25_bctx *ctx, const struct k25_kv_pool *pool, int32_t id, void *host);
+    void (*kv_block_set)(struct k25_bctx *ctx, struct k25_kv_pool *pool, int32_t id, const void *host);
 };
 
-const struct k25_backend *k25_backend_cpu(void);
+/* ---- registry (backend.c) */
 
-/* An attention implementation: runs every job; n_heads query heads share
- * n_kv_heads KV heads; scores are scaled by scale before the softmax. */
-typedef void (*k25_attention_fn)(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale);
+/* The backend built in under name, or NULL. */
+const struct k25_backend *k25_backend_find(const char *name);
+/* Backends built in, in registration order (the CPU first). */
+int k25_backend_count(void);
+const struct k25_backend *k25_backend_at(int i);
 
-/* CPU ChunkedAttention (attention.c), exposed for the backend table and tests. */
-void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale);
+/* The backends themselves. */
+extern const struct k25_backend k25_backend_cpu;
 
-/* The implementation named by impl: the engine's kernels or a baseline
- * (baselines/baselines.h).  Never NULL for a valid impl. */
-k25_attention_fn k25_attention_impl(enum k25_attn_impl impl);
-
-/* Attention scratch bytes of one k25_cpu_attention call (see
- * k25_attn_scratch_bytes in k25.h, which dispatches here per impl). */
-int64_t k25_chunked_scratch_bytes(int n_heads, int n_kv_heads, int head_dim, int block_size,
-                                  enum k25_dtype dtype, int n_seqs, int64_t n_q, int64_t n_kv,
-                                  int threads);
-
-/* Helpers the kernels and baselines share (attention.c). */
-
-/* dst[i] = half src[i] as float, vectorized (F16C / AVX-512) where built so. */
-void k25_fp16_to_fp32_row(const uint16_t *src, float *dst, size_t n);
+/* Creates / destroys an instance of be charging acct. */
+int k25_bctx_init(struct k25_bctx *ctx, const struct k25_backend *be, struct k25_mem_acct *acct,
+                  struct k25_error *err);
+void k25_bctx_destroy(struct k25_bctx *ctx);
 
 /*
- * Keys (blocks = kv->k_blocks) or values (kv->v_blocks) of slots
- * [k0, k0+n) for KV head g as fp32 rows [n][head_dim]: a pointer into the
- * cache when the rows are fp32 and inside one block, else dequantized or
- * gathered into tmp ([n][head_dim], only touched then: a tile buffer,
- * never a whole-block copy).
+ * K25_EINVAL unless the backend runs everything cfg needs with weights in
+ * weight_dtype: every op, the KV dtype, the attention implementation, and
+ * the compression ops when compression is active.  The message names the
+ * backend, the op and the config key to change.
  */
-const float *k25_kv_rows(const struct k25_kv_view *kv, const void *const *blocks, int g, int k0,
-                         int n, float *tmp);
-/* ln(count) of slots [k0, k0+n) of KV head g into out[n]; false (out
- * untouched) when the view has no slot metadata. */
-bool k25_kv_logc(const struct k25_kv_view *kv, int g, int k0, int n, float *out);
+int k25_backend_check(const struct k25_bctx *ctx, const struct k25_config *cfg, enum k25_dtype weight_dtype,
+                      struct k25_error *err);
 
-/* Whether k25_kv_rows may need tmp for tiles of `tile` tokens starting at multiples of tile. */
-bool k25_kv_rows_need_tmp(const struct k25_kv_view *kv, int tile);
-
-/*
- * One row of the online softmax over a tile of nk scores s, of which the
- * first lim are visible: updates the running max *m and sum *l, rescales
- * the row's output acc[hd] when the max grows, turns s into exp(s - m)
- * (0 beyond lim).
- */
-void k25_softmax_tile_row(float *s, int nk, int lim, float *m, float *l, float *acc, int hd);
-
-/* exp(x) for the softmax: vectorizable, relative error < 2e-7 on [-87, 88]. */
-static inline float k25_fast_expf(float x)
+/* A tensor over a whole buffer: rows x cols fp32 (or dtype) elements. */
+static inline struct k25_tensor k25_tensor_of(struct k25_buf *buf, int64_t rows, int64_t cols, enum k25_dtype dtype)
 {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    /* x = n ln2 + r with |r| <= ln2/2; adding and removing 1.5*2^23 rounds
-     * x*log2(e) to the nearest integer without a call (so it vectorizes) */
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = x - n * 0.693145751953125f; /* ln2 high bits (exact product) */
-    r -= n * 1.428606765330187e-06f;      /* ln2 low bits */
-    /* exp(r) by its Taylor polynomial to degree 7: error < 6e-9 */
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    /* 2^n from the exponent bits; memcpy (not a union) keeps it vectorizable */
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    __builtin_memcpy(&scale, &bits, sizeof(scale));
-    return p * scale;
+    return (struct k25_tensor){buf, 0, rows, cols, cols, dtype};
 }
 
 #endif /* K25_BACKEND_H */

@@ -1,25 +1,175 @@
 /*
- * backend_cpu.c - the CPU backend: GEMMs through OpenBLAS (CBLAS), the
- * element-wise operations written here (OpenMP over rows, inner loops left
- * to the compiler's vectorizer).  Attention lives in attention.c.
+ * backend_cpu.c - the CPU backend, the reference every other backend is
+ * checked against (tests/test_backend_ops.c).  Buffers are host memory
+ * from the tracking allocator, charged to the engine's accounting; the
+ * model's weights are mapped, not copied.  GEMMs run through OpenBLAS
+ * (CBLAS); the element-wise operations are written here (OpenMP over rows,
+ * inner loops left to the compiler's vectorizer); attention runs the
+ * implementation the call names from the table in attn_impl.c; the KV ops
+ * are kvcache.c's and kvcompress.c's host storage code.
  */
 #include "backend.h"
+#include "kvcache.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
-static void cpu_gemm_xwt(int m, int n, int k, const float *x, const float *w, float *y, bool acc)
+/* Per-instance scratch of the attention op: jobs and block-pointer arrays, grown as needed. */
+struct cpu_priv {
+    struct k25_attn_job *jobs;
+    int jobs_cap;
+    const void **ptrs;
+    size_t ptrs_cap;
+};
+
+static float *f32(const struct k25_tensor *t)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w, k,
-                acc ? 1.0f : 0.0f, y, n);
+    K25_ASSERT(t->dtype == K25_DTYPE_FP32);
+    return (float *)((unsigned char *)t->buf->data + t->off);
 }
 
-static void cpu_rmsnorm(int m, int d, const float *x, const float *w, float eps, float *y)
+/* ------------------------------------------------------------ instance */
+
+static int cpu_init(struct k25_bctx *ctx, struct k25_error *err)
 {
+    if (!(ctx->priv = calloc(1, sizeof(struct cpu_priv))))
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (CPU backend)");
+    return K25_OK;
+}
+
+static void cpu_destroy(struct k25_bctx *ctx)
+{
+    struct cpu_priv *p = ctx->priv;
+    if (p) {
+        free(p->jobs);
+        free(p->ptrs);
+        free(p);
+    }
+    ctx->priv = NULL;
+}
+
+static bool cpu_supports(const struct k25_bctx *ctx, enum k25_op op, enum k25_dtype dtype)
+{
+    (void)ctx;
+    bool kv_dtype = dtype == K25_DTYPE_FP32 || dtype == K25_DTYPE_FP16 || dtype == K25_DTYPE_INT8 ||
+                    dtype == K25_DTYPE_INT4;
+    switch (op) {
+    case K25_OP_KV_WRITE:
+    case K25_OP_ATTN_CHUNKED:
+    case K25_OP_ATTN_FLASH2:
+    case K25_OP_ATTN_NAIVE:
+    case K25_OP_KV_SCORE:
+    case K25_OP_KV_COMPACT:
+    case K25_OP_KV_TIER_COPY:
+        return kv_dtype;
+    case K25_OP_GEMM: /* fp32 weights (bf16/fp16/int8/int4: issue 16) */
+    case K25_OP_EMBED:
+    case K25_OP_RMSNORM:
+    case K25_OP_ROPE:
+    case K25_OP_SWIGLU:
+    case K25_OP_ROWS:
+        return dtype == K25_DTYPE_FP32;
+    case K25_OP_N: break;
+    }
+    return false;
+}
+
+/* -------------------------------------------------------------- memory */
+
+static int cpu_buf_new(struct k25_bctx *ctx, enum k25_mem_cat cat, size_t bytes, void *data, bool mapped,
+                       struct k25_buf **out, struct k25_error *err)
+{
+    struct k25_buf *b = calloc(1, sizeof(*b));
+    if (!b || (!mapped && !(data = k25_alloc_acct(ctx->acct, cat, bytes ? bytes : 1)))) {
+        free(b);
+        *out = NULL;
+        return err ? k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (%s, %zu bytes)",
+                                   k25_mem_cat_name(cat), bytes)
+                   : K25_ENOMEM;
+    }
+    *b = (struct k25_buf){&k25_backend_cpu, data, bytes, cat, mapped};
+    if (mapped && ctx->acct)
+        k25_mem_acct_add(ctx->acct, cat, (int64_t)bytes);
+    *out = b;
+    return K25_OK;
+}
+
+static int cpu_buf_alloc(struct k25_bctx *ctx, enum k25_mem_cat cat, size_t bytes, struct k25_buf **out,
+                         struct k25_error *err)
+{
+    return cpu_buf_new(ctx, cat, bytes, NULL, false, out, err);
+}
+
+static int cpu_buf_map_host(struct k25_bctx *ctx, enum k25_mem_cat cat, const void *host, size_t bytes,
+                            struct k25_buf **out, struct k25_error *err)
+{
+    return cpu_buf_new(ctx, cat, bytes, (void *)host, true, out, err);
+}
+
+static void cpu_buf_free(struct k25_bctx *ctx, struct k25_buf *b)
+{
+    if (!b)
+        return;
+    if (b->mapped) {
+        if (ctx->acct)
+            k25_mem_acct_add(ctx->acct, b->cat, -(int64_t)b->bytes);
+    } else {
+        k25_free(b->data);
+    }
+    free(b);
+}
+
+static void cpu_buf_set(struct k25_bctx *ctx, struct k25_buf *b, size_t off, const void *src, size_t bytes)
+{
+    (void)ctx;
+    K25_ASSERT(off + bytes <= b->bytes && !b->mapped);
+    memcpy((unsigned char *)b->data + off, src, bytes);
+}
+
+static void cpu_buf_get(struct k25_bctx *ctx, const struct k25_buf *b, size_t off, void *dst, size_t bytes)
+{
+    (void)ctx;
+    K25_ASSERT(off + bytes <= b->bytes);
+    memcpy(dst, (const unsigned char *)b->data + off, bytes);
+}
+
+static void cpu_buf_clear(struct k25_bctx *ctx, struct k25_buf *b, size_t off, size_t bytes)
+{
+    (void)ctx;
+    K25_ASSERT(off + bytes <= b->bytes && !b->mapped);
+    memset((unsigned char *)b->data + off, 0, bytes);
+}
+
+static void cpu_synchronize(struct k25_bctx *ctx)
+{
+    (void)ctx; /* every op has finished when it returns */
+}
+
+/* ------------------------------------------------------------- compute */
+
+static void cpu_gemm(struct k25_bctx *ctx, const struct k25_tensor *x, const struct k25_tensor *w,
+                     const struct k25_tensor *y, bool acc)
+{
+    (void)ctx;
+    K25_ASSERT(x->cols == w->cols && y->rows == x->rows && y->cols == w->rows);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)x->rows, (int)w->rows, (int)x->cols, 1.0f, f32(x),
+                (int)x->stride, f32(w), (int)w->stride, acc ? 1.0f : 0.0f, f32(y), (int)y->stride);
+}
+
+static void cpu_rmsnorm(struct k25_bctx *ctx, const struct k25_tensor *xt, const struct k25_tensor *wt, float eps,
+                        const struct k25_tensor *yt)
+{
+    (void)ctx;
+    const int m = (int)xt->rows, d = (int)xt->cols;
+    const float *x = f32(xt), *w = f32(wt);
+    float *y = f32(yt);
+    const size_t xs = (size_t)xt->stride, ys = (size_t)yt->stride;
 #pragma omp parallel for schedule(static) if (m > 4)
     for (int i = 0; i < m; i++) {
-        const float *xi = x + (size_t)i * d;
-        float *yi = y + (size_t)i * d;
+        const float *xi = x + (size_t)i * xs;
+        float *yi = y + (size_t)i * ys;
         double ss = 0.0; /* double: d up to 8K values of O(1) squared */
         for (int j = 0; j < d; j++)
             ss += (double)xi[j] * xi[j];
@@ -29,12 +179,33 @@ static void cpu_rmsnorm(int m, int d, const float *x, const float *w, float eps,
     }
 }
 
-static void cpu_rope(int m, int n_heads, int hd, float *x, int stride, const float *cs)
+static void cpu_rope_cache(struct k25_bctx *ctx, const int32_t *pos, const double *inv_freq,
+                           const struct k25_tensor *cst)
 {
-    int half = hd / 2;
+    (void)ctx;
+    const int hd = (int)cst->cols, half = hd / 2;
+    float *cs = f32(cst);
+    for (int64_t i = 0; i < cst->rows; i++) {
+        float *c = cs + (size_t)i * cst->stride;
+        for (int j = 0; j < half; j++) {
+            double a = (double)pos[i] * inv_freq[j]; /* double: positions reach 256K+ */
+            c[j] = (float)cos(a);
+            c[half + j] = (float)sin(a);
+        }
+    }
+}
+
+static void cpu_rope(struct k25_bctx *ctx, const struct k25_tensor *xt, int n_heads, int hd,
+                     const struct k25_tensor *cst)
+{
+    (void)ctx;
+    const int m = (int)xt->rows, half = hd / 2;
+    float *x = f32(xt);
+    const float *cs = f32(cst);
+    const size_t stride = (size_t)xt->stride, cstride = (size_t)cst->stride;
 #pragma omp parallel for schedule(static) if (m > 4)
     for (int i = 0; i < m; i++) {
-        const float *c = cs + (size_t)i * hd, *s = c + half;
+        const float *c = cs + (size_t)i * cstride, *s = c + half;
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (size_t)i * stride + (size_t)h * hd;
             for (int j = 0; j < half; j++) {
@@ -46,27 +217,149 @@ static void cpu_rope(int m, int n_heads, int hd, float *x, int stride, const flo
     }
 }
 
-static void cpu_swiglu(int m, int ffn, const float *gu, float *h)
+static void cpu_swiglu(struct k25_bctx *ctx, const struct k25_tensor *gut, const struct k25_tensor *ht)
 {
+    (void)ctx;
+    const int m = (int)gut->rows, ffn = (int)ht->cols;
+    const float *gu = f32(gut);
+    float *h = f32(ht);
+    const size_t gs = (size_t)gut->stride, hs = (size_t)ht->stride;
 #pragma omp parallel for schedule(static) if (m > 4)
     for (int i = 0; i < m; i++) {
-        const float *g = gu + (size_t)i * 2 * ffn, *u = g + ffn;
-        float *o = h + (size_t)i * ffn;
+        const float *g = gu + (size_t)i * gs, *u = g + ffn;
+        float *o = h + (size_t)i * hs;
         for (int j = 0; j < ffn; j++)
             o[j] = g[j] / (1.0f + k25_fast_expf(-g[j])) * u[j];
     }
 }
 
-static const struct k25_backend cpu_backend = {
+/* dst row i = src row rows[i] (dense fp32 rows of dst->cols values). */
+static void copy_rows(const struct k25_tensor *src, const int32_t *rows, const struct k25_tensor *dst)
+{
+    K25_ASSERT(src->cols == dst->cols);
+    const float *s = f32(src);
+    float *d = f32(dst);
+    for (int64_t i = 0; i < dst->rows; i++) {
+        K25_ASSERT(rows[i] >= 0 && rows[i] < src->rows);
+        memcpy(d + (size_t)i * dst->stride, s + (size_t)rows[i] * src->stride, sizeof(float) * (size_t)dst->cols);
+    }
+}
+
+static void cpu_embed(struct k25_bctx *ctx, const struct k25_tensor *table, const int32_t *ids,
+                      const struct k25_tensor *out)
+{
+    (void)ctx;
+    copy_rows(table, ids, out);
+}
+
+static void cpu_rows_gather(struct k25_bctx *ctx, const struct k25_tensor *src, const int32_t *rows,
+                            const struct k25_tensor *dst)
+{
+    (void)ctx;
+    copy_rows(src, rows, dst);
+}
+
+/* ------------------------------------------------------------ KV cache */
+
+static void cpu_kv_write(struct k25_bctx *ctx, struct k25_kv_pool *pool, struct k25_kv_seq *seq, int layer,
+                         int slot0, const struct k25_tensor *k, const struct k25_tensor *v)
+{
+    (void)ctx;
+    K25_ASSERT(k->stride == v->stride && k->rows == v->rows);
+    k25_kv_seq_write(pool, seq, layer, slot0, (int)k->rows, f32(k), f32(v), (int)k->stride);
+}
+
+static void cpu_attention(struct k25_bctx *ctx, const struct k25_attn_call *c)
+{
+    struct cpu_priv *p = ctx->priv;
+    size_t n_ptrs = 0;
+    for (int i = 0; i < c->n_seqs; i++)
+        n_ptrs += 2 * (size_t)c->seqs[i].seq->n_blocks;
+    if (c->n_seqs > p->jobs_cap) {
+        int ncap = c->n_seqs > 2 * p->jobs_cap ? c->n_seqs : 2 * p->jobs_cap;
+        struct k25_attn_job *nj = realloc(p->jobs, sizeof(*nj) * (size_t)ncap);
+        K25_ASSERT(nj != NULL); /* a few hundred bytes per sequence of a step */
+        p->jobs = nj;
+        p->jobs_cap = ncap;
+    }
+    if (n_ptrs > p->ptrs_cap) {
+        size_t ncap = n_ptrs > 2 * p->ptrs_cap ? n_ptrs : 2 * p->ptrs_cap;
+        const void **np = realloc(p->ptrs, sizeof(*np) * ncap);
+        K25_ASSERT(np != NULL);
+        p->ptrs = np;
+        p->ptrs_cap = ncap;
+    }
+    float *q = f32(c->q), *out = f32(c->out), *score = c->score ? f32(c->score) : NULL;
+    const void **kp = p->ptrs;
+    for (int i = 0; i < c->n_seqs; i++) {
+        const struct k25_attn_seq *s = &c->seqs[i];
+        struct k25_attn_job *j = &p->jobs[i];
+        const void **vp = kp + s->seq->n_blocks;
+        k25_kv_seq_view(c->pool, s->seq, c->layer, kp, vp, &j->kv);
+        kp = vp + s->seq->n_blocks;
+        j->q = q + (size_t)s->row0 * c->q->stride;
+        j->q_stride = (int)c->q->stride;
+        j->n_q = s->n_q;
+        j->q_pos0 = s->q_slot0;
+        j->out = out + (size_t)s->row0 * c->out->stride;
+        j->out_stride = (int)c->out->stride;
+        j->score = score ? score + s->score_off : NULL;
+    }
+    k25_attn_impl_get(c->impl)->run(p->jobs, c->n_seqs, c->n_heads, c->scale, ctx->acct);
+}
+
+static void cpu_kv_add_scores(struct k25_bctx *ctx, struct k25_kv_pool *pool, struct k25_kv_seq *seq, int layer,
+                              const struct k25_tensor *score, int q_slot0, int n_q, int group)
+{
+    (void)ctx;
+    k25_kv_seq_add_scores(pool, seq, layer, f32(score), q_slot0, n_q, group);
+}
+
+static int cpu_kv_compact(struct k25_bctx *ctx, struct k25_kv_pool *pool, struct k25_kv_seq *seq,
+                          const struct k25_kv_compress_opts *o, int *removed, struct k25_error *err)
+{
+    (void)ctx;
+    return k25_kv_seq_compress(pool, seq, o, removed, err);
+}
+
+static void cpu_kv_block_get(struct k25_bctx *ctx, const struct k25_kv_pool *pool, int32_t id, void *host)
+{
+    (void)ctx;
+    K25_ASSERT(id >= 0 && id < pool->n_alloc);
+    memcpy(host, pool->blocks[id]->data, pool->block_bytes);
+}
+
+static void cpu_kv_block_set(struct k25_bctx *ctx, struct k25_kv_pool *pool, int32_t id, const void *host)
+{
+    (void)ctx;
+    K25_ASSERT(id >= 0 && id < pool->n_alloc);
+    memcpy(pool->blocks[id]->data, host, pool->block_bytes);
+}
+
+const struct k25_backend k25_backend_cpu = {
     .name = "cpu",
-    .gemm_xwt = cpu_gemm_xwt,
+    .description = "host memory; OpenBLAS GEMMs, OpenMP kernels",
+    .init = cpu_init,
+    .destroy = cpu_destroy,
+    .supports = cpu_supports,
+    .buf_alloc = cpu_buf_alloc,
+    .buf_map_host = cpu_buf_map_host,
+    .buf_free = cpu_buf_free,
+    .buf_set = cpu_buf_set,
+    .buf_get = cpu_buf_get,
+    .buf_clear = cpu_buf_clear,
+    .synchronize = cpu_synchronize,
+    .gemm = cpu_gemm,
     .rmsnorm = cpu_rmsnorm,
+    .rope_cache = cpu_rope_cache,
     .rope = cpu_rope,
     .swiglu = cpu_swiglu,
-    .attention = k25_cpu_attention,
+    .embed = cpu_embed,
+    .rows_gather = cpu_rows_gather,
+    .kv_write = cpu_kv_write,
+    .attention = cpu_attention,
+    .kv_add_scores = cpu_kv_add_scores,
+    .kv_compact = cpu_kv_compact,
+    .kv_block_get = cpu_kv_block_get,
+    .kv_block_set = cpu_kv_block_set,
 };
-
-const struct k25_backend *k25_backend_cpu(void)
-{
-    return &cpu_backend;
-}

@@ -120,6 +120,10 @@ static const struct key_def keys[] = {
     {{"disable_prefill_optimization", "bool", "false",
       "prefill in one pass over uncompressed KV instead of in chunks (diagnosis)", "true|false"},
      KIND_BOOL, F(disable_prefill_optimization), 0, 0, 0, 0, false, false, NULL, 0},
+    {{"backend", "string", "cpu",
+      "where the engine computes: a backend built into this binary (CUDA: make CUDA=1)",
+      "cpu"}, /* the range shown is the registry's (k25_config_key) */
+     KIND_STR, F(backend), 0, 0, 0, 0, false, true, NULL, 0},
     {{"attention", "enum", "chunked",
       "attention kernels: the engine's ChunkedAttention, or a baseline (FlashAttention-2-style "
       "tiles, naive full score matrix)",
@@ -173,6 +177,7 @@ void k25_config_init(struct k25_config *cfg)
     cfg->top_p = 1.0;
     cfg->log_level = K25_LOG_OFF;
     cfg->log_file[0] = '\0';
+    snprintf(cfg->backend, sizeof(cfg->backend), "cpu");
 }
 
 int k25_config_key_count(void)
@@ -184,11 +189,22 @@ const struct k25_config_key_info *k25_config_key(int i)
 {
     if (i < 0 || i >= NKEYS)
         return NULL;
+    if (!strcmp(keys[i].info.key, "backend")) { /* the backends built in, from the registry */
+        static char range[128];
+        static struct k25_config_key_info info;
+        if (!range[0] && k25_backend_names(range, sizeof(range)) != K25_OK)
+            snprintf(range, sizeof(range), "cpu");
+        info = keys[i].info;
+        info.range = range;
+        return &info;
+    }
     return &keys[i].info;
 }
 
 const char *k25_dtype_name(enum k25_dtype d)
 {
+    if (d == K25_DTYPE_BF16) /* a weight format, not a kv_cache_dtype value */
+        return "bf16";
     return (unsigned)d < sizeof(dtype_names) / sizeof(dtype_names[0]) ? dtype_names[d] : "?";
 }
 
@@ -795,6 +811,14 @@ int k25_config_validate(const struct k25_config *cfg, struct k25_error *err)
         }
     }
 
+    if (!k25_backend_find_name(cfg->backend)) {
+        char names[128];
+        if (k25_backend_names(names, sizeof(names)) != K25_OK)
+            names[0] = '\0';
+        return k25_error_set(err, K25_ENOTFOUND, NULL, 0, "backend",
+                             "'%s' is not built into this binary (built in: %s)%s", cfg->backend, names,
+                             !strcmp(cfg->backend, "cuda") ? "; build with make CUDA=1 on a machine with nvcc" : "");
+    }
     if (cfg->max_batch_size > cfg->max_num_batched_tokens)
         return k25_error_set(err, K25_ERANGE, NULL, 0, "max_batch_size",
                              "%d exceeds max_num_batched_tokens (%d): a full decode batch needs "

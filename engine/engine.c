@@ -41,6 +41,78 @@ const char *k25_finish_reason_name(enum k25_finish_reason f)
     return "?";
 }
 
+/* Maps the model's weights into backend buffers (the CPU maps them in place). */
+static int weights_map(struct k25_engine *e, struct k25_error *err)
+{
+    const struct k25_model *m = e->model;
+    const struct k25_model_shape *s = &m->shape;
+    const struct k25_backend *B = K25_BE(e);
+    struct k25_weights *w = &e->w;
+    const int64_t d = s->dim, qkv = (int64_t)(s->n_heads + 2 * s->n_kv_heads) * s->head_dim,
+                  att = (int64_t)s->n_heads * s->head_dim, ffn = s->ffn_dim;
+    w->dtype = K25_DTYPE_FP32; /* model.c converts every format to fp32 (bf16/fp16/int: issue 16) */
+    w->layers = calloc((size_t)s->n_layers, sizeof(*w->layers));
+    w->bufs = calloc((size_t)s->n_layers * 6 + 3, sizeof(*w->bufs));
+    if (!w->layers || !w->bufs)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (weights)");
+    struct wmap {
+        const float *host;
+        int64_t rows, cols;
+        struct k25_tensor *t;
+    } list[6 * s->n_layers + 3];
+    int n = 0;
+    list[n++] = (struct wmap){m->embed, s->vocab_size, d, &w->embed};
+    list[n++] = (struct wmap){m->final_norm, 1, d, &w->final_norm};
+    if (m->lm_head != m->embed)
+        list[n++] = (struct wmap){m->lm_head, s->vocab_size, d, &w->lm_head};
+    for (int l = 0; l < s->n_layers; l++) {
+        const struct k25_layer *L = &m->layers[l];
+        struct k25_layer_w *W = &w->layers[l];
+        list[n++] = (struct wmap){L->attn_norm, 1, d, &W->attn_norm};
+        list[n++] = (struct wmap){L->wqkv, qkv, d, &W->wqkv};
+        list[n++] = (struct wmap){L->wo, d, att, &W->wo};
+        list[n++] = (struct wmap){L->ffn_norm, 1, d, &W->ffn_norm};
+        list[n++] = (struct wmap){L->w_gate_up, 2 * ffn, d, &W->w_gate_up};
+        list[n++] = (struct wmap){L->w_down, d, ffn, &W->w_down};
+    }
+    for (int i = 0; i < n; i++) {
+        size_t bytes = sizeof(float) * (size_t)(list[i].rows * list[i].cols);
+        int rc = B->buf_map_host(&e->be, K25_MEM_WEIGHTS, list[i].host, bytes, &w->bufs[w->n_bufs], err);
+        if (rc != K25_OK)
+            return rc;
+        *list[i].t = k25_tensor_of(w->bufs[w->n_bufs++], list[i].rows, list[i].cols, w->dtype);
+    }
+    if (m->lm_head == m->embed) /* tied: one buffer, counted once */
+        w->lm_head = w->embed;
+    return K25_OK;
+}
+
+/* Frees what k25_engine_create made, in any state of completion. */
+static void engine_free(struct k25_engine *e)
+{
+    const struct k25_backend *B = K25_BE(e);
+    if (B) {
+        struct k25_buf *bufs[] = {e->x, e->xn, e->qkv, e->att, e->gu, e->h, e->cs, e->last, e->logits};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+            B->buf_free(&e->be, bufs[i]);
+        if (e->pool.be)
+            k25_kv_pool_free(&e->pool);
+        for (int i = 0; i < e->w.n_bufs; i++)
+            B->buf_free(&e->be, e->w.bufs[i]);
+        k25_bctx_destroy(&e->be);
+    }
+    free(e->w.bufs);
+    free(e->w.layers);
+    free(e->tok);
+    free(e->pos);
+    free(e->rows);
+    k25_free(e->sample_work);
+    k25_free(e->sample_idx);
+    k25_free(e->inv_freq);
+    k25_free(e->running);
+    k25_free(e);
+}
+
 int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k25_engine_t **out,
                       struct k25_error *err)
 {
@@ -53,8 +125,13 @@ int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k2
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     e->cfg = *cfg;
     e->model = model;
-    e->be = k25_backend_cpu();
-    e->attn = k25_attention_impl(cfg->attention);
+    const struct k25_backend *B = k25_backend_find(cfg->backend); /* validated: built in */
+    if ((rc = k25_bctx_init(&e->be, B, &e->acct, err)) != K25_OK)
+        goto out_free;
+    if ((rc = weights_map(e, err)) != K25_OK)
+        goto out_free;
+    if ((rc = k25_backend_check(&e->be, cfg, e->w.dtype, err)) != K25_OK)
+        goto out_free;
     int threads = k25_set_threads(cfg->threads);
     e->threads = threads;
     const struct k25_model_shape *s = &model->shape;
@@ -62,7 +139,7 @@ int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k2
     /* With a budget, the KV pool gets what weights and activations leave. */
     int64_t max_blocks = 0;
     struct k25_kv_pool probe;
-    if ((rc = k25_kv_pool_init(&probe, s, cfg, 0, err)) != K25_OK)
+    if ((rc = k25_kv_pool_init(&probe, s, cfg, 0, NULL, err)) != K25_OK)
         goto out_free;
     if (cfg->memory_budget_mb > 0) {
         int64_t budget = cfg->memory_budget_mb * 1024 * 1024;
@@ -82,37 +159,40 @@ int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k2
             goto out_free;
         }
     }
-    if ((rc = k25_kv_pool_init(&e->pool, s, cfg, max_blocks, err)) != K25_OK)
+    if ((rc = k25_kv_pool_init(&e->pool, s, cfg, max_blocks, &e->be, err)) != K25_OK)
         goto out_free;
-    e->comp = (struct k25_kv_compress_opts){cfg->kv_compression_ratio, cfg->kv_merge_threshold,
-                                            cfg->kv_sink_tokens, cfg->kv_recent_tokens, 0};
     if ((rc = k25_log_open(&e->log, cfg->log_level, cfg->log_file, err)) != K25_OK)
-        goto out_pool;
+        goto out_free;
 
-    e->sample_work = k25_alloc(K25_MEM_OTHER, sizeof(float) * (size_t)s->vocab_size);
-    e->sample_idx = k25_alloc(K25_MEM_OTHER, sizeof(int32_t) * (size_t)s->vocab_size);
-    e->inv_freq = k25_alloc(K25_MEM_OTHER, sizeof(double) * (size_t)(s->head_dim / 2));
-    e->running = k25_alloc(K25_MEM_OTHER, sizeof(int) * (size_t)cfg->max_batch_size);
+    e->sample_work = k25_alloc_acct(&e->acct, K25_MEM_OTHER, sizeof(float) * (size_t)s->vocab_size);
+    e->sample_idx = k25_alloc_acct(&e->acct, K25_MEM_OTHER, sizeof(int32_t) * (size_t)s->vocab_size);
+    e->inv_freq = k25_alloc_acct(&e->acct, K25_MEM_OTHER, sizeof(double) * (size_t)(s->head_dim / 2));
+    e->running = k25_alloc_acct(&e->acct, K25_MEM_OTHER, sizeof(int) * (size_t)cfg->max_batch_size);
     if (!e->sample_work || !e->sample_idx || !e->inv_freq || !e->running) {
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
         goto out_log;
     }
     for (int j = 0; j < s->head_dim / 2; j++)
         e->inv_freq[j] = pow(s->rope_theta, -2.0 * j / s->head_dim);
+    k25_mem_acct_add(&e->acct, K25_MEM_OTHER, (int64_t)sizeof(*e)); /* the engine object itself */
     *out = e;
     return K25_OK;
 
 out_log:
     k25_log_close(&e->log, NULL);
-    k25_free(e->sample_work);
-    k25_free(e->sample_idx);
-    k25_free(e->inv_freq);
-    k25_free(e->running);
-out_pool:
-    k25_kv_pool_free(&e->pool);
 out_free:
-    k25_free(e);
+    engine_free(e);
     return rc;
+}
+
+void k25_engine_mem(const k25_engine_t *e, struct k25_mem_stats *out)
+{
+    k25_mem_acct_get(&e->acct, out);
+}
+
+void k25_engine_mem_reset_peak(k25_engine_t *e)
+{
+    k25_mem_acct_reset_peak(&e->acct);
 }
 
 static void slot_free(struct k25_engine *e, struct k25_slot *sl)
@@ -146,20 +226,33 @@ void k25_engine_destroy(k25_engine_t *e)
     free(e->slots);
     free(e->waiting);
     k25_log_close(&e->log, NULL);
-    k25_kv_pool_free(&e->pool);
-    float *bufs[] = {e->x, e->xn, e->qkv, e->att, e->gu, e->h, e->cs, e->last, e->logits, e->sample_work};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        k25_free(bufs[i]);
-    k25_free(e->sample_idx);
-    k25_free(e->inv_freq);
-    k25_free(e->running);
-    k25_free(e);
+    engine_free(e);
 }
 
 void k25_engine_set_event_cb(k25_engine_t *e, k25_event_cb cb, void *user)
 {
     e->cb = cb;
     e->cb_user = user;
+}
+
+void k25_engine_set_step_hook(k25_engine_t *e, k25_step_hook fn, void *user)
+{
+    e->step_hook = fn;
+    e->step_user = user;
+}
+
+/* Calls the step hook with the rows of this step that get a token. */
+static void call_step_hook(struct k25_engine *e, const struct k25_span *spans, int n_spans, uint64_t t0)
+{
+    float *rows[n_spans];
+    int pos[n_spans], n = 0;
+    for (int i = 0; i < n_spans; i++)
+        if (spans[i].logits) {
+            rows[n] = spans[i].logits;
+            pos[n++] = spans[i].pos0 + spans[i].n;
+        }
+    struct k25_step_info info = {n, rows, pos, e->model->shape.vocab_size, t0};
+    e->step_hook(&info, e->step_user);
 }
 
 static void emit(struct k25_engine *e, enum k25_event_type type, int handle, int32_t tok, int index,
@@ -384,17 +477,16 @@ int k25_attn_probe_layers(int n_layers, int out[3])
 }
 
 /*
- * Compresses one sequence after a step (pool.compress): at every prefill
- * chunk to the kept count exactly, during decode once the excess reaches a
- * quantization group (32 slots for fp32/fp16), so the work per call stays
- * proportional to the tokens that entered the region since the last one.
+ * Compresses one sequence after a step (pool.compress) through the backend,
+ * with the options kvcompress.c's policy gives for a prefill chunk or a
+ * decode token, and logs what it removed.
  */
 static int compress_seq(struct k25_engine *e, struct k25_slot *sl, bool prefill, struct k25_error *err)
 {
-    struct k25_kv_compress_opts o = e->comp;
-    o.slack = prefill ? 0 : (e->pool.quant ? e->pool.group : 32);
+    struct k25_kv_compress_opts o;
+    k25_kv_compress_opts_for(&e->cfg, &e->pool, prefill, &o);
     int64_t pr = sl->seq.pruned_slots, mg = sl->seq.merged_slots;
-    int removed = 0, rc = k25_kv_seq_compress(&e->pool, &sl->seq, &o, &removed, err);
+    int removed = 0, rc = K25_BE(e)->kv_compact(&e->be, &e->pool, &sl->seq, &o, &removed, err);
     if (rc == K25_OK && removed > 0 && k25_log_on(&e->log, K25_LOG_DEBUG)) {
         double hl = (double)e->pool.n_layers * e->pool.n_kv_heads;
         k25_log_write(&e->log, K25_LOG_DEBUG, "KV_CACHE",
@@ -573,7 +665,8 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
     uint64_t t0 = k25_now_ns();
     if ((rc = k25_forward(e, spans, n_spans, err)) != K25_OK)
         goto out;
-    k25_testknob_apply(spans, n_spans, V, t0); /* TEST-ONLY, off unless K25_TEST_* is set */
+    if (e->step_hook)
+        call_step_hook(e, spans, n_spans, t0);
     uint64_t t1 = k25_now_ns(), dt = t1 - t0;
     e->stats.steps++;
     e->stats.busy_ns += dt;

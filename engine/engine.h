@@ -41,13 +41,27 @@ struct k25_span {
     float *probe;             /* [n_probe][heads*head_dim] attention output of the last token, or NULL */
 };
 
+/* The weights of one layer as the backend holds them. */
+struct k25_layer_w {
+    struct k25_tensor attn_norm, wqkv, wo, ffn_norm, w_gate_up, w_down;
+};
+
+/* The model's weights in backend buffers (engine.c maps them at create). */
+struct k25_weights {
+    struct k25_tensor embed, final_norm, lm_head;
+    struct k25_layer_w *layers; /* [n_layers] (malloc'd) */
+    struct k25_buf **bufs;      /* [n_bufs] every buffer, freed at destroy (malloc'd) */
+    int n_bufs;
+    enum k25_dtype dtype;       /* the format the GEMMs read */
+};
+
 struct k25_engine {
     struct k25_config cfg;
     const struct k25_model *model;
-    const struct k25_backend *be;
-    k25_attention_fn attn;    /* cfg.attention: the engine's kernels or a baseline */
+    struct k25_mem_acct acct; /* this engine's memory (k25_engine_mem) */
+    struct k25_bctx be;       /* the backend instance (cfg.backend) */
+    struct k25_weights w;
     struct k25_kv_pool pool;
-    struct k25_kv_compress_opts comp; /* compression settings (pool.compress) */
     struct k25_log log;
 
     struct k25_slot **slots;  /* [n_slots], by handle */
@@ -57,23 +71,26 @@ struct k25_engine {
     int *running;             /* handles in admission order */
     int n_running;
 
-    /* activation buffers, k25_alloc(K25_MEM_ACTIVATIONS), for t_cap tokens */
+    /* activation buffers (backend, K25_MEM_ACTIVATIONS) for t_cap tokens, fp32 */
     int t_cap;
-    float *x;                 /* [t][dim] residual stream */
-    float *xn;                /* [t][dim] normalized */
-    float *qkv;               /* [t][(heads+2*kv_heads)*head_dim] */
-    float *att;               /* [t][heads*head_dim] */
-    float *gu;                /* [t][2*ffn] */
-    float *h;                 /* [t][ffn] */
-    float *cs;                /* [t][head_dim] cos|sin */
-    float *last;              /* [t][dim] rows that need logits */
-    float *logits;            /* [t][vocab] */
+    struct k25_buf *x;        /* [t][dim] residual stream */
+    struct k25_buf *xn;       /* [t][dim] normalized */
+    struct k25_buf *qkv;      /* [t][(heads+2*kv_heads)*head_dim] */
+    struct k25_buf *att;      /* [t][heads*head_dim] */
+    struct k25_buf *gu;       /* [t][2*ffn] */
+    struct k25_buf *h;        /* [t][ffn] */
+    struct k25_buf *cs;       /* [t][head_dim] cos|sin */
+    struct k25_buf *last;     /* [t][dim] rows that need logits */
+    struct k25_buf *logits;   /* [t][vocab] */
+    int32_t *tok, *pos, *rows; /* [t] host: token ids, positions, gathered rows (malloc'd) */
     float *sample_work;       /* [vocab] */
     int32_t *sample_idx;      /* [vocab] */
     double *inv_freq;         /* [head_dim/2] */
 
     k25_event_cb cb;
     void *cb_user;
+    k25_step_hook step_hook;
+    void *step_user;
     struct k25_engine_stats stats;
     int threads;              /* the configured thread count */
 };
@@ -94,7 +111,7 @@ int32_t k25_sample(struct k25_engine *e, const float *logits, double temperature
  * request samples the same tokens whatever else is in the batch. */
 uint64_t k25_sample_seed(uint64_t seed, const char *id);
 
-/* TEST-ONLY degradation knobs (testknob.c: K25_TEST_SLOWDOWN, K25_TEST_LOSSY; off unless set). */
-void k25_testknob_apply(const struct k25_span *spans, int n, int vocab, uint64_t t0_ns);
+/* The backend's function table of engine e. */
+#define K25_BE(e) ((e)->be.be)
 
 #endif

@@ -9,13 +9,16 @@
  * Positions (RoPE) count tokens; attention works on KV slots, which
  * differ from positions once a sequence has been compressed.  With
  * compression on, each attention call also returns the attention every
- * slot received, which is added to the slots' scores (kvcache.c).
+ * slot received, which is added to the slots' scores.
+ *
+ * Every touch of tensor memory is a backend call (backend.h): this file
+ * holds the order of operations and host bookkeeping (token ids,
+ * positions, row numbers) only.
  */
 #include "engine.h"
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* Grows the activation buffers to hold t tokens. */
 static int ensure_buffers(struct k25_engine *e, int t, struct k25_error *err)
@@ -23,10 +26,11 @@ static int ensure_buffers(struct k25_engine *e, int t, struct k25_error *err)
     if (t <= e->t_cap)
         return K25_OK;
     const struct k25_model_shape *s = &e->model->shape;
+    const struct k25_backend *B = K25_BE(e);
     int cap = e->t_cap ? e->t_cap : 64;
     while (cap < t)
         cap *= 2;
-    float **bufs[] = {&e->x, &e->xn, &e->qkv, &e->att, &e->gu, &e->h, &e->cs, &e->last, &e->logits};
+    struct k25_buf **bufs[] = {&e->x, &e->xn, &e->qkv, &e->att, &e->gu, &e->h, &e->cs, &e->last, &e->logits};
     size_t widths[] = {(size_t)s->dim,
                        (size_t)s->dim,
                        (size_t)(s->n_heads + 2 * s->n_kv_heads) * s->head_dim,
@@ -36,144 +40,144 @@ static int ensure_buffers(struct k25_engine *e, int t, struct k25_error *err)
                        (size_t)s->head_dim,
                        (size_t)s->dim,
                        (size_t)s->vocab_size};
+    e->t_cap = 0;
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
-        k25_free(*bufs[i]);
-        *bufs[i] = k25_alloc(K25_MEM_ACTIVATIONS, sizeof(float) * widths[i] * (size_t)cap);
-        if (!*bufs[i]) {
-            e->t_cap = 0;
-            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL,
-                                 "cannot allocate activations for %d tokens", cap);
-        }
+        B->buf_free(&e->be, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        if (B->buf_alloc(&e->be, K25_MEM_ACTIVATIONS, sizeof(float) * widths[i] * (size_t)cap, bufs[i], NULL) !=
+            K25_OK)
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "cannot allocate activations for %d tokens", cap);
+    int32_t **host[] = {&e->tok, &e->pos, &e->rows};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) {
+        free(*host[i]);
+        if (!(*host[i] = malloc(sizeof(int32_t) * (size_t)cap)))
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (step of %d tokens)", cap);
     }
     e->t_cap = cap;
     return K25_OK;
 }
 
-/* cs[i] = cos(pos*f) for the first half, sin(pos*f) for the second. */
-static void rope_table(const struct k25_engine *e, const struct k25_span *spans, int n_spans)
+/* rows x cols fp32 over a whole activation buffer. */
+static struct k25_tensor act(struct k25_buf *b, int rows, int cols)
 {
-    int hd = e->model->shape.head_dim, half = hd / 2, row = 0;
-    for (int s = 0; s < n_spans; s++)
-        for (int i = 0; i < spans[s].n; i++, row++) {
-            float *c = e->cs + (size_t)row * hd;
-            double pos = spans[s].pos0 + i;
-            for (int j = 0; j < half; j++) {
-                double a = pos * e->inv_freq[j]; /* double: positions reach 256K+ */
-                c[j] = (float)cos(a);
-                c[half + j] = (float)sin(a);
-            }
-        }
+    return k25_tensor_of(b, rows, cols, K25_DTYPE_FP32);
 }
 
 int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struct k25_error *err)
 {
-    const struct k25_model *m = e->model;
-    const struct k25_model_shape *s = &m->shape;
-    const struct k25_backend *be = e->be;
+    const struct k25_model_shape *s = &e->model->shape;
+    const struct k25_backend *B = K25_BE(e);
+    struct k25_bctx *ctx = &e->be;
+    const struct k25_weights *w = &e->w;
     const int d = s->dim, hd = s->head_dim, nh = s->n_heads, nkv = s->n_kv_heads;
     const int qkv_w = (nh + 2 * nkv) * hd, att_w = nh * hd;
     int rc = K25_OK;
 
     K25_ASSERT(n_spans > 0);
-    int T = 0, max_blocks = 0, slot0[n_spans];
-    float *scores = NULL;
+    int T = 0;
+    struct k25_buf *scores = NULL;
     size_t score_off[n_spans + 1];
     int probe_l[3], n_probe = k25_attn_probe_layers(s->n_layers, probe_l);
     for (int i = 0; i < n_spans; i++)
         T += spans[i].n;
     if ((rc = ensure_buffers(e, T, err)) != K25_OK)
         return rc;
-    for (int i = 0; i < n_spans; i++) {
+    struct k25_attn_seq *aseq = calloc((unsigned)n_spans, sizeof(*aseq));
+    if (!aseq)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (attention jobs)");
+    for (int i = 0, row = 0; i < n_spans; i++) {
         K25_ASSERT(spans[i].seq->n_pos == spans[i].pos0);
-        slot0[i] = spans[i].seq->n_tokens;
+        aseq[i] = (struct k25_attn_seq){spans[i].seq, row, spans[i].n, spans[i].seq->n_tokens, 0};
         if ((rc = k25_kv_seq_reserve(&e->pool, spans[i].seq, spans[i].n, err)) != K25_OK)
-            return rc;
-        if (spans[i].seq->n_blocks > max_blocks)
-            max_blocks = spans[i].seq->n_blocks;
+            goto out_free;
+        for (int t = 0; t < spans[i].n; t++, row++) {
+            e->tok[row] = spans[i].tokens[t];
+            e->pos[row] = spans[i].pos0 + t;
+        }
     }
 
     score_off[0] = 0;
-    for (int i = 0; i < n_spans; i++)
+    for (int i = 0; i < n_spans; i++) {
+        aseq[i].score_off = score_off[i];
         score_off[i + 1] = score_off[i] + (e->pool.compress ? (size_t)nkv * spans[i].seq->n_tokens : 0);
+    }
     if (score_off[n_spans] > 0 &&
-        !(scores = k25_alloc(K25_MEM_ATTN_SCRATCH, sizeof(float) * score_off[n_spans])))
-        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (attention scores)");
-
-    struct k25_attn_job *jobs = calloc((unsigned)n_spans, sizeof(*jobs));
-    const void **ptrs = calloc((unsigned)n_spans * 2u * (unsigned)max_blocks, sizeof(void *));
-    if (!jobs || !ptrs) {
-        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (attention jobs)");
+        B->buf_alloc(ctx, K25_MEM_ATTN_SCRATCH, sizeof(float) * score_off[n_spans], &scores, NULL) != K25_OK) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (attention scores)");
         goto out_free;
     }
 
-    for (int i = 0, row = 0; i < n_spans; i++)
-        for (int t = 0; t < spans[i].n; t++, row++)
-            memcpy(e->x + (size_t)row * d, m->embed + (size_t)spans[i].tokens[t] * d,
-                   sizeof(float) * d);
-    rope_table(e, spans, n_spans);
+    const struct k25_tensor X = act(e->x, T, d), XN = act(e->xn, T, d), QKV = act(e->qkv, T, qkv_w),
+                            ATT = act(e->att, T, att_w), GU = act(e->gu, T, 2 * s->ffn_dim),
+                            H = act(e->h, T, s->ffn_dim), CS = act(e->cs, T, hd);
+    const struct k25_tensor Q = k25_tensor_view(&QKV, 0, T, 0, att_w), K = k25_tensor_view(&QKV, 0, T, att_w, nkv * hd),
+                            V = k25_tensor_view(&QKV, 0, T, att_w + nkv * hd, nkv * hd);
+    struct k25_tensor SC = scores ? act(scores, 1, (int)score_off[n_spans]) : (struct k25_tensor){0};
+    const struct k25_attn_call call = {e->cfg.attention, &e->pool, 0, nh, 1.0f / sqrtf((float)hd), aseq, n_spans,
+                                       &QKV, &ATT, scores ? &SC : NULL};
+
+    B->embed(ctx, &w->embed, e->tok, &X);
+    B->rope_cache(ctx, e->pos, e->inv_freq, &CS);
 
     for (int l = 0; l < s->n_layers; l++) {
-        const struct k25_layer *L = &m->layers[l];
-        be->rmsnorm(T, d, e->x, L->attn_norm, s->norm_eps, e->xn);
-        be->gemm_xwt(T, qkv_w, d, e->xn, L->wqkv, e->qkv, false);
-        be->rope(T, nh, hd, e->qkv, qkv_w, e->cs);
-        be->rope(T, nkv, hd, e->qkv + att_w, qkv_w, e->cs);
+        const struct k25_layer_w *L = &w->layers[l];
+        B->rmsnorm(ctx, &X, &L->attn_norm, s->norm_eps, &XN);
+        B->gemm(ctx, &XN, &L->wqkv, &QKV, false);
+        B->rope(ctx, &Q, nh, hd, &CS);
+        B->rope(ctx, &K, nkv, hd, &CS);
 
-        for (int i = 0, row = 0; i < n_spans; i++) {
-            const float *kr = e->qkv + (size_t)row * qkv_w + att_w;
-            k25_kv_seq_write(&e->pool, spans[i].seq, l, slot0[i], spans[i].n, kr, kr + nkv * hd, qkv_w);
-            const void **kp = ptrs + (size_t)i * 2 * max_blocks, **vp = kp + max_blocks;
-            k25_kv_seq_view(&e->pool, spans[i].seq, l, kp, vp, &jobs[i].kv);
-            jobs[i].q = e->qkv + (size_t)row * qkv_w;
-            jobs[i].q_stride = qkv_w;
-            jobs[i].n_q = spans[i].n;
-            jobs[i].q_pos0 = slot0[i];
-            jobs[i].score = scores ? scores + score_off[i] : NULL;
-            jobs[i].out = e->att + (size_t)row * att_w;
-            jobs[i].out_stride = att_w;
-            row += spans[i].n;
+        for (int i = 0; i < n_spans; i++) {
+            struct k25_tensor k = k25_tensor_view(&K, aseq[i].row0, spans[i].n, 0, nkv * hd),
+                              v = k25_tensor_view(&V, aseq[i].row0, spans[i].n, 0, nkv * hd);
+            B->kv_write(ctx, &e->pool, spans[i].seq, l, aseq[i].q_slot0, &k, &v);
             e->stats.kv_block_accesses += spans[i].seq->n_blocks;
         }
         if (scores)
-            memset(scores, 0, sizeof(float) * score_off[n_spans]);
-        e->attn(jobs, n_spans, nh, 1.0f / sqrtf((float)hd));
-        for (int i = 0; scores && i < n_spans; i++)
-            k25_kv_seq_add_scores(&e->pool, spans[i].seq, l, jobs[i].score, slot0[i], spans[i].n, nh / nkv);
+            B->buf_clear(ctx, scores, 0, sizeof(float) * score_off[n_spans]);
+        struct k25_attn_call c = call;
+        c.layer = l;
+        B->attention(ctx, &c);
+        for (int i = 0; scores && i < n_spans; i++) {
+            struct k25_tensor sc = k25_tensor_view(&SC, 0, 1, (int64_t)score_off[i],
+                                                   (int64_t)(score_off[i + 1] - score_off[i]));
+            B->kv_add_scores(ctx, &e->pool, spans[i].seq, l, &sc, aseq[i].q_slot0, spans[i].n, nh / nkv);
+        }
         for (int pl = 0; pl < n_probe; pl++) /* attention output of the row that gets logits */
             if (probe_l[pl] == l)
-                for (int i = 0, row = 0; i < n_spans; i++) {
-                    row += spans[i].n;
+                for (int i = 0; i < n_spans; i++)
                     if (spans[i].probe)
-                        memcpy(spans[i].probe + (size_t)pl * att_w, e->att + (size_t)(row - 1) * att_w,
-                               sizeof(float) * att_w);
-                }
-        be->gemm_xwt(T, d, att_w, e->att, L->wo, e->x, true);
+                        B->buf_get(ctx, e->att, sizeof(float) * (size_t)(aseq[i].row0 + spans[i].n - 1) * att_w,
+                                   spans[i].probe + (size_t)pl * att_w, sizeof(float) * att_w);
+        B->gemm(ctx, &ATT, &L->wo, &X, true);
 
-        be->rmsnorm(T, d, e->x, L->ffn_norm, s->norm_eps, e->xn);
-        be->gemm_xwt(T, 2 * s->ffn_dim, d, e->xn, L->w_gate_up, e->gu, false);
-        be->swiglu(T, s->ffn_dim, e->gu, e->h);
-        be->gemm_xwt(T, d, s->ffn_dim, e->h, L->w_down, e->x, true);
+        B->rmsnorm(ctx, &X, &L->ffn_norm, s->norm_eps, &XN);
+        B->gemm(ctx, &XN, &L->w_gate_up, &GU, false);
+        B->swiglu(ctx, &GU, &H);
+        B->gemm(ctx, &H, &L->w_down, &X, true);
     }
 
     /* Logits only where a token is sampled: the last row of a span that asks. */
     int n_want = 0;
-    for (int i = 0, row = 0; i < n_spans; i++) {
-        row += spans[i].n;
+    for (int i = 0; i < n_spans; i++)
         if (spans[i].logits)
-            memcpy(e->last + (size_t)n_want++ * d, e->x + (size_t)(row - 1) * d, sizeof(float) * d);
-    }
+            e->rows[n_want++] = aseq[i].row0 + spans[i].n - 1;
     if (n_want > 0) {
-        be->rmsnorm(n_want, d, e->last, m->final_norm, s->norm_eps, e->xn);
-        be->gemm_xwt(n_want, s->vocab_size, d, e->xn, m->lm_head, e->logits, false);
-        for (int i = 0, w = 0; i < n_spans; i++)
+        const struct k25_tensor LAST = act(e->last, n_want, d), LN = act(e->xn, n_want, d),
+                                LG = act(e->logits, n_want, s->vocab_size);
+        B->rows_gather(ctx, &X, e->rows, &LAST);
+        B->rmsnorm(ctx, &LAST, &w->final_norm, s->norm_eps, &LN);
+        B->gemm(ctx, &LN, &w->lm_head, &LG, false);
+        const size_t vb = sizeof(float) * (size_t)s->vocab_size;
+        for (int i = 0, k = 0; i < n_spans; i++)
             if (spans[i].logits)
-                memcpy(spans[i].logits, e->logits + (size_t)w++ * s->vocab_size,
-                       sizeof(float) * s->vocab_size);
+                B->buf_get(ctx, e->logits, vb * (size_t)k++, spans[i].logits, vb);
     }
 
 out_free:
-    k25_free(scores);
-    free(jobs);
-    free(ptrs);
+    if (scores)
+        B->buf_free(ctx, scores);
+    free(aseq);
     return rc;
 }

@@ -7,7 +7,27 @@
 
 #include "k25.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
+
+/*
+ * Memory accounting context (alloc.c): byte counters by category, current
+ * and peak.  One per engine; the process has its own.  k25_alloc_acct
+ * charges the process and acct (NULL: the process only); k25_free
+ * uncharges whichever charged.
+ */
+struct k25_mem_acct {
+    _Atomic int64_t cur[K25_MEM_NCAT];
+    _Atomic int64_t peak[K25_MEM_NCAT];
+    _Atomic int64_t total_cur;
+    _Atomic int64_t total_peak;
+};
+void *k25_alloc_acct(struct k25_mem_acct *acct, enum k25_mem_cat cat, size_t bytes);
+/* Charges (bytes > 0) or uncharges acct only: memory held without being
+ * allocated through it (a backend mapping the model's weights). */
+void k25_mem_acct_add(struct k25_mem_acct *acct, enum k25_mem_cat cat, int64_t bytes);
+void k25_mem_acct_get(const struct k25_mem_acct *acct, struct k25_mem_stats *out);
+void k25_mem_acct_reset_peak(struct k25_mem_acct *acct);
 
 /* One decoder layer, weights in HF orientation: W[out][in], row-major. */
 struct k25_layer {
@@ -50,10 +70,6 @@ void k25_model_free_weights(struct k25_model *m);
  */
 int k25_model_load_safetensors(const char *dir, struct k25_model *m, struct k25_error *err);
 
-/* IEEE half and bfloat16 <-> float, exact rounding to nearest even. */
-float k25_fp16_to_fp32(uint16_t h);
-uint16_t k25_fp32_to_fp16(float f);
-float k25_bf16_to_fp32(uint16_t h);
 
 /*
  * Sizes the OpenMP and OpenBLAS pools for the next step without changing

@@ -93,9 +93,35 @@ void k25_mem_get(struct k25_mem_stats *out);
 void k25_mem_reset_peak(void); /* peak := current, for every category */
 const char *k25_mem_cat_name(enum k25_mem_cat cat);
 
+/*
+ * Memory of one engine (its own accounting, beside the process-wide
+ * figures above): what its backend allocated for it by category - KV
+ * blocks, activations, attention scratch, other - and, under weights, the
+ * weight bytes its backend holds or maps (two engines on one model both
+ * count the model's weights; k25_mem_get counts them once).
+ */
+typedef struct k25_engine k25_engine_t;
+void k25_engine_mem(const k25_engine_t *e, struct k25_mem_stats *out);
+void k25_engine_mem_reset_peak(k25_engine_t *e);
+
+/* IEEE half and bfloat16 <-> float, exact rounding to nearest even (half.c). */
+float k25_fp16_to_fp32(uint16_t h);
+uint16_t k25_fp32_to_fp16(float f);
+float k25_bf16_to_fp32(uint16_t h);
+
+/* ------------------------------------------------------------ backends */
+
+/* The backends built into this binary, "cpu|cuda" style, into buf.
+ * K25_ERANGE when buf is too small. */
+int k25_backend_names(char *buf, size_t size);
+/* Whether a backend of that name is built in. */
+bool k25_backend_find_name(const char *name);
+
 /* ------------------------------------------------------------ config */
 
-enum k25_dtype { K25_DTYPE_FP32, K25_DTYPE_FP16, K25_DTYPE_INT8, K25_DTYPE_INT4 };
+/* Element types.  KV storage uses the first four (kv_cache_dtype); BF16 is
+ * a weight format (backend supports(), issue 16). */
+enum k25_dtype { K25_DTYPE_FP32, K25_DTYPE_FP16, K25_DTYPE_INT8, K25_DTYPE_INT4, K25_DTYPE_BF16, K25_DTYPE_N };
 enum k25_hint { K25_HINT_AUTO, K25_HINT_LEGAL_DOC, K25_HINT_PLAIN_TEXT };
 enum k25_log_level { K25_LOG_OFF, K25_LOG_INFO, K25_LOG_DEBUG };
 /* Attention implementation: the engine's ChunkedAttention kernels, or one
@@ -126,6 +152,7 @@ struct k25_config {
     int64_t memory_budget_mb;    /* 0 = no budget (all memory) */
     bool disable_prefill_optimization; /* one-pass prefill */
     enum k25_attn_impl attention;      /* attention kernels (chunked|flash2|naive) */
+    char backend[32];            /* backend name in the registry (cpu; cuda with make CUDA=1) */
     double rope_theta;           /* 0 = the model's own */
     uint64_t seed;               /* sampling seed */
     int threads;                 /* 0 = all cores */
@@ -339,8 +366,6 @@ struct k25_event {
 };
 typedef void (*k25_event_cb)(const struct k25_event *ev, void *user);
 
-typedef struct k25_engine k25_engine_t;
-
 /* Per-step and cumulative counters, for progress and results. */
 struct k25_engine_stats {
     int64_t steps;
@@ -365,6 +390,23 @@ int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model,
 void k25_engine_destroy(k25_engine_t *e);
 
 void k25_engine_set_event_cb(k25_engine_t *e, k25_event_cb cb, void *user);
+
+/*
+ * A hook called after every forward pass, before sampling, with the rows
+ * whose tokens are about to be sampled.  It may change the logits (the
+ * harness's TEST-ONLY degradation knobs, harness/testknob.c, do) and may
+ * take time (counted as the step's).  The engine itself reads no
+ * environment: whoever creates an engine installs what it wants.
+ */
+struct k25_step_info {
+    int n;                   /* rows */
+    float *const *logits;    /* [n] host rows of vocab_size values */
+    const int *next_pos;     /* [n] the position each row's token will take */
+    int vocab;
+    uint64_t t0_ns;          /* when the step's forward pass started */
+};
+typedef void (*k25_step_hook)(const struct k25_step_info *info, void *user);
+void k25_engine_set_step_hook(k25_engine_t *e, k25_step_hook fn, void *user);
 
 /*
  * Queues a request; *handle identifies it afterwards.  Bad requests

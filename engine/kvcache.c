@@ -10,10 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 int k25_kv_pool_init(struct k25_kv_pool *p, const struct k25_model_shape *s, const struct k25_config *cfg,
-                     int64_t max_blocks, struct k25_error *err)
+                     int64_t max_blocks, struct k25_bctx *be, struct k25_error *err)
 {
     memset(p, 0, sizeof(*p));
+    p->be = be;
     const int bs = cfg->kv_block_size, hd = s->head_dim, nkv = s->n_kv_heads;
     p->block_size = bs;
     p->n_layers = s->n_layers;
@@ -58,7 +63,7 @@ int k25_kv_pool_init(struct k25_kv_pool *p, const struct k25_model_shape *s, con
 void k25_kv_pool_free(struct k25_kv_pool *p)
 {
     for (int64_t i = 0; i < p->n_alloc; i++)
-        k25_free(p->blocks[i]);
+        p->be->be->buf_free(p->be, p->blocks[i]);
     free(p->blocks);
     free(p->free_ids);
     memset(p, 0, sizeof(*p));
@@ -75,7 +80,7 @@ static int32_t block_get(struct k25_kv_pool *p)
             return -1;
         if (p->n_alloc == p->cap) {
             int64_t ncap = p->cap ? 2 * p->cap : 64;
-            void **nb = realloc(p->blocks, sizeof(void *) * (size_t)ncap);
+            struct k25_buf **nb = realloc(p->blocks, sizeof(*nb) * (size_t)ncap);
             if (!nb)
                 return -1;
             p->blocks = nb;
@@ -85,8 +90,9 @@ static int32_t block_get(struct k25_kv_pool *p)
             p->free_ids = nf;
             p->cap = ncap;
         }
-        void *b = k25_alloc(K25_MEM_KV, p->block_bytes);
-        if (!b)
+        K25_ASSERT(p->be != NULL); /* a layout-only pool holds no blocks */
+        struct k25_buf *b;
+        if (p->be->be->buf_alloc(p->be, K25_MEM_KV, p->block_bytes, &b, NULL) != K25_OK)
             return -1;
         id = (int32_t)p->n_alloc;
         p->blocks[p->n_alloc++] = b;
@@ -105,18 +111,16 @@ static void block_put(struct k25_kv_pool *p, int32_t id)
 /* Residual rows of (layer, K|V, head g). */
 static float *res_rows(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l, int kv, int g)
 {
-    return seq->res + (((size_t)l * 2 + kv) * p->n_kv_heads + g) * p->res_cap * p->head_dim;
+    return (float *)seq->res->data + (((size_t)l * 2 + kv) * p->n_kv_heads + g) * p->res_cap * p->head_dim;
 }
 
 int k25_kv_seq_reserve(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n, struct k25_error *err)
 {
     if (p->quant && !seq->res) {
         seq->n_quant = calloc((size_t)p->n_layers, sizeof(int));
-        seq->res = k25_alloc(K25_MEM_KV, sizeof(float) * (size_t)p->n_layers * 2 * p->n_kv_heads *
-                                             p->res_cap * p->head_dim);
-        if (!seq->n_quant || !seq->res) {
+        size_t rb = sizeof(float) * (size_t)p->n_layers * 2 * p->n_kv_heads * p->res_cap * p->head_dim;
+        if (!seq->n_quant || p->be->be->buf_alloc(p->be, K25_MEM_KV, rb, &seq->res, NULL) != K25_OK) {
             free(seq->n_quant);
-            k25_free(seq->res);
             seq->n_quant = NULL;
             seq->res = NULL;
             return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV residual)");
@@ -141,11 +145,6 @@ int k25_kv_seq_reserve(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n, str
                                  (long long)p->in_use, p->block_size);
         seq->ids[seq->n_blocks++] = id;
     }
-    if (p->compress) /* fresh slots: one token each, nothing received yet */
-        for (int l = 0; l < p->n_layers; l++)
-            for (int g = 0; g < p->n_kv_heads; g++)
-                for (int s = seq->n_tokens; s < seq->n_tokens + n; s++)
-                    *k25_kv_slot_meta(p, seq, l, g, s) = (struct k25_kv_slot){0.0f, 1.0f, 0.0f, 0.0f};
     seq->n_tokens += n;
     seq->n_pos += n;
     return K25_OK;
@@ -219,6 +218,10 @@ static void write_rows(struct k25_kv_pool *p, struct k25_kv_seq *seq, int l, int
 void k25_kv_seq_write(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int slot0, int n,
                       const float *k, const float *v, int stride)
 {
+    if (p->compress) /* fresh slots: one token each, nothing received yet */
+        for (int g = 0; g < p->n_kv_heads; g++)
+            for (int s = slot0; s < slot0 + n; s++)
+                *k25_kv_slot_meta(p, seq, layer, g, s) = (struct k25_kv_slot){0.0f, 1.0f, 0.0f, 0.0f};
     write_rows(p, seq, layer, slot0, n, k, v, (size_t)stride, (size_t)p->head_dim);
 }
 
@@ -246,7 +249,8 @@ void k25_kv_seq_release(struct k25_kv_pool *p, struct k25_kv_seq *seq,
     }
     free(seq->ids);
     free(seq->n_quant);
-    k25_free(seq->res);
+    if (seq->res)
+        p->be->be->buf_free(p->be, seq->res);
     memset(seq, 0, sizeof(*seq));
 }
 
@@ -319,4 +323,113 @@ void k25_kv_seq_add_scores(struct k25_kv_pool *p, struct k25_kv_seq *seq, int la
             m->score += acc[(size_t)g * n + s];
             m->seen += (float)(sees * group);
         }
+}
+
+/* ------------------------------------------- KV rows for the kernels, dequantizing */
+
+void k25_fp16_to_fp32_row(const uint16_t *src, float *dst, size_t n)
+{
+    size_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+#elif defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+#endif
+    for (; i < n; i++)
+        dst[i] = k25_fp16_to_fp32(src[i]);
+}
+
+/* Dequantizes slots [k0, k0+n) of KV head g (all in block k0/bs, below n_quant) into dst. */
+static void dequant_run(const struct k25_kv_view *kv, bool keys, int g, int k0, int n, float *dst)
+{
+    const int bs = kv->block_size, hd = kv->head_dim, bits = kv->dtype == K25_DTYPE_INT8 ? 8 : 4;
+    const size_t rb = (size_t)hd * bits / 8;
+    const unsigned char *lay = kv->k_blocks[k0 / bs];
+    const int o = k0 % bs;
+    if (keys) {
+        const uint8_t *q = lay + (size_t)g * bs * rb;
+        const uint16_t *sz = (const uint16_t *)(lay + kv->ks_off) + (size_t)g * (bs / kv->group) * 2 * hd;
+        float szf[2 * 256];
+        int cur = -1;
+        K25_ASSERT(hd <= 256);
+        for (int t = o; t < o + n; t++) {
+            int grp = t / kv->group;
+            if (grp != cur) { /* scale and zero rows of the group as floats */
+                k25_fp16_to_fp32_row(sz + (size_t)grp * 2 * hd, szf, 2 * (size_t)hd);
+                cur = grp;
+            }
+            k25_kvq_dequant_key_row(q + (size_t)t * rb, szf, hd, bits, dst + (size_t)(t - o) * hd);
+        }
+    } else {
+        const uint8_t *q = (const uint8_t *)kv->v_blocks[k0 / bs] + (size_t)g * bs * rb;
+        const int nvg = hd / kv->vgroup;
+        const uint16_t *sz = (const uint16_t *)(lay + kv->vs_off) + (size_t)g * bs * nvg * 2;
+        for (int t = o; t < o + n; t++)
+            k25_kvq_dequant_value_row(q + (size_t)t * rb, sz + (size_t)t * nvg * 2, hd, kv->vgroup, bits,
+                                      dst + (size_t)(t - o) * hd);
+    }
+}
+
+const float *k25_kv_rows(const struct k25_kv_view *kv, const void *const *blocks, int g, int k0,
+                         int n, float *tmp)
+{
+    const int bs = kv->block_size, hd = kv->head_dim;
+    int b = k0 / bs, o = k0 % bs;
+    if (kv->dtype == K25_DTYPE_FP32 && o + n <= bs)
+        return (const float *)blocks[b] + ((size_t)g * bs + o) * hd;
+    if (kv->dtype == K25_DTYPE_INT8 || kv->dtype == K25_DTYPE_INT4) {
+        const bool keys = blocks == kv->k_blocks;
+        const float *res = (keys ? kv->res_k : kv->res_v) + (size_t)g * kv->res_cap * hd;
+        if (k0 >= kv->n_quant) /* all in the fp32 residual: rows in place */
+            return res + (size_t)(k0 - kv->n_quant) * hd;
+        for (int done = 0; done < n;) {
+            int k = k0 + done, take;
+            if (k >= kv->n_quant) {
+                take = n - done;
+                memcpy(tmp + (size_t)done * hd, res + (size_t)(k - kv->n_quant) * hd, sizeof(float) * take * hd);
+            } else {
+                take = bs - k % bs;
+                take = take < n - done ? take : n - done;
+                take = take < kv->n_quant - k ? take : kv->n_quant - k;
+                dequant_run(kv, keys, g, k, take, tmp + (size_t)done * hd);
+            }
+            done += take;
+        }
+        return tmp;
+    }
+    for (int done = 0; done < n;) {
+        b = (k0 + done) / bs;
+        o = (k0 + done) % bs;
+        int take = bs - o < n - done ? bs - o : n - done;
+        size_t off = ((size_t)g * bs + o) * hd;
+        if (kv->dtype == K25_DTYPE_FP32)
+            memcpy(tmp + (size_t)done * hd, (const float *)blocks[b] + off, sizeof(float) * take * hd);
+        else
+            k25_fp16_to_fp32_row((const uint16_t *)blocks[b] + off, tmp + (size_t)done * hd,
+                                 (size_t)take * hd);
+        done += take;
+    }
+    return tmp;
+}
+
+bool k25_kv_rows_need_tmp(const struct k25_kv_view *kv, int tile)
+{
+    return kv->dtype != K25_DTYPE_FP32 || kv->block_size % tile != 0;
+}
+
+bool k25_kv_logc(const struct k25_kv_view *kv, int g, int k0, int n, float *out)
+{
+    if (!kv->has_meta)
+        return false;
+    const int bs = kv->block_size;
+    for (int i = 0; i < n; i++) {
+        int k = k0 + i;
+        const struct k25_kv_slot *m =
+            (const struct k25_kv_slot *)((const unsigned char *)kv->k_blocks[k / bs] + kv->meta_off) +
+            (size_t)g * bs + k % bs;
+        out[i] = m->logc;
+    }
+    return true;
 }

@@ -55,7 +55,8 @@ struct k25_kv_pool {
     size_t block_bytes;  /* n_layers * layer_bytes */
     int64_t max_blocks;  /* 0 = no cap */
     int64_t reserved;    /* blocks promised to admitted requests */
-    void **blocks;       /* [n_alloc] k25_alloc(K25_MEM_KV) */
+    struct k25_bctx *be; /* the backend holding the blocks (NULL: layout only) */
+    struct k25_buf **blocks; /* [n_alloc] the backend's buffers (K25_MEM_KV) */
     int64_t n_alloc, cap;
     int32_t *free_ids;   /* stack of free block ids */
     int64_t n_free;
@@ -70,7 +71,7 @@ struct k25_kv_seq {
     int n_pos;          /* positions (tokens written) */
     int comp_hi;        /* slots [0, comp_hi) already passed through compression */
     int *n_quant;       /* [n_layers] slots quantized into blocks (int8/int4; malloc'd) */
-    float *res;         /* [n_layers][K|V][n_kv_heads][res_cap][head_dim] k25_alloc(K25_MEM_KV) */
+    struct k25_buf *res; /* [n_layers][K|V][n_kv_heads][res_cap][head_dim] fp32, a backend buffer (K25_MEM_KV) */
     /* compression totals over every (layer, KV head) */
     int64_t pruned_slots, merged_slots;
 };
@@ -78,11 +79,13 @@ struct k25_kv_seq {
 /*
  * Sets up a pool for shape s with cfg's block size, dtype, quantization
  * group and residual; slot metadata when k25_kv_compress_active(cfg).
- * K25_EINVAL when the group does not fit the shape (value groups must
- * divide head_dim; int4 needs even head_dim and groups).
+ * Blocks and residuals are buffers of backend be (NULL: the layout
+ * figures only, no block may be taken).  K25_EINVAL when the group does
+ * not fit the shape (value groups must divide head_dim; int4 needs even
+ * head_dim and groups).
  */
 int k25_kv_pool_init(struct k25_kv_pool *p, const struct k25_model_shape *s, const struct k25_config *cfg,
-                     int64_t max_blocks, struct k25_error *err);
+                     int64_t max_blocks, struct k25_bctx *be, struct k25_error *err);
 void k25_kv_pool_free(struct k25_kv_pool *p);
 
 /* Blocks needed to hold n slots. */
@@ -91,10 +94,17 @@ static inline int64_t k25_kv_blocks_for(const struct k25_kv_pool *p, int64_t n)
     return (n + p->block_size - 1) / p->block_size;
 }
 
-/* The layer-l area of block id. */
+/*
+ * Storage access below (k25_kv_layer, k25_kv_slot_meta, the write, read,
+ * rewind and score functions, kvcompress.c) reads and writes block memory
+ * on the host: it is the CPU backend's implementation of the KV ops
+ * (backend_cpu.c), valid for backends whose buffers are host memory.
+ */
+
+/* The layer-l area of block id (host memory). */
 static inline unsigned char *k25_kv_layer(const struct k25_kv_pool *p, int32_t id, int l)
 {
-    return (unsigned char *)p->blocks[id] + (size_t)l * p->layer_bytes;
+    return (unsigned char *)p->blocks[id]->data + (size_t)l * p->layer_bytes;
 }
 
 /* Slot metadata of (layer l, KV head g, slot s) of seq. */
@@ -111,7 +121,8 @@ static inline struct k25_kv_slot *k25_kv_slot_meta(const struct k25_kv_pool *p, 
  * [n][n_kv_heads*head_dim] with row stride `stride`, written at slots
  * slot0.. (slot0 + n <= n_tokens; writes of one layer are sequential).
  * k25_kv_seq_reserve allocates; k25_kv_seq_write only copies (and
- * quantizes a residual group when one fills).
+ * quantizes a residual group when one fills) and, with compression, starts
+ * the written slots' metadata (one token each, no score yet).
  */
 int k25_kv_seq_reserve(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n, struct k25_error *err);
 void k25_kv_seq_write(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int slot0, int n,
@@ -174,6 +185,10 @@ struct k25_kv_compress_opts {
  */
 int k25_kv_seq_compress(struct k25_kv_pool *p, struct k25_kv_seq *seq, const struct k25_kv_compress_opts *o,
                         int *removed, struct k25_error *err);
+
+/* The options of the compression call after a step of seq (prefill chunk or decode token). */
+void k25_kv_compress_opts_for(const struct k25_config *cfg, const struct k25_kv_pool *p, bool prefill,
+                               struct k25_kv_compress_opts *o);
 
 /* Kept slots for n positions (the arithmetic of k25_kv_kept_tokens). */
 int64_t k25_kv_kept_for(double ratio, int sink, int recent, int64_t n);

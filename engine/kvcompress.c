@@ -41,6 +41,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ------------------------------------------------------------ policy */
+
+bool k25_kv_compress_active(const struct k25_config *cfg)
+{
+    /* only implementations that read slot metadata (merged slots' ln count) run on a compressed
+     * cache; one-pass prefill is the exact reference */
+    return cfg->kv_compression_ratio < 1.0 && cfg->attention >= 0 && cfg->attention < K25_ATTN_NIMPL &&
+           k25_attn_impl_get(cfg->attention)->compression &&
+           !cfg->disable_prefill_optimization;
+}
+
+int64_t k25_kv_kept_tokens(const struct k25_config *cfg, int64_t n)
+{
+    if (!k25_kv_compress_active(cfg))
+        return n;
+    return k25_kv_kept_for(cfg->kv_compression_ratio, cfg->kv_sink_tokens, cfg->kv_recent_tokens, n);
+}
+
+void k25_kv_compress_opts_for(const struct k25_config *cfg, const struct k25_kv_pool *p, bool prefill,
+                               struct k25_kv_compress_opts *o)
+{
+    *o = (struct k25_kv_compress_opts){cfg->kv_compression_ratio, cfg->kv_merge_threshold, cfg->kv_sink_tokens,
+                                       cfg->kv_recent_tokens, 0};
+    /* prefill chunks: to the kept count exactly; decode: once the excess reaches a quantization
+     * group (32 slots for fp32/fp16), so the work per call stays proportional to the tokens that
+     * entered the region since the last one */
+    o->slack = prefill ? 0 : (p->quant ? p->group : 32);
+}
+
 int64_t k25_kv_kept_for(double ratio, int sink, int recent, int64_t n)
 {
     if (ratio >= 1.0)

@@ -5,45 +5,14 @@
  * buffers, kvcache.c blocks, the attention kernels' scratch).  `k25 mem`
  * prints it; `k25 attn-bench` uses the attention-scratch figure to skip
  * settings that cannot fit; tests/test_mem.c holds it to within 10% of the
- * tracking allocator's measured peaks.  Also the attention-implementation
- * table (k25_attention_impl).
+ * tracking allocator's measured peaks.  Figures only: the attention table
+ * is attn_impl.c, the compression policy kvcompress.c.
  */
 #include "engine.h"
-#include "baselines.h"
 #include "kvcache.h"
 
 #include <omp.h>
 #include <string.h>
-
-k25_attention_fn k25_attention_impl(enum k25_attn_impl impl)
-{
-    switch (impl) {
-    case K25_ATTN_CHUNKED: return k25_cpu_attention;
-    case K25_ATTN_FLASH2: return k25_baseline_flash2_attention;
-    case K25_ATTN_NAIVE: return k25_baseline_naive_attention;
-    case K25_ATTN_NIMPL: break;
-    }
-    K25_ASSERT(!"unknown attention implementation");
-    return NULL;
-}
-
-int64_t k25_attn_scratch_bytes(enum k25_attn_impl impl, int n_heads, int n_kv_heads, int head_dim,
-                               int block_size, enum k25_dtype kv_dtype, int n_seqs, int64_t n_q,
-                               int64_t n_kv, int threads)
-{
-    switch (impl) {
-    case K25_ATTN_CHUNKED:
-        return k25_chunked_scratch_bytes(n_heads, n_kv_heads, head_dim, block_size, kv_dtype, n_seqs, n_q,
-                                         n_kv, threads);
-    case K25_ATTN_FLASH2:
-        return k25_flash2_scratch_bytes(n_heads, n_kv_heads, head_dim, block_size, kv_dtype, n_seqs, n_q,
-                                        n_kv, threads);
-    case K25_ATTN_NAIVE: /* jobs run one after another: the peak is one job's */
-        return k25_naive_scratch_bytes(n_heads, n_kv_heads, head_dim, (int)n_q, n_kv);
-    case K25_ATTN_NIMPL: break;
-    }
-    return 0;
-}
 
 int64_t k25_kv_block_bytes(const struct k25_model_shape *s, int block_size, enum k25_dtype dtype)
 {
@@ -59,19 +28,6 @@ int64_t k25_kv_block_bytes(const struct k25_model_shape *s, int block_size, enum
     return lay.block_bytes;
 }
 
-bool k25_kv_compress_active(const struct k25_config *cfg)
-{
-    return cfg->kv_compression_ratio < 1.0 && cfg->attention == K25_ATTN_CHUNKED &&
-           !cfg->disable_prefill_optimization;
-}
-
-int64_t k25_kv_kept_tokens(const struct k25_config *cfg, int64_t n)
-{
-    if (!k25_kv_compress_active(cfg))
-        return n;
-    return k25_kv_kept_for(cfg->kv_compression_ratio, cfg->kv_sink_tokens, cfg->kv_recent_tokens, n);
-}
-
 void k25_kv_layout(const struct k25_config *cfg, const struct k25_model_shape *s, struct k25_kv_layout *out)
 {
     memset(out, 0, sizeof(*out));
@@ -79,9 +35,9 @@ void k25_kv_layout(const struct k25_config *cfg, const struct k25_model_shape *s
     struct k25_config c = *cfg;
     if (c.kv_block_size % c.kv_quant_group) /* invalid for int8/int4: figures for group 1 */
         c.kv_quant_group = 1;
-    if (k25_kv_pool_init(&p, s, &c, 0, NULL) != K25_OK) { /* value groups that do not tile head_dim */
+    if (k25_kv_pool_init(&p, s, &c, 0, NULL, NULL) != K25_OK) { /* value groups that do not tile head_dim */
         c.kv_quant_group = 2;
-        if (k25_kv_pool_init(&p, s, &c, 0, NULL) != K25_OK)
+        if (k25_kv_pool_init(&p, s, &c, 0, NULL, NULL) != K25_OK)
             return;
     }
     const double per_head_tokens = (double)s->n_layers * s->n_kv_heads; /* (layer, head) pairs */

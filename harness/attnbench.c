@@ -22,7 +22,7 @@
  * last-level cache, so decode reads come from DRAM as in a real model.
  */
 #include "harness.h"
-#include "backend.h"
+#include "attn.h"
 #include "h5store.h"
 #include "buildinfo.h"
 
@@ -347,7 +347,7 @@ static int run_setting(const struct k25_attn_bench_opts *o, const struct k25_att
     for (int64_t i = 0; i < (decode ? 1 : N) * H * hd; i++)
         q[i] = randn(rng);
 
-    k25_attention_fn fn = k25_attention_impl(impl);
+    k25_attention_fn fn = k25_attn_impl_get(impl)->run;
     const float scale = 1.0f / sqrtf((float)hd);
     const int64_t chunk = decode ? 1 : q_rows;
     int layer = 0;
@@ -358,7 +358,7 @@ static int run_setting(const struct k25_attn_bench_opts *o, const struct k25_att
         uint64_t t0 = k25_now_ns();
         if (decode) {
             struct k25_attn_job job = {q, H * hd, 1, (int)N - 1, kvs[layer].view, out, H * hd, NULL};
-            fn(&job, 1, H, scale);
+            fn(&job, 1, H, scale, NULL);
             layer = (layer + 1) % layers;
         } else {
             for (int64_t c0 = 0; c0 < N; c0 += chunk) {
@@ -366,7 +366,7 @@ static int run_setting(const struct k25_attn_bench_opts *o, const struct k25_att
                 struct k25_attn_job job = {q + (size_t)c0 * H * hd, H * hd, nq, (int)c0, kvs[0].view,
                                            out + (size_t)c0 * H * hd, H * hd, NULL};
                 job.kv.n_tokens = (int)(c0 + nq); /* the cache holds what is prefilled so far */
-                fn(&job, 1, H, scale);
+                fn(&job, 1, H, scale, NULL);
             }
         }
         uint64_t t1 = k25_now_ns();

@@ -278,6 +278,7 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
 
     if ((rc = k25_model_load(cfg, &model, err)) != K25_OK || (rc = k25_engine_create(cfg, model, &eng, err)) != K25_OK)
         goto out;
+    k25_testknob_install(eng);
     int vocab = k25_model_get_shape(model)->vocab_size;
     for (size_t i = 0; i < set.n; i++) {
         if (inputs[i].n_ids == 0) {

@@ -299,6 +299,7 @@ int k25_cmd_run(int argc, char **argv)
         goto out_err;
     if (k25_engine_create(&cfg, model, &eng, &err) != K25_OK)
         goto out_err;
+    k25_testknob_install(eng);
     struct progress pg = {!quiet && isatty(2), n_ids,
                           cfg.disable_prefill_optimization ? n_ids : cfg.prefill_chunk_size, k25_now_ns()};
     k25_engine_set_event_cb(eng, on_event, &pg);

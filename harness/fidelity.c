@@ -19,6 +19,7 @@
  * and every request's token agreement (mean).
  */
 #include "fidelity.h"
+#include "harness.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -178,6 +179,8 @@ int k25_fidelity_measure(const struct k25_config *cfg, const k25_model_t *model,
     if ((rc = k25_engine_create(&ce, model, &ee, err)) != K25_OK ||
         (rc = k25_engine_create(&cc, model, &ec, err)) != K25_OK)
         goto out;
+    k25_testknob_install(ee);
+    k25_testknob_install(ec);
     if (!(f->reqs = calloc(n_inputs ? n_inputs : 1, sizeof(*f->reqs))) ||
         !(f->kl = malloc(sizeof(double) * (n_inputs ? n_inputs : 1) * (size_t)tokens))) {
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (fidelity)");

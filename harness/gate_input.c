@@ -92,6 +92,12 @@ static int describe(struct k25_gate_run *r, struct k25_error *err)
      * on any thread count, docs/engine.md): machine, not identity */
     json_int_t threads = json_integer_value(json_object_get(cfg, "threads"));
     json_object_del(cfg, "threads");
+    /* the backend is the hardware the same benchmark ran on (CPU against CUDA is a fair question):
+     * machine, not identity; runs from before the key existed ran on the CPU */
+    const char *backend = json_string_value(json_object_get(cfg, "backend"));
+    char be_name[32];
+    snprintf(be_name, sizeof(be_name), "%s", backend ? backend : "cpu");
+    json_object_del(cfg, "backend");
     json_object_del(wl, "dataset");
     json_t *id = json_pack("{s:o, s:o, s:{s:s, s:s}}", "config", cfg, "workload", wl, "dataset", "sha256",
                            str_at(prov, "dataset", "sha256"), "filter", str_at(prov, "dataset", "filter"));
@@ -101,9 +107,9 @@ static int describe(struct k25_gate_run *r, struct k25_error *err)
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     const json_t *mach = json_object_get(prov, "machine");
     json_int_t cores = json_integer_value(json_object_get(mach, "cores_online"));
-    snprintf(r->machine, sizeof(r->machine), "%s, %lld cores, threads %lld, %s, BLAS %s",
+    snprintf(r->machine, sizeof(r->machine), "%s, %lld cores, threads %lld, %s, BLAS %s, backend %s",
              str_at(mach, "cpu_model", NULL), (long long)cores, (long long)threads, str_at(prov, "build", "cflags"),
-             str_at(prov, "build", "blas_core"));
+             str_at(prov, "build", "blas_core"), be_name);
     const json_t *cal = json_object_get(prov, "calibration");
     const json_t *med = json_object_get(cal, "min_ms");
     r->calib_ms = json_integer_value(json_object_get(cal, "version")) == 1 && json_is_number(med) &&

@@ -171,4 +171,11 @@ void k25_afile_abort(struct k25_afile *a);
 int k25_write_text_atomic(const char *path, const char *text, struct k25_error *err);
 int k25_write_json_atomic(const char *path, const json_t *j, struct k25_error *err);
 
+/*
+ * TEST-ONLY degradation knobs (testknob.c): installs K25_TEST_SLOWDOWN /
+ * K25_TEST_LOSSY on engine e when set in the environment (off otherwise).
+ * Every engine the harness creates gets them.
+ */
+void k25_testknob_install(k25_engine_t *e);
+
 #endif /* K25_HARNESS_H */

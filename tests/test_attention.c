@@ -134,7 +134,7 @@ static float *run_impl(k25_attention_fn fn, const struct tkv *t, const float *q,
 {
     float *out = calloc((size_t)n_q * H * t->hd, sizeof(float));
     struct k25_attn_job job = {q, H * t->hd, n_q, t->n - n_q, t->view, out, H * t->hd, NULL};
-    fn(&job, 1, H, 1.0f / sqrtf((float)t->hd));
+    fn(&job, 1, H, 1.0f / sqrtf((float)t->hd), NULL);
     return out;
 }
 
@@ -317,7 +317,7 @@ static void test_mixed_batch(void **state)
     float *o1 = calloc(100 * 8 * 32, sizeof(float)), *o2 = calloc(8 * 32, sizeof(float));
     struct k25_attn_job jobs[2] = {{q2, 256, 1, 89, t2.view, o2, 256, NULL}, {q1, 256, 100, 200, t1.view, o1, 256, NULL}};
     for (int i = 0; i < 3; i++) {
-        k25_cpu_attention(jobs, 2, 8, 1.0f / sqrtf(32.0f));
+        k25_cpu_attention(jobs, 2, 8, 1.0f / sqrtf(32.0f), NULL);
         float *a1 = run_impl(impls[i], &t1, q1, 100, 8), *a2 = run_impl(impls[i], &t2, q2, 1, 8);
         assert_true(max_rel(o1, a1, 100 * 8 * 32) <= 1e-4);
         assert_true(max_rel(o2, a2, 8 * 32) <= 1e-4);
@@ -364,7 +364,7 @@ static void test_allocator(void **state)
         enum k25_attn_impl im = (enum k25_attn_impl)i;
         k25_mem_get(&a);
         k25_mem_reset_peak();
-        float *o = run_impl(k25_attention_impl(im), &t, q, 700, 8);
+        float *o = run_impl(k25_attn_impl_get(im)->run, &t, q, 700, 8);
         k25_mem_get(&b);
         assert_int_equal(b.cur_bytes[K25_MEM_ATTN_SCRATCH], a.cur_bytes[K25_MEM_ATTN_SCRATCH]);
         int64_t peak = b.peak_bytes[K25_MEM_ATTN_SCRATCH] - a.cur_bytes[K25_MEM_ATTN_SCRATCH];

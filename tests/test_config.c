@@ -112,7 +112,7 @@ static void test_key_table(void **state)
 {
     (void)state;
     int n = k25_config_key_count();
-    assert_int_equal(n, 25); /* + kv_quant_group, kv_quant_residual, kv_sink_tokens, kv_recent_tokens */
+    assert_int_equal(n, 26); /* + kv_quant_group, kv_quant_residual, kv_sink_tokens, kv_recent_tokens, backend */
     assert_null(k25_config_key(-1));
     assert_null(k25_config_key(n));
     struct k25_config def, c;

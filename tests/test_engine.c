@@ -504,7 +504,7 @@ static void test_golden(void **state)
  * The rule can fail.  (1) A stored token corrupted at the position of the
  * largest margin is reported there, with that margin.  (2) An engine whose
  * numerics changed - K25_TEST_LOSSY adds noise of one logit standard
- * deviation (engine/testknob.c) - fails the golden replay (in a child
+ * deviation (harness/testknob.c, installed by tu_golden_verify) - fails the golden replay (in a child
  * process: the knob is read once per process).  (3) Without margins (a
  * golden file of one line) every position is checked, strictly.
  */

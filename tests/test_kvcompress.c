@@ -108,6 +108,16 @@ static void test_quant_error_bounds(void **state)
     free(x);
 }
 
+/* The CPU backend the pools keep their blocks in (no engine: the process's accounting). */
+static struct k25_bctx *cpu(void)
+{
+    static struct k25_bctx ctx;
+    struct k25_error err;
+    if (!ctx.be && k25_bctx_init(&ctx, &k25_backend_cpu, NULL, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    return &ctx;
+}
+
 /* A one-layer shape for pool tests. */
 static struct k25_model_shape shape1(int kvh, int hd)
 {
@@ -127,7 +137,7 @@ static void attend(struct k25_kv_pool *p, struct k25_kv_seq *seq, const float *q
     const void *kp[64], *vp[64];
     struct k25_attn_job job = {q, H * p->head_dim, n_q, seq->n_tokens - n_q, {0}, out, H * p->head_dim, NULL};
     k25_kv_seq_view(p, seq, 0, kp, vp, &job.kv);
-    fn(&job, 1, H, 1.0f / sqrtf((float)p->head_dim));
+    fn(&job, 1, H, 1.0f / sqrtf((float)p->head_dim), NULL);
 }
 
 static double rel(const float *a, const float *b, int n)
@@ -157,8 +167,8 @@ static void test_quantized_attention_matches_dequantized(void **state)
         cf.kv_cache_dtype = K25_DTYPE_FP32;
         struct k25_kv_pool pq, pf;
         struct k25_kv_seq sq = {0}, sf = {0};
-        assert_int_equal(k25_kv_pool_init(&pq, &s, &cq, 0, &err), 0);
-        assert_int_equal(k25_kv_pool_init(&pf, &s, &cf, 0, &err), 0);
+        assert_int_equal(k25_kv_pool_init(&pq, &s, &cq, 0, cpu(), &err), 0);
+        assert_int_equal(k25_kv_pool_init(&pf, &s, &cf, 0, cpu(), &err), 0);
         float *kv = malloc(sizeof(float) * N * 2 * kvh * hd);
         for (int i = 0; i < N * 2 * kvh * hd; i++)
             kv[i] = frand() + (i % hd == 3 ? 4.0f : 0.0f);
@@ -183,10 +193,10 @@ static void test_quantized_attention_matches_dequantized(void **state)
             float *q = malloc(sizeof(float) * nq * H * hd), *o1 = calloc(nq * H * hd, 4), *o2 = calloc(nq * H * hd, 4);
             for (int i = 0; i < nq * H * hd; i++)
                 q[i] = frand() * 2;
-            attend(&pq, &sq, q, nq, H, o1, k25_attention_impl(K25_ATTN_CHUNKED));
-            attend(&pf, &sf, q, nq, H, o2, k25_attention_impl(K25_ATTN_CHUNKED));
+            attend(&pq, &sq, q, nq, H, o1, k25_attn_impl_get(K25_ATTN_CHUNKED)->run);
+            attend(&pf, &sf, q, nq, H, o2, k25_attn_impl_get(K25_ATTN_CHUNKED)->run);
             assert_true(rel(o1, o2, nq * H * hd) < 1e-5);
-            attend(&pq, &sq, q, nq, H, o1, k25_attention_impl(K25_ATTN_NAIVE)); /* baselines read it too */
+            attend(&pq, &sq, q, nq, H, o1, k25_attn_impl_get(K25_ATTN_NAIVE)->run); /* baselines read it too */
             assert_true(rel(o1, o2, nq * H * hd) < 1e-5);
             free(q);
             free(o1);
@@ -219,7 +229,7 @@ static void test_merge_identical_keys(void **state)
     c.kv_recent_tokens = 4;
     struct k25_kv_pool p;
     struct k25_kv_seq seq = {0};
-    assert_int_equal(k25_kv_pool_init(&p, &s, &c, 0, &err), 0);
+    assert_int_equal(k25_kv_pool_init(&p, &s, &c, 0, cpu(), &err), 0);
     assert_true(p.compress);
     float *kv = malloc(sizeof(float) * N * 2 * hd);
     for (int t = 0; t < N; t++)
@@ -271,7 +281,7 @@ static void test_sink_recent_survive(void **state)
             c.kv_cache_dtype = (enum k25_dtype)dt;
             struct k25_kv_pool p;
             struct k25_kv_seq seq = {0};
-            assert_int_equal(k25_kv_pool_init(&p, &s, &c, 0, &err), 0);
+            assert_int_equal(k25_kv_pool_init(&p, &s, &c, 0, cpu(), &err), 0);
             float *kv = malloc(sizeof(float) * N * 2 * kvh * hd);
             for (int t = 0; t < N; t++)
                 for (int d = 0; d < 2 * kvh * hd; d++)
@@ -503,7 +513,7 @@ static void test_fidelity_metrics(void **state)
     /* end to end: the exact setting against itself is perfect - bit for bit, as both engines run the
      * same arithmetic (one request at a time, same shapes and thread count); int4 r=0.5 is not */
     int32_t *ids = prompt(600);
-    struct k25_bench_input in = {"x", ids, 600, 8, 1};
+    struct k25_bench_input in = {.id = "x", .ids = ids, .n_ids = 600, .max_new = 8, .line = 1};
     struct k25_config c;
     struct k25_error err;
     k25_config_init(&c);

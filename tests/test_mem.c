@@ -98,6 +98,72 @@ static void test_calculator_vs_tracker(void **state)
             check_setting(&settings[i]);
 }
 
+/*
+ * Two engines in one process account separately (the fidelity run has
+ * two): each reports its own KV, activations and scratch, both report the
+ * weights they map, and the process-wide figures hold the sum (with the
+ * shared weights once).  Engine b serves a longer request than a in fp32
+ * KV against a's fp16, so their figures must differ the way their work
+ * does; an idle engine c has no KV at all.
+ */
+static void test_two_engines_account_separately(void **state)
+{
+    (void)state;
+    struct k25_config ca, cb;
+    struct k25_error err;
+    k25_config_init(&ca);
+    ca.threads = 2;
+    ca.kv_cache_dtype = K25_DTYPE_FP16;
+    cb = ca;
+    cb.kv_cache_dtype = K25_DTYPE_FP32;
+    k25_engine_t *a, *b, *c;
+    struct k25_mem_stats p0, p1, ma, mb, mc;
+    k25_mem_get(&p0);
+    assert_int_equal(k25_engine_create(&ca, tu_tiny, &a, &err), 0);
+    assert_int_equal(k25_engine_create(&cb, tu_tiny, &b, &err), 0);
+    assert_int_equal(k25_engine_create(&ca, tu_tiny, &c, &err), 0);
+    int32_t ids[600];
+    for (int i = 0; i < 600; i++)
+        ids[i] = (i * 11 + 5) % 256;
+    struct k25_request ra = {.id = "a", .input_ids = ids, .n_input = 200, .max_new_tokens = 4};
+    struct k25_request rb = {.id = "b", .input_ids = ids, .n_input = 600, .max_new_tokens = 4};
+    int h;
+    assert_int_equal(k25_engine_submit(a, &ra, &h, &err), 0);
+    assert_int_equal(k25_engine_submit(b, &rb, &h, &err), 0);
+    assert_int_equal(k25_engine_run(a, &err), 0);
+    assert_int_equal(k25_engine_run(b, &err), 0);
+    k25_engine_mem(a, &ma);
+    k25_engine_mem(b, &mb);
+    k25_engine_mem(c, &mc);
+    k25_mem_get(&p1);
+    const struct k25_model_shape *s = k25_model_get_shape(tu_tiny);
+    int64_t wbytes = 4 * k25_model_param_count(s);
+    print_message("engine a: kv peak %lld, activations %lld; engine b: kv peak %lld, activations %lld; "
+                  "engine c: kv peak %lld; weights mapped %lld each\n",
+                  (long long)ma.peak_bytes[K25_MEM_KV], (long long)ma.cur_bytes[K25_MEM_ACTIVATIONS],
+                  (long long)mb.peak_bytes[K25_MEM_KV], (long long)mb.cur_bytes[K25_MEM_ACTIVATIONS],
+                  (long long)mc.peak_bytes[K25_MEM_KV], (long long)ma.cur_bytes[K25_MEM_WEIGHTS]);
+    for (int i = 0; i < 3; i++) { /* each maps the whole model (tied embeddings count once) */
+        const struct k25_mem_stats *m = i == 0 ? &ma : i == 1 ? &mb : &mc;
+        assert_true(m->cur_bytes[K25_MEM_WEIGHTS] >= wbytes - 4 * (int64_t)s->vocab_size * s->dim);
+        assert_true(m->cur_bytes[K25_MEM_WEIGHTS] <= wbytes);
+    }
+    assert_true(ma.peak_bytes[K25_MEM_KV] > 0 && mb.peak_bytes[K25_MEM_KV] > 2 * ma.peak_bytes[K25_MEM_KV]);
+    assert_int_equal(mc.peak_bytes[K25_MEM_KV], 0);
+    assert_int_equal(mc.peak_bytes[K25_MEM_ACTIVATIONS], 0);
+    assert_true(ma.peak_bytes[K25_MEM_ACTIVATIONS] > 0 && mb.peak_bytes[K25_MEM_ATTN_SCRATCH] > 0);
+    /* the process holds the three engines' own memory plus the model once */
+    int64_t own = 0;
+    for (int cat = K25_MEM_KV; cat < K25_MEM_NCAT; cat++)
+        own += ma.cur_bytes[cat] + mb.cur_bytes[cat] + mc.cur_bytes[cat];
+    assert_int_equal(p1.total_cur_bytes - p0.total_cur_bytes, own);
+    k25_engine_destroy(a);
+    k25_engine_destroy(b);
+    k25_engine_destroy(c);
+    k25_mem_get(&p1);
+    assert_int_equal(p1.total_cur_bytes, p0.total_cur_bytes);
+}
+
 /* The figures grow the way the implementations do. */
 static void test_calculator_shapes(void **state)
 {
@@ -186,6 +252,7 @@ int main(int argc, char **argv)
     k25_blas_reexec(argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_calculator_vs_tracker),
+        cmocka_unit_test(test_two_engines_account_separately),
         cmocka_unit_test(test_calculator_shapes),
         cmocka_unit_test(test_cli),
     };

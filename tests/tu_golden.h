@@ -10,6 +10,7 @@
 #ifndef K25_TU_GOLDEN_H
 #define K25_TU_GOLDEN_H
 
+#include "harness.h"
 #include "k25.h"
 
 #include <errno.h>
@@ -108,6 +109,7 @@ static inline int tu_golden_verify(const char *path, const struct k25_config *cf
     struct k25_error err;
     int rc = k25_engine_create(cfg, model, &e, &err);
     if (rc == K25_OK) {
+        k25_testknob_install(e); /* K25_TEST_LOSSY: test_golden_rule_can_fail's lossy child */
         rc = k25_tok_verify(e, "golden", ids, n, g.tok, g.has_margins ? g.margin : NULL, g.n, K25_TOK_TAU, rep, &err);
         k25_engine_destroy(e);
     }

@@ -15,9 +15,11 @@
  * They are environment variables and not config keys on purpose: a knob in
  * the config would make the gate refuse the comparison as a config
  * mismatch, while these simulate a code change under an unchanged config.
- * The engine says on stderr when one is active.
+ * The harness installs them on every engine it creates
+ * (k25_testknob_install) through the engine's step hook: the engine
+ * library reads no environment.  Says on stderr when one is active.
  */
-#include "engine.h"
+#include "harness.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,18 +43,14 @@ static double env_fraction(const char *name)
     return x;
 }
 
-void k25_testknob_apply(const struct k25_span *spans, int n, int vocab, uint64_t t0_ns)
+static void apply(const struct k25_step_info *info, void *user)
 {
-    if (!g_init) {
-        g_slowdown = env_fraction("K25_TEST_SLOWDOWN");
-        g_lossy = env_fraction("K25_TEST_LOSSY");
-        g_init = 1;
-    }
+    (void)user;
+    const int vocab = info->vocab;
+    uint64_t t0_ns = info->t0_ns;
     if (g_lossy > 0)
-        for (int i = 0; i < n; i++) {
-            float *l = spans[i].logits;
-            if (!l)
-                continue;
+        for (int i = 0; i < info->n; i++) {
+            float *l = info->logits[i];
             double s = 0, ss = 0;
             for (int v = 0; v < vocab; v++) {
                 s += l[v];
@@ -60,7 +58,7 @@ void k25_testknob_apply(const struct k25_span *spans, int n, int vocab, uint64_t
             }
             double sd = sqrt(fmax(ss / vocab - (s / vocab) * (s / vocab), 0));
             /* splitmix64 of (position, token id): the same noise on every run */
-            uint64_t pos = (uint64_t)(spans[i].pos0 + spans[i].n);
+            uint64_t pos = (uint64_t)info->next_pos[i];
             for (int v = 0; v < vocab; v++) {
                 uint64_t z = pos * 0x9E3779B97F4A7C15ULL + (uint64_t)v * 0xBF58476D1CE4E5B9ULL + 1;
                 z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -76,4 +74,15 @@ void k25_testknob_apply(const struct k25_span *spans, int n, int vocab, uint64_t
             for (int k = 0; k < 256; k++)
                 x = x * 1.0000001 + 1e-9;
     }
+}
+
+void k25_testknob_install(k25_engine_t *e)
+{
+    if (!g_init) {
+        g_slowdown = env_fraction("K25_TEST_SLOWDOWN");
+        g_lossy = env_fraction("K25_TEST_LOSSY");
+        g_init = 1;
+    }
+    if (g_slowdown > 0 || g_lossy > 0)
+        k25_engine_set_step_hook(e, apply, NULL);
 }

@@ -1,0 +1,187 @@
+/*
+ * attn.h - attention kernels: the job an implementation runs, the table of
+ * implementations, and the helpers kernels share.
+ *
+ * The CPU backend's attention op (backend_cpu.c) builds one k25_attn_job
+ * per sequence from the paged KV cache and runs the implementation that
+ * cfg.attention names, through the table in attn_impl.c: the engine's
+ * ChunkedAttention (attention.c) or a baseline (baselines/flash2.c,
+ * baselines/naive.c), which register there and include only this header.
+ * `k25 attn-bench` (harness/attnbench.c) times the same table.  Host
+ * memory: these are CPU kernels; a GPU backend has its own attention op.
+ */
+#ifndef K25_ATTN_H
+#define K25_ATTN_H
+
+#include "k25.h"
+
+struct k25_mem_acct; /* alloc.c: where kernel scratch is charged (NULL: the process only) */
+
+/*
+ * The KV cache of one sequence for one layer, as the attention kernel
+ * reads it.  Slots, not positions: slot i of a sequence is its i-th kept
+ * KV entry.  Without compression slot = position; after pruning/merging
+ * the kept slots stay in position order (each keeps its original RoPE
+ * rotation, applied before the key was stored), so the causal mask in slot
+ * space is exact: every compacted slot precedes every later query, and the
+ * uncompressed tail is contiguous (see kvcache.h).
+ *
+ * Block b holds slots [b*block_size, (b+1)*block_size); its keys for KV
+ * head g start at k_blocks[b] + g*block_size*head_dim elements,
+ * token-major ([kv_head][token][head_dim]); values likewise.  Elements are
+ * float (K25_DTYPE_FP32), IEEE half (K25_DTYPE_FP16), or quantized
+ * (K25_DTYPE_INT8: one byte; K25_DTYPE_INT4: two per byte, even channel in
+ * the low nibble) with asymmetric scales:
+ *   keys, per channel over groups of `group` slots:
+ *     k_blocks[b] + ks_off + g*(block_size/group)*2*head_dim*2 bytes:
+ *     [group][scale|zero][head_dim] IEEE half;
+ *   values, per token over groups of `vgroup` channels:
+ *     k_blocks[b] + vs_off + g*block_size*(head_dim/vgroup)*2*2 bytes:
+ *     [token][head_dim/vgroup][scale|zero] IEEE half;
+ *   x = q * scale + zero.
+ * Quantized views hold slots [0, n_quant) in the blocks and slots
+ * [n_quant, n_tokens) in fp32 residual rows res_k/res_v
+ * ([kv_head][res_cap][head_dim]).
+ * A compressed sequence has slot metadata (has_meta): the slot's
+ * struct k25_kv_slot at k_blocks[b] + meta_off, [kv_head][block_size];
+ * its logc (ln of the tokens a merged slot stands for) is added to the
+ * slot's attention logit.
+ * Fields after v_blocks are zero for plain fp32/fp16 views.
+ */
+struct k25_kv_slot {
+    float logc;   /* ln(count): added to the attention logit */
+    float count;  /* tokens this slot stands for (1 unless merged) */
+    float score;  /* attention received, summed over queries and query heads */
+    float seen;   /* (query, query head) pairs that could see the slot */
+};
+
+struct k25_kv_view {
+    int n_tokens;
+    int block_size;
+    int n_kv_heads;
+    int head_dim;
+    enum k25_dtype dtype;
+    const void *const *k_blocks; /* [n_blocks] */
+    const void *const *v_blocks; /* [n_blocks] */
+    /* int8/int4 */
+    int group, vgroup;
+    size_t ks_off, vs_off;
+    int n_quant;
+    const float *res_k, *res_v;
+    int res_cap;
+    /* compression */
+    bool has_meta;
+    size_t meta_off;
+};
+
+/*
+ * One attention job: n_q consecutive queries of one sequence at slots
+ * q_pos0 .. q_pos0+n_q-1 attend causally to the sequence's KV (which
+ * already holds their own keys): query i sees slots 0 .. q_pos0+i.
+ * score (optional, [n_kv_heads][q_pos0+n_q], zeroed by the caller) receives
+ * the attention each slot got, summed over the job's queries and the query
+ * heads of its KV head (softmax probabilities), for compression scoring.
+ */
+struct k25_attn_job {
+    const float *q;   /* [n_q][q_stride], heads at [h*head_dim], RoPE applied */
+    int q_stride;
+    int n_q;
+    int q_pos0;
+    struct k25_kv_view kv;
+    float *out;       /* [n_q][out_stride], heads at [h*head_dim] */
+    int out_stride;
+    float *score;     /* NULL or [n_kv_heads][q_pos0 + n_q] */
+};
+
+/*
+ * An attention implementation: runs every job; n_heads query heads share
+ * n_kv_heads KV heads; scores are scaled by scale before the softmax.
+ * Scratch comes from the tracking allocator (K25_MEM_ATTN_SCRATCH),
+ * charged to acct.
+ */
+typedef void (*k25_attention_fn)(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale,
+                                 struct k25_mem_acct *acct);
+
+/* Attention scratch bytes of one call (the arguments of k25_attn_scratch_bytes in k25.h). */
+typedef int64_t (*k25_attn_scratch_fn)(int n_heads, int n_kv_heads, int head_dim, int block_size,
+                                       enum k25_dtype dtype, int n_seqs, int64_t n_q, int64_t n_kv,
+                                       int threads);
+
+/* One entry of the implementation table (attn_impl.c). */
+struct k25_attn_impl_desc {
+    enum k25_attn_impl id;
+    const char *name;
+    k25_attention_fn run;
+    k25_attn_scratch_fn scratch_bytes;
+    /* reads slot metadata (merged slots' ln count): can run on a compressed cache */
+    bool compression;
+};
+
+/* The entry for impl (never NULL for a valid impl; asserts otherwise). */
+const struct k25_attn_impl_desc *k25_attn_impl_get(enum k25_attn_impl impl);
+
+/* The implementations in the table, defined beside their kernels. */
+extern const struct k25_attn_impl_desc k25_attn_chunked;  /* engine/attention.c */
+extern const struct k25_attn_impl_desc k25_attn_flash2;   /* baselines/flash2.c */
+extern const struct k25_attn_impl_desc k25_attn_naive;    /* baselines/naive.c */
+
+/* CPU ChunkedAttention (attention.c). */
+void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale,
+                       struct k25_mem_acct *acct);
+
+/* Helpers the kernels and baselines share (kvcache.c: KV rows; attention.c: softmax). */
+
+/* dst[i] = half src[i] as float, vectorized (F16C / AVX-512) where built so. */
+void k25_fp16_to_fp32_row(const uint16_t *src, float *dst, size_t n);
+
+/*
+ * Keys (blocks = kv->k_blocks) or values (kv->v_blocks) of slots
+ * [k0, k0+n) for KV head g as fp32 rows [n][head_dim]: a pointer into the
+ * cache when the rows are fp32 and inside one block, else dequantized or
+ * gathered into tmp ([n][head_dim], only touched then: a tile buffer,
+ * never a whole-block copy).
+ */
+const float *k25_kv_rows(const struct k25_kv_view *kv, const void *const *blocks, int g, int k0,
+                         int n, float *tmp);
+/* ln(count) of slots [k0, k0+n) of KV head g into out[n]; false (out
+ * untouched) when the view has no slot metadata. */
+bool k25_kv_logc(const struct k25_kv_view *kv, int g, int k0, int n, float *out);
+
+/* Whether k25_kv_rows may need tmp for tiles of `tile` tokens starting at multiples of tile. */
+bool k25_kv_rows_need_tmp(const struct k25_kv_view *kv, int tile);
+
+/*
+ * One row of the online softmax over a tile of nk scores s, of which the
+ * first lim are visible: updates the running max *m and sum *l, rescales
+ * the row's output acc[hd] when the max grows, turns s into exp(s - m)
+ * (0 beyond lim).
+ */
+void k25_softmax_tile_row(float *s, int nk, int lim, float *m, float *l, float *acc, int hd);
+
+/* exp(x) for the softmax: vectorizable, relative error < 2e-7 on [-87, 88]. */
+static inline float k25_fast_expf(float x)
+{
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    /* x = n ln2 + r with |r| <= ln2/2; adding and removing 1.5*2^23 rounds
+     * x*log2(e) to the nearest integer without a call (so it vectorizes) */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693145751953125f; /* ln2 high bits (exact product) */
+    r -= n * 1.428606765330187e-06f;      /* ln2 low bits */
+    /* exp(r) by its Taylor polynomial to degree 7: error < 6e-9 */
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    /* 2^n from the exponent bits; memcpy (not a union) keeps it vectorizable */
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    __builtin_memcpy(&scale, &bits, sizeof(scale));
+    return p * scale;
+}
+
+#endif /* K25_ATTN_H */
