@@ -9,6 +9,8 @@
 #   make demo       install deps, build, run the demo (k25 run, bench, then the ci-smoke
 #                   sweep + report + gate; prints where the report is and the best setting)
 #   make baselines  re-measure baselines/results/ci-smoke, the gate's stored baseline
+#   make bench-decode  batch-1 decode and prefill of `small`: k25 against the single-file
+#                   reference decoder (bench/ref_decoder.c), interleaved (ci/bench-decode.sh)
 #   make gate-ab    interleaved A/B timing gate (ci/timing-gate.sh): GATE_A=old/k25
 #                   GATE_B=build/k25 (default: A = B, the noise floor); ROUNDS=N MAX_ROUNDS=M
 #   make asan       AddressSanitizer + UBSan build of the tests, then run them
@@ -16,6 +18,8 @@
 #                   runs each FUZZ_SECONDS (30) on seeds from the shipped files
 #   make CUDA=1     reserved for the CUDA backend (engine/cuda/)
 #   make PORTABLE=1 no -march=native (a binary for other x86-64 machines)
+#   make install    PREFIX=/usr/local: k25, its report templates and the k25-benchmark,
+#                   k25-mem-calculator, k25-log-analyzer, k25-checksum aliases
 #
 # Dependencies (Debian packages) come from ci/install-deps.sh, which
 # `make test`, `make demo` and `make asan` call first.
@@ -28,7 +32,7 @@ else
 OPT      ?= -O3 -march=native
 endif
 SAN      ?=
-PKGS     := openblas yaml-0.1 jansson hdf5 libcrypto
+PKGS     := openblas yaml-0.1 jansson hdf5 libcrypto libmicrohttpd libcurl
 # Recursively expanded so pkg-config runs only when a recipe needs it
 # (after install-deps has run).
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
@@ -129,6 +133,23 @@ gate-ab: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all
 	K25_BASE_BIN=$(GATE_A) K25=$(GATE_B) K25_TIMING_OUT=results/gate-ab ./ci/timing-gate.sh
 
+# The single-file reference decoder (bench/ref_decoder.c: llama2.c-style, fp32, OpenMP, no
+# BLAS, no libk25), built on its own; make bench-decode measures k25's batch-1 decode and prefill
+# against it on `small`, interleaved (ci/bench-decode.sh; BENCH_ARGS="--rounds 5 -- --kv-cache-dtype
+# fp16" passes options).  tests/test_refdecoder.c runs it beside k25.
+REF_DECODER   := $(BUILD)/ref_decoder
+BENCH_ARGS    ?=
+.PHONY: bench-decode
+$(REF_DECODER): bench/ref_decoder.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp $(OPT) $(SAN) -g -o $@ $< -lm
+
+$(BUILD)/tests/test_refdecoder: $(REF_DECODER)
+
+bench-decode: deps
+	@$(MAKE) --no-print-directory -j$$(nproc) all $(REF_DECODER)
+	K25=$(K25) K25_REF_DECODER=$(REF_DECODER) ./ci/bench-decode.sh $(BENCH_ARGS)
+
 # libFuzzer targets (tests/fuzz/fuzz_*.c, tests/fuzz/README.md) built with clang
 # -fsanitize=fuzzer,address,undefined into build-fuzz/fuzz/; fuzz-smoke runs each for
 # FUZZ_SECONDS on seed corpora made from the shipped files (FUZZ_TARGETS="trace gold"
@@ -153,6 +174,19 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(LIBHARNESS) $
 
 fuzz-smoke: fuzz
 	@./tests/fuzz/smoke.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# make install PREFIX=/opt/k25 (default /usr/local; DESTDIR for staging): bin/k25, the report
+# templates where k25 report looks for them (share/k25/templates, next to bin/), and the
+# aliases that dispatch on argv[0] (harness/main.c): k25-benchmark, k25-mem-calculator,
+# k25-log-analyzer, k25-checksum, each a symbolic link to k25.
+PREFIX        ?= /usr/local
+K25_ALIASES   := k25-benchmark k25-mem-calculator k25-log-analyzer k25-checksum
+.PHONY: install
+install: $(K25)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/k25/templates
+	install -m 755 $(K25) $(DESTDIR)$(PREFIX)/bin/k25
+	install -m 644 reports/templates/*.gp $(DESTDIR)$(PREFIX)/share/k25/templates/
+	for a in $(K25_ALIASES); do ln -sf k25 $(DESTDIR)$(PREFIX)/bin/$$a; done
 
 clean:
 	rm -rf build build-asan

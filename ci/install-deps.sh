@@ -10,6 +10,7 @@ PKGS=(
   libyaml-dev libjansson-dev libcmocka-dev libssl-dev
   libhdf5-dev hdf5-tools
   gnuplot-nox jq
+  libmicrohttpd-dev libcurl4-openssl-dev   # k25 serve (HTTP server), k25 bench --endpoint (HTTP client)
 )
 # tests/test_slurm.c starts a one-node Slurm cluster (Debian 12: Slurm 22.05) on 127.0.0.1
 # with its own munged; K25_NO_SLURM=1 leaves these out (the test then skips, saying why).

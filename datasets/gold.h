@@ -74,6 +74,7 @@ struct k25_gold_request {
     char *domain;                   /* NULL when absent */
     char *prompt;                   /* instruction prepended to text; NULL when absent */
     enum k25_hint hint;             /* block_pattern_hint, K25_HINT_AUTO when absent */
+    enum k25_priority priority;     /* elastic queue priority, K25_PRIORITY_STANDARD when absent */
     char *meta_json;                /* `meta` object as compact JSON; NULL when absent */
     char *extra_json;               /* unknown top-level fields as a JSON object; NULL when none */
     int64_t input_length;           /* tokens: n_input_ids, or bytes of the joined prompt+text */

@@ -364,8 +364,9 @@ static bool take_text(struct k25_gold_reader *r, const char *field, json_t *v, c
     return true;
 }
 
-static const char *const known_fields[] = {"id",     "text",   "input_ids", "expected_output_length",
-                                           "domain", "prompt", "block_pattern_hint", "meta"};
+static const char *const known_fields[] = {"id",     "text",   "input_ids",          "expected_output_length",
+                                           "domain", "prompt", "block_pattern_hint", "meta",
+                                           "priority"};
 
 /*
  * Checks one line against the schema and fills req.  Every problem found
@@ -543,6 +544,17 @@ static bool check_line(struct k25_gold_reader *r, const char *buf, size_t len, b
         else
             diag(r, K25_GOLD_ERROR, K25_EINVAL, "block_pattern_hint", "must be a string, found %s",
                  json_type_name(v));
+    }
+
+    /* priority (the engine's elastic queue: high never spills) */
+    v = json_object_get(o, "priority");
+    if (v) {
+        const char *pn = json_is_string(v) ? json_string_value(v) : NULL;
+        struct k25_error perr;
+        if (!pn)
+            diag(r, K25_GOLD_ERROR, K25_EINVAL, "priority", "must be a string, found %s", json_type_name(v));
+        else if (k25_priority_parse(pn, &req->priority, &perr) != K25_OK)
+            diag(r, K25_GOLD_ERROR, K25_EINVAL, "priority", "unknown value '%.64s' (high, standard or low)", pn);
     }
 
     /* meta */

@@ -70,8 +70,8 @@ static bool set_json_text(json_t *o, const char *key, const char *text)
 
 /*
  * Builds the JSON object in schema order (id, text | input_ids,
- * expected_output_length, domain, prompt, block_pattern_hint, meta, then
- * unknown fields as they were) and writes it compactly with a newline.
+ * expected_output_length, domain, prompt, block_pattern_hint, priority,
+ * meta, then unknown fields as they were) and writes it compactly with a newline.
  * Strings are known-valid UTF-8 here, so the *_nocheck constructors spare
  * jansson a second validation of long texts.
  */
@@ -103,6 +103,9 @@ int k25_gold_request_write(FILE *out, const struct k25_gold_request *r, struct k
         goto out_free_json;
     if (r->hint != K25_HINT_AUTO &&
         json_object_set_new(o, "block_pattern_hint", json_string(k25_gold_hint_name(r->hint))))
+        goto out_free_json;
+    if (r->priority != K25_PRIORITY_STANDARD &&
+        json_object_set_new(o, "priority", json_string(k25_priority_name(r->priority))))
         goto out_free_json;
     if (r->meta_json && !set_json_text(o, "meta", r->meta_json))
         goto out_free_json;

@@ -61,6 +61,17 @@ static void add_logc(const struct k25_kv_view *kv, int g, int k0, int nk, float 
     }
 }
 
+/* Decode scoring: copies a tile's raw logits (s[rows][DT], slots [k0, k0+nk))
+ * into raw[rows][raw_ld] for the columns >= kv->score_k0 only. */
+static void raw_store(const struct k25_kv_view *kv, float *raw, int raw_ld, int k0, int nk, const float *s, int rows)
+{
+    int c0 = kv->score_k0 > k0 ? kv->score_k0 - k0 : 0;
+    if (!raw || c0 >= nk)
+        return;
+    for (int r = 0; r < rows; r++)
+        memcpy(raw + (size_t)r * raw_ld + k0 + c0, s + (size_t)r * DT + c0, sizeof(float) * (size_t)(nk - c0));
+}
+
 /* ------------------------------------------------------ online softmax */
 
 /*
@@ -90,9 +101,8 @@ void k25_softmax_tile_row(float *s, int nk, int lim, float *m, float *l, float *
         *m = mx;
     }
     float m_new = *m, sum = 0.0f;
-    /* the exp map and the sum are separate loops: GCC vectorizes them only so */
-    for (int j = 0; j < lim; j++)
-        s[j] = k25_fast_expf(s[j] - m_new);
+    /* the exp map and the sum are separate loops (the sum's lane order is fixed by omp simd) */
+    k25_exp_sub_row(s, lim, m_new);
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < lim; j++)
         sum += s[j];
@@ -232,8 +242,10 @@ static void prefill_score(const struct k25_attn_job *job, int g, int group, int 
     const float *K = k25_kv_rows(kv, kv->k_blocks, g, k0, nk, sc->kt);
     for (int j = 0; j < nk; j++)
         sc->cs[j] = 0.0f;
-    /* queries before k0 - q_pos0 see none of the tile */
+    /* queries before k0 - q_pos0 see none of the tile; only the score window's queries score */
     int tfirst = k0 - job->q_pos0 > 0 ? k0 - job->q_pos0 : 0;
+    if (tfirst < k25_attn_score_q0(job))
+        tfirst = k25_attn_score_q0(job);
     for (int t0 = tfirst; t0 < job->n_q; t0 += tq) {
         int t1 = t0 + tq < job->n_q ? t0 + tq : job->n_q, rows = (t1 - t0) * group;
         load_queries(job, g, group, t0, t1, scale, sc);
@@ -245,8 +257,7 @@ static void prefill_score(const struct k25_attn_job *job, int g, int group, int 
             lim = lim < nk ? lim : nk;
             const float *mr = ml + 2 * ((size_t)t0 * group + r);
             float m = mr[0], inv = 1.0f / mr[1], *sr = sc->s + (size_t)r * nk;
-            for (int j = 0; j < lim; j++)
-                sr[j] = k25_fast_expf(sr[j] - m);
+            k25_exp_sub_row(sr, lim, m);
             for (int j = 0; j < lim; j++)
                 sc->cs[j] += sr[j] * inv;
         }
@@ -338,6 +349,132 @@ static void decode_tile_avx512(const void *kb, const void *vb, bool half, int nk
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define K25_FUSED_QUANT 1
+/* Horizontal sum of 8 lanes in a fixed order. */
+static inline float hsum8(__m256 a)
+{
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+/* Channels [d0, d0+16) of a quantized row (int8, or int4 with the even
+ * channel in the low nibble) as two vectors of floats: the integer codes,
+ * not yet scaled. */
+static inline void q16_codes(const uint8_t *row, int bits, int d0, __m256 *lo, __m256 *hi)
+{
+    __m128i x;
+    if (bits == 8) {
+        x = _mm_loadu_si128((const __m128i *)(row + d0));
+    } else {
+        const __m128i b = _mm_loadl_epi64((const __m128i *)(row + d0 / 2)), m = _mm_set1_epi8(15);
+        x = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+    }
+    *lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(x));
+    *hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(x, 8)));
+}
+
+/*
+ * Decode tile over quantized storage with the dequantization fused into
+ * the dot products (AVX2 + FMA + F16C; head_dim a multiple of 16, at most
+ * 128; rows <= TK).  The nk slots [k0, k0+nk) lie in one block, below
+ * n_quant and inside one key group, so one per-channel scale s and zero z
+ * hold for all their keys:
+ *   q . k_t = sum_d (q_d s_d) c_td + sum_d q_d z_d
+ * with c_td the integer codes: the scaled query and the zero term are made
+ * once per tile, and each key row is read as bytes and only converted to
+ * float (no scale, no store).  Values are per token over channel groups:
+ * each value row is dequantized once into registers and added to every
+ * row's accumulator.  The reduction order is fixed by the shapes.
+ */
+static inline __attribute__((always_inline)) void
+decode_tile_quant_nv(const struct k25_kv_view *kv, int g, int k0, int nk, int rows, int lim0, int group,
+                     struct scratch *sc, float *raw, int raw_ld, const int nv)
+{
+    const int bs = kv->block_size, hd = nv * 8, bits = kv->dtype == K25_DTYPE_INT8 ? 8 : 4;
+    const size_t rb = (size_t)hd * bits / 8;
+    const unsigned char *kb = kv->k_blocks[k0 / bs], *vb = kv->v_blocks[k0 / bs];
+    const int o = k0 % bs, nvg = hd / kv->vgroup;
+    const uint8_t *kq = kb + ((size_t)g * bs + o) * rb, *vq = vb + ((size_t)g * bs + o) * rb;
+    const uint16_t *ksz = (const uint16_t *)(kb + kv->ks_off) + ((size_t)g * (bs / kv->group) + o / kv->group) * 2 * hd;
+    const uint16_t *vsz = (const uint16_t *)(kb + kv->vs_off) + ((size_t)g * bs + o) * nvg * 2;
+    float *qs = sc->kt, *zc = sc->vt; /* [rows][hd] scaled queries, [rows] zero terms */
+    /* ask for the tile's rows now: the loops below compute between loads */
+    for (size_t off = 0; off < (size_t)nk * rb; off += 64) {
+        _mm_prefetch((const char *)kq + off, _MM_HINT_T0);
+        _mm_prefetch((const char *)vq + off, _MM_HINT_T0);
+    }
+    for (int r = 0; r < rows; r++) {
+        const float *qr = sc->q + (size_t)r * hd;
+        __m256 z = _mm256_setzero_ps();
+        for (int v = 0; v < nv; v++) {
+            __m256 qv = _mm256_loadu_ps(qr + 8 * v);
+            __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ksz + 8 * v)));
+            __m256 zv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ksz + hd + 8 * v)));
+            _mm256_storeu_ps(qs + (size_t)r * hd + 8 * v, _mm256_mul_ps(qv, sv));
+            z = _mm256_fmadd_ps(qv, zv, z);
+        }
+        zc[r] = hsum8(z);
+    }
+    for (int t = 0; t < nk; t++) {
+        __m256 kf[16];
+        for (int v = 0; v < nv; v += 2)
+            q16_codes(kq + (size_t)t * rb, bits, 8 * v, &kf[v], &kf[v + 1]);
+        for (int r = 0; r < rows; r++) {
+            const float *qr = qs + (size_t)r * hd;
+            __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qr), kf[0]);
+            for (int v = 1; v < nv; v++)
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qr + 8 * v), kf[v], a);
+            sc->s[(size_t)r * DT + t] = hsum8(a) + zc[r];
+        }
+    }
+    add_logc(kv, g, k0, nk, sc->s, rows, DT, sc->lc);
+    raw_store(kv, raw, raw_ld, k0, nk, sc->s, rows);
+    for (int r = 0; r < rows; r++)
+        k25_softmax_tile_row(sc->s + (size_t)r * DT, nk, lim0 + r / group + 1, &sc->m[r], &sc->l[r],
+                             sc->acc + (size_t)r * hd, hd);
+    const int cpg = kv->vgroup / 8; /* vectors per value group (vgroup a multiple of 8 here) */
+    for (int t = 0; t < nk; t++) {
+        __m256 vf[16];
+        for (int v = 0; v < nv; v += 2)
+            q16_codes(vq + (size_t)t * rb, bits, 8 * v, &vf[v], &vf[v + 1]);
+        const uint16_t *sz = vsz + (size_t)t * nvg * 2;
+        for (int v = 0; v < nv; v++) { /* x = code * scale + zero, the group's halves */
+            int k = v / cpg;
+            vf[v] = _mm256_fmadd_ps(vf[v], _mm256_set1_ps(_cvtsh_ss(sz[2 * k])), _mm256_set1_ps(_cvtsh_ss(sz[2 * k + 1])));
+        }
+        for (int r = 0; r < rows; r++) {
+            const __m256 p = _mm256_set1_ps(sc->s[(size_t)r * DT + t]);
+            float *a = sc->acc + (size_t)r * hd;
+            for (int v = 0; v < nv; v++)
+                _mm256_storeu_ps(a + 8 * v, _mm256_fmadd_ps(p, vf[v], _mm256_loadu_ps(a + 8 * v)));
+        }
+    }
+}
+
+/* decode_tile_quant_nv with head_dim / 8 a constant for the common head sizes, so the key and
+ * value row vectors stay in registers and the channel loops unroll. */
+static void decode_tile_quant(const struct k25_kv_view *kv, int g, int k0, int nk, int rows, int lim0, int group,
+                              struct scratch *sc, float *raw, int raw_ld)
+{
+    switch (kv->head_dim) {
+    case 32:
+        decode_tile_quant_nv(kv, g, k0, nk, rows, lim0, group, sc, raw, raw_ld, 4);
+        break;
+    case 64:
+        decode_tile_quant_nv(kv, g, k0, nk, rows, lim0, group, sc, raw, raw_ld, 8);
+        break;
+    case 128:
+        decode_tile_quant_nv(kv, g, k0, nk, rows, lim0, group, sc, raw, raw_ld, 16);
+        break;
+    default:
+        decode_tile_quant_nv(kv, g, k0, nk, rows, lim0, group, sc, raw, raw_ld, kv->head_dim / 8);
+    }
+}
+#endif
+
 /*
  * One decode item: every query of job (n_q <= DECODE_MAX_Q), query heads of
  * KV head g, keys [k_lo, k_hi).  Leaves the partial state of each row in
@@ -357,10 +494,24 @@ static void decode_split(const struct k25_attn_job *job, int g, int group, int k
                       (kv->dtype == K25_DTYPE_FP32 || kv->dtype == K25_DTYPE_FP16);
 #endif
 
+#if defined(K25_FUSED_QUANT)
+    const bool fused_q = (kv->dtype == K25_DTYPE_INT8 || kv->dtype == K25_DTYPE_INT4) && hd % 16 == 0 &&
+                         hd <= 128 && kv->vgroup % 8 == 0 && rows <= TK && sc->kt != NULL;
+#endif
+
     for (int k0 = k_lo, nk; k0 < k_hi; k0 += nk) {
         nk = k_hi - k0 < DT ? k_hi - k0 : DT;
         if (bs - k0 % bs < nk)
             nk = bs - k0 % bs;
+#if defined(K25_FUSED_QUANT)
+        if (fused_q && k0 < kv->n_quant) { /* quantized slots: one key group, below the residual */
+            int end = (k0 / kv->group + 1) * kv->group;
+            end = end < kv->n_quant ? end : kv->n_quant;
+            nk = end - k0 < nk ? end - k0 : nk;
+            decode_tile_quant(kv, g, k0, nk, rows, job->q_pos0 - k0, group, sc, raw, job->q_pos0 + job->n_q);
+            continue;
+        }
+#endif
 #if defined(__AVX512F__)
         if (fast) {
             size_t elem = kv->dtype == K25_DTYPE_FP32 ? 4 : 2;
@@ -384,8 +535,7 @@ static void decode_split(const struct k25_attn_job *job, int g, int group, int k
                     dot += qr[d] * kr[d];
                 s[t] = has_lc ? dot + sc->lc[t] : dot;
             }
-            if (raw)
-                memcpy(raw + (size_t)r * (job->q_pos0 + job->n_q) + k0, s, sizeof(float) * nk);
+            raw_store(kv, raw ? raw + (size_t)r * (job->q_pos0 + job->n_q) : NULL, 0, k0, nk, s, 1);
             k25_softmax_tile_row(s, nk, job->q_pos0 + r / group - k0 + 1, &sc->m[r], &sc->l[r],
                                  sc->acc + (size_t)r * hd, hd);
         }
@@ -441,11 +591,12 @@ static void decode_merge(const struct k25_attn_job *job, int g, int group, const
         float inv = 1.0f / L; /* L >= 1: the split holding the max contributes e^0 */
         for (int d = 0; d < hd; d++)
             dst[d] *= inv;
-        if (raw) { /* scoring: each visible slot's probability, rows in order */
+        if (raw && r / group >= k25_attn_score_q0(job)) {
+            /* scoring: each visible slot's probability (slots >= score_k0), rows in order */
             const float *rr = raw + (size_t)r * visible;
             float *sc = job->score + (size_t)g * visible;
             int lim = job->q_pos0 + r / group + 1;
-            for (int k = 0; k < lim; k++)
+            for (int k = job->kv.score_k0; k < lim; k++)
                 sc[k] += k25_fast_expf(rr[k] - M) * inv;
         }
     }
@@ -487,7 +638,7 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
         need_tmp |= k25_kv_rows_need_tmp(&jb->kv, TK);
         int visible = jb->q_pos0 + jb->n_q;
         bool pre_score = jb->score && jb->n_q > DECODE_MAX_Q;
-        sfirst[j + 1] = sfirst[j] + (pre_score ? n_kv * ((visible + TK - 1) / TK) : 0);
+        sfirst[j + 1] = sfirst[j] + (pre_score ? n_kv * ((visible + TK - 1) / TK - jb->kv.score_k0 / TK) : 0);
         afirst[j + 1] = afirst[j] + (!jb->score ? 0
                                      : pre_score ? (size_t)n_kv * jb->n_q * group * 2
                                                  : (size_t)n_kv * jb->n_q * group * visible);
@@ -554,7 +705,7 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
             while (it < sfirst[j])
                 j--;
             const struct k25_attn_job *jb = &jobs[j];
-            int local = it - sfirst[j], g = local % n_kv, kt = local / n_kv;
+            int local = it - sfirst[j], g = local % n_kv, kt = local / n_kv + jb->kv.score_k0 / TK;
             prefill_score(jb, g, group, kt * TK, scale, &sc, aux + afirst[j] + (size_t)g * jb->n_q * group * 2);
         }
         k25_free(mem);

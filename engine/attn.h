@@ -42,12 +42,14 @@ struct k25_mem_acct; /* alloc.c: where kernel scratch is charged (NULL: the proc
  * Quantized views hold slots [0, n_quant) in the blocks and slots
  * [n_quant, n_tokens) in fp32 residual rows res_k/res_v
  * ([kv_head][res_cap][head_dim]).
- * A compressed sequence has slot metadata (has_meta): the slot's
- * struct k25_kv_slot at k_blocks[b] + meta_off, [kv_head][block_size];
- * its logc (ln of the tokens a merged slot stands for) is added to the
- * slot's attention logit.
+ * A compressed sequence has slot metadata (has_meta): one byte per slot,
+ * the tokens it stands for (1 unless merged, at most 255), at k_blocks[b]
+ * + meta_off, [kv_head][block_size]; ln(count) is added to the slot's
+ * attention logit (k25_kv_logc).
  * Fields after v_blocks are zero for plain fp32/fp16 views.
  */
+/* One slot's compression state as k25_kv_seq_slot returns it (kvcache.h):
+ * count in the block, score and seen in the sequence's statistics. */
 struct k25_kv_slot {
     float logc;   /* ln(count): added to the attention logit */
     float count;  /* tokens this slot stands for (1 unless merged) */
@@ -72,6 +74,11 @@ struct k25_kv_view {
     /* compression */
     bool has_meta;
     size_t meta_off;
+    /* scoring (job.score): only slots >= score_k0 need scores (earlier ones have
+     * passed through compression; their columns are left as they are), and
+     * only the last score_window queries of a job score (0: every query) */
+    int score_k0;
+    int score_window;
 };
 
 /*
@@ -80,7 +87,9 @@ struct k25_kv_view {
  * already holds their own keys): query i sees slots 0 .. q_pos0+i.
  * score (optional, [n_kv_heads][q_pos0+n_q], zeroed by the caller) receives
  * the attention each slot got, summed over the job's queries and the query
- * heads of its KV head (softmax probabilities), for compression scoring.
+ * heads of its KV head (softmax probabilities), for compression scoring;
+ * only columns >= kv.score_k0, and only from the last kv.score_window
+ * queries when that is set (k25_attn_score_q0).
  */
 struct k25_attn_job {
     const float *q;   /* [n_q][q_stride], heads at [h*head_dim], RoPE applied */
@@ -117,6 +126,13 @@ struct k25_attn_impl_desc {
     bool compression;
 };
 
+/* The first query of job that contributes to its scores (kv.score_window). */
+static inline int k25_attn_score_q0(const struct k25_attn_job *job)
+{
+    int w = job->kv.score_window;
+    return w > 0 && job->n_q > w ? job->n_q - w : 0;
+}
+
 /* The entry for impl (never NULL for a valid impl; asserts otherwise). */
 const struct k25_attn_impl_desc *k25_attn_impl_get(enum k25_attn_impl impl);
 
@@ -144,7 +160,8 @@ void k25_fp16_to_fp32_row(const uint16_t *src, float *dst, size_t n);
 const float *k25_kv_rows(const struct k25_kv_view *kv, const void *const *blocks, int g, int k0,
                          int n, float *tmp);
 /* ln(count) of slots [k0, k0+n) of KV head g into out[n]; false (out
- * untouched) when the view has no slot metadata. */
+ * untouched) when the view has no slot metadata or every count is 1 (the
+ * term is 0: callers then add nothing). */
 bool k25_kv_logc(const struct k25_kv_view *kv, int g, int k0, int n, float *out);
 
 /* Whether k25_kv_rows may need tmp for tiles of `tile` tokens starting at multiples of tile. */
@@ -182,6 +199,49 @@ static inline float k25_fast_expf(float x)
     float scale;
     __builtin_memcpy(&scale, &bits, sizeof(scale));
     return p * scale;
+}
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+/*
+ * k25_fast_expf on 8 lanes: the same operations in the same order (separate
+ * multiplies and adds, as the scalar compiles under -std=c11's
+ * -ffp-contract=off), so every lane is bit-identical to the scalar.  GCC 12
+ * does not vectorize the scalar's clamps ("control flow in loop"), and the
+ * softmax's exp map was the largest single cost of prefill.
+ */
+static inline __m256 k25_fast_expf8(__m256 x)
+{
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f)); /* x < -87 ? -87 : x (no NaN here) */
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
+    const __m256 big = _mm256_set1_ps(12582912.0f);
+    __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), big), big);
+    __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693145751953125f)));
+    r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(1.428606765330187e-06f)));
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(0.5f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.0f));
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+#endif
+
+/* s[j] = k25_fast_expf(s[j] - m) for j < n (8 lanes at a time where built with AVX2). */
+static inline void k25_exp_sub_row(float *s, int n, float m)
+{
+    int j = 0;
+#if defined(__AVX2__)
+    const __m256 mv = _mm256_set1_ps(m);
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(s + j, k25_fast_expf8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv)));
+#endif
+    for (; j < n; j++)
+        s[j] = k25_fast_expf(s[j] - m);
 }
 
 #endif /* K25_ATTN_H */

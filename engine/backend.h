@@ -80,12 +80,32 @@ struct k25_buf {
     bool mapped;          /* wraps host memory the backend does not own (CPU weights) */
 };
 
-/* A 2-D view of a buffer: rows of cols elements, stride elements apart. */
+/*
+ * A 2-D view of a buffer: rows of cols elements, stride elements apart.
+ *
+ * Weight formats (issue 16; docs/engine.md "Weight formats").  GEMM and
+ * embedding tables come in fp32, bf16 or fp16 (dense rows, stride in
+ * elements) or quantized group-wise:
+ *   INT8 / INT4 weights: G values per scale (a multiple of 32 that divides
+ *   cols), stride = BYTES from one row to the next, exactly the row's size
+ *   (no padding), so G follows from it: G = 4 cols / (stride - data bytes),
+ *   k25_wquant_group().  A row is
+ *     [cols/G fp32 scales, little-endian][data]
+ *   int8 data: cols signed bytes, value k = q[k] * scale[k / G];
+ *   int4 data: cols/2 bytes in blocks of 32 values (16 bytes): byte l of a
+ *   block holds value l in its low nibble and value l+16 in its high one,
+ *   each stored as q + 8 (q in [-8, 7]), value = q * scale.
+ *   Quantization is symmetric (no zero point): scale = max|w| / 127 (int8)
+ *   or / 7 (int4) over the group, q = round(w / scale).  A row's bytes
+ *   (scales included) are 4 cols/G + cols (int8) or + cols/2 (int4), a
+ *   multiple of 4.  Quantized weight tensors are whole matrices: no
+ *   k25_tensor_view of them (the kernels take row ranges inside).
+ */
 struct k25_tensor {
     struct k25_buf *buf;
     size_t off;           /* bytes from the buffer's start to row 0 */
     int64_t rows, cols, stride;
-    enum k25_dtype dtype;
+    enum k25_dtype dtype; /* INT8/INT4 weights: stride counts bytes (above) */
 };
 
 /* Bytes of one element of a dense dtype (fp32 4, fp16/bf16 2, int8 1); 0 for int4. */
@@ -96,7 +116,8 @@ static inline struct k25_tensor k25_tensor_view(const struct k25_tensor *t, int6
                                                 int64_t ncols)
 {
     struct k25_tensor v = *t;
-    K25_ASSERT(k25_dtype_bytes(t->dtype) > 0); /* int4 packs two per byte: no element views */
+    K25_ASSERT(k25_dtype_bytes(t->dtype) > 0); /* int4 packs two per byte: no element views (nor of int8
+                                                * weights, whose rows carry scales) */
     v.off += (size_t)(row0 * t->stride + col0) * k25_dtype_bytes(t->dtype);
     v.rows = n;
     v.cols = ncols;
@@ -142,6 +163,10 @@ struct k25_backend {
     int (*init)(struct k25_bctx *ctx, struct k25_error *err);
     void (*destroy)(struct k25_bctx *ctx);
     bool (*supports)(const struct k25_bctx *ctx, enum k25_op op, enum k25_dtype dtype);
+    /* Reads the backend's own config keys (the CPU's cpu_kernels) for an engine; NULL when it has
+     * none.  A setting this machine cannot run is K25_EUNSUPPORTED naming the key.  Without a call
+     * (tests that make bare instances) the backend uses its defaults. */
+    int (*configure)(struct k25_bctx *ctx, const struct k25_config *cfg, struct k25_error *err);
 
     /* ---- memory.  buf_alloc: zeroed, charged to ctx->acct under cat.
      * buf_map_host: a buffer holding host memory's bytes - the CPU maps it
@@ -159,7 +184,9 @@ struct k25_backend {
     void (*synchronize)(struct k25_bctx *ctx);
 
     /* ---- compute.  Activations are fp32 rows. */
-    /* y[m][n] = x[m][k] . w[n][k]^T (+ y when accumulate); w in w->dtype */
+    /* y[m][n] = x[m][k] . w[n][k]^T (+ y when accumulate); w in w->dtype.  The CPU runs steps of
+     * m <= 16 rows (decode) on its own kernels, batch-invariant: a row's result does not depend on
+     * m or on the other rows (docs/engine.md "Decode kernels"); larger m on OpenBLAS */
     void (*gemm)(struct k25_bctx *ctx, const struct k25_tensor *x, const struct k25_tensor *w,
                  const struct k25_tensor *y, bool accumulate);
     /* y[i] = x[i] / rms(x[i]) * w, per row; w is one row */

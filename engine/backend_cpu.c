@@ -3,13 +3,17 @@
  * checked against (tests/test_backend_ops.c).  Buffers are host memory
  * from the tracking allocator, charged to the engine's accounting; the
  * model's weights are mapped, not copied.  GEMMs run through OpenBLAS
- * (CBLAS); the element-wise operations are written here (OpenMP over rows,
+ * (CBLAS) except steps of at most K25_GEMV_MAX_M rows (decode), which run
+ * on gemv.c's batch-invariant kernels; weights in bf16, fp16, int8 or int4
+ * are dequantized inside those kernels, or tile by tile into fp32 scratch
+ * for OpenBLAS (prefill).  The element-wise operations are written here (OpenMP over rows,
  * inner loops left to the compiler's vectorizer); attention runs the
  * implementation the call names from the table in attn_impl.c; the KV ops
  * are kvcache.c's and kvcompress.c's host storage code.
  */
 #include "backend.h"
 #include "kvcache.h"
+#include "weights.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -22,7 +26,16 @@ struct cpu_priv {
     int jobs_cap;
     const void **ptrs;
     size_t ptrs_cap;
+    enum k25_kpath kpath; /* decode kernels (cpu_kernels) */
+    float *tile;          /* [tile rows][k] fp32 weight rows of a prefill GEMM (K25_MEM_ACTIVATIONS) */
+    size_t tile_floats;
 };
+
+/* A prefill GEMM on non-fp32 weights dequantizes GEMM_TILE_BYTES of fp32 rows (at least
+ * GEMM_TILE_MIN_ROWS) per OpenBLAS call: few calls and parallel regions (each costs a fork-join,
+ * dear on a loaded machine), a bounded scratch. */
+#define GEMM_TILE_BYTES (8u << 20)
+#define GEMM_TILE_MIN_ROWS 64
 
 static float *f32(const struct k25_tensor *t)
 {
@@ -34,9 +47,16 @@ static float *f32(const struct k25_tensor *t)
 
 static int cpu_init(struct k25_bctx *ctx, struct k25_error *err)
 {
-    if (!(ctx->priv = calloc(1, sizeof(struct cpu_priv))))
+    struct cpu_priv *p = calloc(1, sizeof(struct cpu_priv));
+    if (!(ctx->priv = p))
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (CPU backend)");
-    return K25_OK;
+    return k25_kpath_resolve(K25_CPU_KERNELS_AUTO, &p->kpath, err);
+}
+
+static int cpu_configure(struct k25_bctx *ctx, const struct k25_config *cfg, struct k25_error *err)
+{
+    struct cpu_priv *p = ctx->priv;
+    return k25_kpath_resolve(cfg->cpu_kernels, &p->kpath, err);
 }
 
 static void cpu_destroy(struct k25_bctx *ctx)
@@ -45,6 +65,7 @@ static void cpu_destroy(struct k25_bctx *ctx)
     if (p) {
         free(p->jobs);
         free(p->ptrs);
+        k25_free(p->tile);
         free(p);
     }
     ctx->priv = NULL;
@@ -64,8 +85,10 @@ static bool cpu_supports(const struct k25_bctx *ctx, enum k25_op op, enum k25_dt
     case K25_OP_KV_COMPACT:
     case K25_OP_KV_TIER_COPY:
         return kv_dtype;
-    case K25_OP_GEMM: /* fp32 weights (bf16/fp16/int8/int4: issue 16) */
+    case K25_OP_GEMM: /* every weight format (backend.h) */
     case K25_OP_EMBED:
+        return dtype == K25_DTYPE_FP32 || dtype == K25_DTYPE_BF16 || dtype == K25_DTYPE_FP16 ||
+               dtype == K25_DTYPE_INT8 || dtype == K25_DTYPE_INT4;
     case K25_OP_RMSNORM:
     case K25_OP_ROPE:
     case K25_OP_SWIGLU:
@@ -149,13 +172,60 @@ static void cpu_synchronize(struct k25_bctx *ctx)
 
 /* ------------------------------------------------------------- compute */
 
+/* A weight tensor as the kernels read it. */
+static struct k25_wrows wrows_of(const struct k25_tensor *w)
+{
+    bool q = w->dtype == K25_DTYPE_INT8 || w->dtype == K25_DTYPE_INT4;
+    int group = q ? k25_wquant_group(w->dtype, w->cols, (size_t)w->stride) : 0;
+    K25_ASSERT(!q || group > 0); /* stride: the bytes of a row of the layout (backend.h) */
+    return (struct k25_wrows){(const unsigned char *)w->buf->data + w->off,
+                              q ? (size_t)w->stride : (size_t)w->stride * k25_dtype_bytes(w->dtype),
+                              w->dtype, w->rows, w->cols, group};
+}
+
+/*
+ * Decode steps (m <= K25_GEMV_MAX_M) run on gemv.c's kernels: threads over
+ * weight rows, weights read once, batch-invariant.  Larger steps go to
+ * OpenBLAS: fp32 weights directly, other formats a tile of rows at a time
+ * (GEMM_TILE_BYTES), dequantized into the instance's fp32 tile (grown
+ * once, charged as activations).
+ */
 static void cpu_gemm(struct k25_bctx *ctx, const struct k25_tensor *x, const struct k25_tensor *w,
                      const struct k25_tensor *y, bool acc)
 {
-    (void)ctx;
+    struct cpu_priv *p = ctx->priv;
     K25_ASSERT(x->cols == w->cols && y->rows == x->rows && y->cols == w->rows);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)x->rows, (int)w->rows, (int)x->cols, 1.0f, f32(x),
-                (int)x->stride, f32(w), (int)w->stride, acc ? 1.0f : 0.0f, f32(y), (int)y->stride);
+    const struct k25_wrows wr = wrows_of(w);
+    const int m = (int)x->rows, k = (int)x->cols;
+    if (m <= K25_GEMV_MAX_M) {
+        if (m > 0)
+            k25_gemv(p->kpath, f32(x), (size_t)x->stride, m, &wr, f32(y), (size_t)y->stride, acc);
+        return;
+    }
+    if (w->dtype == K25_DTYPE_FP32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, (int)w->rows, k, 1.0f, f32(x), (int)x->stride,
+                    f32(w), (int)w->stride, acc ? 1.0f : 0.0f, f32(y), (int)y->stride);
+        return;
+    }
+    int64_t tile_rows = (int64_t)(GEMM_TILE_BYTES / (sizeof(float) * (size_t)k));
+    tile_rows = tile_rows < GEMM_TILE_MIN_ROWS ? GEMM_TILE_MIN_ROWS : tile_rows > w->rows ? w->rows : tile_rows;
+    const size_t need = (size_t)tile_rows * (size_t)k;
+    if (need > p->tile_floats) {
+        k25_free(p->tile);
+        p->tile = k25_alloc_acct(ctx->acct, K25_MEM_ACTIVATIONS, sizeof(float) * need);
+        K25_ASSERT(p->tile != NULL); /* GEMM_TILE_ROWS rows of fp32: a few MB at most */
+        p->tile_floats = need;
+    }
+    for (int64_t j0 = 0; j0 < w->rows; j0 += tile_rows) {
+        const int nb = (int)(w->rows - j0 < tile_rows ? w->rows - j0 : tile_rows);
+        /* threads only where the dequantization weighs against the GEMM: a fork-join stalls on a
+         * loaded machine, and 256+ rows of x make the GEMM >= 100x the dequantization */
+#pragma omp parallel for schedule(static) if (m < 256)
+        for (int j = 0; j < nb; j++)
+            k25_wrows_dequant(&wr, j0 + j, 1, p->tile + (size_t)j * k, (size_t)k);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nb, k, 1.0f, f32(x), (int)x->stride, p->tile, k,
+                    acc ? 1.0f : 0.0f, f32(y) + j0, (int)y->stride);
+    }
 }
 
 static void cpu_rmsnorm(struct k25_bctx *ctx, const struct k25_tensor *xt, const struct k25_tensor *wt, float eps,
@@ -249,7 +319,17 @@ static void cpu_embed(struct k25_bctx *ctx, const struct k25_tensor *table, cons
                       const struct k25_tensor *out)
 {
     (void)ctx;
-    copy_rows(table, ids, out);
+    if (table->dtype == K25_DTYPE_FP32) {
+        copy_rows(table, ids, out);
+        return;
+    }
+    K25_ASSERT(table->cols == out->cols);
+    const struct k25_wrows wr = wrows_of(table);
+    float *o = f32(out);
+    for (int64_t i = 0; i < out->rows; i++) {
+        K25_ASSERT(ids[i] >= 0 && ids[i] < table->rows);
+        k25_wrows_dequant(&wr, ids[i], 1, o + (size_t)i * out->stride, (size_t)out->stride);
+    }
 }
 
 static void cpu_rows_gather(struct k25_bctx *ctx, const struct k25_tensor *src, const int32_t *rows,
@@ -338,10 +418,11 @@ static void cpu_kv_block_set(struct k25_bctx *ctx, struct k25_kv_pool *pool, int
 
 const struct k25_backend k25_backend_cpu = {
     .name = "cpu",
-    .description = "host memory; OpenBLAS GEMMs, OpenMP kernels",
+    .description = "host memory; OpenBLAS GEMMs (prefill), SIMD GEMV kernels (decode), OpenMP kernels",
     .init = cpu_init,
     .destroy = cpu_destroy,
     .supports = cpu_supports,
+    .configure = cpu_configure,
     .buf_alloc = cpu_buf_alloc,
     .buf_map_host = cpu_buf_map_host,
     .buf_free = cpu_buf_free,

@@ -60,6 +60,9 @@ static const char *const dtype_names[] = {"fp32", "fp16", "int8", "int4"};
 static const char *const hint_names[] = {"auto", "legal_doc", "plain_text"};
 static const char *const log_level_names[] = {"off", "info", "debug"};
 static const char *const attn_names[] = {"chunked", "flash2", "naive"};
+static const char *const wdtype_names[] = {"fp32", "bf16", "fp16"};
+static const char *const wquant_names[] = {"none", "int8", "int4"};
+static const char *const cpu_kernel_names[] = {"auto", "avx512", "avx2", "scalar"};
 
 #define F(field) offsetof(struct k25_config, field), sizeof(((struct k25_config *)0)->field)
 #define NAMES(a) (a), (int)(sizeof(a) / sizeof((a)[0]))
@@ -82,7 +85,7 @@ static const struct key_def keys[] = {
     {{"decode_max_tokens", "int", "1024", "cap on generated tokens per request", ">= 1"},
      KIND_INT, F(decode_max_tokens), 1, INT_MAX, 0, 0, false, false, NULL, 0},
     {{"queue_timeout_ms", "int", "30000",
-      "how long a request may wait in the queue, 0 = no limit (takes effect with the request queue)",
+      "how long a request may wait in the queue; longer ones end timed_out with a reason, 0 = no limit",
       ">= 0"},
      KIND_INT, F(queue_timeout_ms), 0, INT_MAX, 0, 0, false, false, NULL, 0},
     {{"max_num_batched_tokens", "int", "8192", "token budget per engine step", ">= 1"},
@@ -143,6 +146,53 @@ static const struct key_def keys[] = {
      KIND_ENUM, F(log_level), 0, 0, 0, 0, false, false, NAMES(log_level_names)},
     {{"log_file", "string", "", "structured log destination, empty = stderr", "< 1024 bytes"},
      KIND_STR, F(log_file), 0, 0, 0, 0, false, false, NULL, 0},
+    {{"queue_memory_capacity", "int", "128",
+      "requests waiting in memory; beyond it new ones spill to queue_spill_dir or are rejected "
+      "(high priority never spills)", ">= 1"},
+     KIND_INT, F(queue_memory_capacity), 1, INT_MAX, 0, 0, false, false, NULL, 0},
+    {{"queue_spill_dir", "string", "",
+      "folder of the durable disk queue (fsync'd log, replayed at start); empty = no spill tier, "
+      "arrivals beyond capacity are rejected with a reason", "< 1024 bytes"},
+     KIND_STR, F(queue_spill_dir), 0, 0, 0, 0, false, false, NULL, 0},
+    {{"queue_low_priority_ttft_ms", "int", "1500",
+      "first-token SLA of low-priority (spilled) requests", ">= 0"},
+     KIND_INT, F(queue_low_priority_ttft_ms), 0, INT_MAX, 0, 0, false, false, NULL, 0},
+    {{"breaker_enabled", "bool", "false",
+      "circuit breaker: under pressure new requests run on the degraded model (k25 serve turns it on)",
+      "true|false"},
+     KIND_BOOL, F(breaker_enabled), 0, 0, 0, 0, false, false, NULL, 0},
+    {{"breaker_busy_threshold", "float", "0.95",
+      "engine busy fraction above which (for breaker_busy_seconds) the breaker opens", "(0, 1]"},
+     KIND_FLOAT, F(breaker_busy_threshold), 0, 0, 0.0, 1.0, true, false, NULL, 0},
+    {{"breaker_busy_seconds", "float", "5",
+      "how long busy must stay above its threshold to open, and pressure below (threshold - 0.05) to close",
+      "0..86400"},
+     KIND_FLOAT, F(breaker_busy_seconds), 0, 0, 0.0, 86400.0, false, false, NULL, 0},
+    {{"breaker_memory_threshold", "float", "0.92",
+      "engine memory fraction (of memory_budget_mb, else the cgroup limit or MemAvailable at start) "
+      "above which the breaker opens", "(0, 1]"},
+     KIND_FLOAT, F(breaker_memory_threshold), 0, 0, 0.0, 1.0, true, false, NULL, 0},
+    {{"degraded_layer_fraction", "float", "0.30",
+      "layers the degraded (early-exit) model runs: the first ceil(f * n_layers), at least 1", "(0, 1]"},
+     KIND_FLOAT, F(degraded_layer_fraction), 0, 0, 0.0, 1.0, true, false, NULL, 0},
+    {{"degraded_ttft_ms", "int", "1200", "first-token SLA of degraded requests", ">= 0"},
+     KIND_INT, F(degraded_ttft_ms), 0, INT_MAX, 0, 0, false, false, NULL, 0},
+    {{"weight_dtype", "enum", "fp32",
+      "how the loaded model holds its matrices: dummy weights are generated in it, safetensors "
+      "tensors kept (same dtype) or converted; norms stay fp32", "fp32|bf16|fp16"},
+     KIND_ENUM, F(weight_dtype), 0, 0, 0, 0, false, false, NAMES(wdtype_names)},
+    {{"quantize_weights", "enum", "none",
+      "group-wise symmetric weight quantization at engine create (GEMMs and embeddings read it; "
+      "scales count in the weight bytes)", "none|int8|int4"},
+     KIND_ENUM, F(quantize_weights), 0, 0, 0, 0, false, false, NAMES(wquant_names)},
+    {{"weight_quant_group", "int", "32",
+      "int8/int4 weights: values per fp32 scale along a row; must divide dim and ffn_dim",
+      "32..4096, a multiple of 32"},
+     KIND_INT, F(weight_quant_group), 32, 4096, 0, 0, false, false, NULL, 0},
+    {{"cpu_kernels", "enum", "auto",
+      "CPU backend decode kernels (GEMV / small-M GEMM): auto = the widest the CPU has; a path "
+      "the CPU lacks is refused", "auto|avx512|avx2|scalar"},
+     KIND_ENUM, F(cpu_kernels), 0, 0, 0, 0, false, false, NAMES(cpu_kernel_names)},
 };
 
 #define NKEYS ((int)(sizeof(keys) / sizeof(keys[0])))
@@ -178,6 +228,19 @@ void k25_config_init(struct k25_config *cfg)
     cfg->log_level = K25_LOG_OFF;
     cfg->log_file[0] = '\0';
     snprintf(cfg->backend, sizeof(cfg->backend), "cpu");
+    cfg->queue_memory_capacity = 128;
+    cfg->queue_spill_dir[0] = '\0';
+    cfg->queue_low_priority_ttft_ms = 1500;
+    cfg->breaker_enabled = false;
+    cfg->breaker_busy_threshold = 0.95;
+    cfg->breaker_busy_seconds = 5.0;
+    cfg->breaker_memory_threshold = 0.92;
+    cfg->degraded_layer_fraction = 0.30;
+    cfg->degraded_ttft_ms = 1200;
+    cfg->weight_dtype = K25_WEIGHT_FP32;
+    cfg->quantize_weights = K25_WQUANT_NONE;
+    cfg->weight_quant_group = 32;
+    cfg->cpu_kernels = K25_CPU_KERNELS_AUTO;
 }
 
 int k25_config_key_count(void)
@@ -206,6 +269,21 @@ const char *k25_dtype_name(enum k25_dtype d)
     if (d == K25_DTYPE_BF16) /* a weight format, not a kv_cache_dtype value */
         return "bf16";
     return (unsigned)d < sizeof(dtype_names) / sizeof(dtype_names[0]) ? dtype_names[d] : "?";
+}
+
+enum k25_dtype k25_weight_dtype_of(enum k25_weight_dtype w)
+{
+    return w == K25_WEIGHT_BF16 ? K25_DTYPE_BF16 : w == K25_WEIGHT_FP16 ? K25_DTYPE_FP16 : K25_DTYPE_FP32;
+}
+
+enum k25_dtype k25_weight_quant_dtype(enum k25_weight_quant q, enum k25_dtype unquantized)
+{
+    return q == K25_WQUANT_INT8 ? K25_DTYPE_INT8 : q == K25_WQUANT_INT4 ? K25_DTYPE_INT4 : unquantized;
+}
+
+const char *k25_cpu_kernels_name(enum k25_cpu_kernels k)
+{
+    return (unsigned)k < sizeof(cpu_kernel_names) / sizeof(cpu_kernel_names[0]) ? cpu_kernel_names[k] : "?";
 }
 
 const char *k25_hint_name(enum k25_hint h)
@@ -829,6 +907,9 @@ int k25_config_validate(const struct k25_config *cfg, struct k25_error *err)
         return k25_error_set(err, K25_ERANGE, NULL, 0, "kv_quant_group",
                              "%d does not divide kv_block_size (%d): a key scale group must lie in one block",
                              cfg->kv_quant_group, cfg->kv_block_size);
+    if (cfg->quantize_weights != K25_WQUANT_NONE && cfg->weight_quant_group % 32 != 0)
+        return k25_error_set(err, K25_ERANGE, NULL, 0, "weight_quant_group",
+                             "%d is not a multiple of 32 (the kernels' block of values)", cfg->weight_quant_group);
     return 0;
 }
 

@@ -11,8 +11,19 @@
  * pass runs the whole batch; sequences whose last prompt chunk or decode
  * token ran get a sampled token; finished sequences free their blocks at
  * once, so a new request can join in the next step.
+ *
+ * Elastic queue (docs/engine.md "Elastic request queue"): the waiting FIFO
+ * is the memory queue of queue_memory_capacity requests (high priority
+ * goes ahead of the others and is never turned away).  Beyond it a request
+ * spills to the durable disk queue (spill.c) as low priority, or, without
+ * queue_spill_dir, is rejected with a reason.  Spilled requests move to
+ * the memory queue in arrival order as it frees.  A request waiting longer
+ * than queue_timeout_ms ends timed_out.  While the circuit breaker
+ * (breaker.c) is open, new requests are marked degraded and run in their
+ * own forward pass over the first degraded_layers layers.
  */
 #include "engine.h"
+#include "weights.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -26,6 +37,7 @@ const char *k25_req_state_name(enum k25_req_state s)
     case K25_REQ_DECODE: return "decode";
     case K25_REQ_COMPLETED: return "completed";
     case K25_REQ_REJECTED: return "rejected";
+    case K25_REQ_TIMED_OUT: return "timed_out";
     }
     return "?";
 }
@@ -41,7 +53,92 @@ const char *k25_finish_reason_name(enum k25_finish_reason f)
     return "?";
 }
 
-/* Maps the model's weights into backend buffers (the CPU maps them in place). */
+const char *k25_priority_name(enum k25_priority p)
+{
+    switch (p) {
+    case K25_PRIORITY_HIGH: return "high";
+    case K25_PRIORITY_STANDARD: return "standard";
+    case K25_PRIORITY_LOW: return "low";
+    }
+    return "?";
+}
+
+int k25_priority_parse(const char *name, enum k25_priority *out, struct k25_error *err)
+{
+    static const enum k25_priority all[] = {K25_PRIORITY_HIGH, K25_PRIORITY_STANDARD, K25_PRIORITY_LOW};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (name && !strcmp(name, k25_priority_name(all[i]))) {
+            *out = all[i];
+            return K25_OK;
+        }
+    return k25_error_set(err, K25_EINVAL, NULL, 0, "priority", "unknown priority '%s' (high, standard or low)",
+                         name ? name : "");
+}
+
+static uint64_t default_clock(void *user)
+{
+    (void)user;
+    return k25_now_ns();
+}
+
+/* The engine's clock (k25_now_ns unless a test replaced it). */
+static inline uint64_t now_ns(const struct k25_engine *e)
+{
+    return e->clock(e->clock_user);
+}
+
+void k25_engine_set_clock(k25_engine_t *e, k25_clock_fn fn, void *user)
+{
+    e->clock = fn ? fn : default_clock;
+    e->clock_user = fn ? user : NULL;
+    k25_breaker_init(&e->breaker, &e->cfg, now_ns(e)); /* its window starts on the new clock */
+}
+
+void k25_engine_set_spill_io(k25_engine_t *e, const struct k25_spill_io *io)
+{
+    k25_spill_set_io(&e->spill, io);
+}
+
+/*
+ * Quantizes the [rows][cols] matrix host (the model's, in m->wdtype) into a
+ * new backend buffer of q rows (backend.h layout), RQ_ROWS rows at a time
+ * through a host staging buffer.  K25_EINVAL when weight_quant_group does
+ * not divide cols, K25_ENOMEM when memory runs out.
+ */
+static int weights_quantize(struct k25_engine *e, const void *host, enum k25_dtype src_dt, int64_t rows, int64_t cols,
+                            enum k25_dtype q, struct k25_buf **out, struct k25_error *err)
+{
+    enum { RQ_ROWS = 1024 };
+    const int g = e->cfg.weight_quant_group;
+    if (cols % g != 0)
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "weight_quant_group",
+                             "%d does not divide a weight row of %lld values (dim, heads*head_dim and ffn_dim "
+                             "must be multiples of it)", g, (long long)cols);
+    const size_t rb = k25_wquant_row_bytes(q, cols, g), eb = src_dt == K25_DTYPE_FP32 ? 4 : 2;
+    int rc = K25_BE(e)->buf_alloc(&e->be, K25_MEM_WEIGHTS, rb * (size_t)rows, out, err);
+    if (rc != K25_OK)
+        return rc;
+    unsigned char *stage = malloc(rb * RQ_ROWS);
+    if (!stage)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (quantizing weights)");
+    for (int64_t r0 = 0; r0 < rows; r0 += RQ_ROWS) {
+        int64_t n = rows - r0 < RQ_ROWS ? rows - r0 : RQ_ROWS;
+        k25_wquant_rows(q, g, (const unsigned char *)host + eb * (size_t)(r0 * cols), src_dt, (size_t)cols, n, cols,
+                        stage);
+        K25_BE(e)->buf_set(&e->be, *out, rb * (size_t)r0, stage, rb * (size_t)n);
+    }
+    free(stage);
+    return K25_OK;
+}
+
+/*
+ * Gives the model's weights to the backend: norms (fp32) and matrices in
+ * the model's format are mapped (the CPU maps them in place, no copy);
+ * with quantize_weights the matrices (embeddings and head included) are
+ * quantized into buffers of the engine's own, so engines with and without
+ * it share one loaded model (the fidelity run's exact engine).  Configures
+ * the backend's own keys (cpu_kernels) first.
+ */
 static int weights_map(struct k25_engine *e, struct k25_error *err)
 {
     const struct k25_model *m = e->model;
@@ -50,37 +147,54 @@ static int weights_map(struct k25_engine *e, struct k25_error *err)
     struct k25_weights *w = &e->w;
     const int64_t d = s->dim, qkv = (int64_t)(s->n_heads + 2 * s->n_kv_heads) * s->head_dim,
                   att = (int64_t)s->n_heads * s->head_dim, ffn = s->ffn_dim;
-    w->dtype = K25_DTYPE_FP32; /* model.c converts every format to fp32 (bf16/fp16/int: issue 16) */
+    int rc;
+    if (B->configure && (rc = B->configure(&e->be, &e->cfg, err)) != K25_OK)
+        return rc;
+    w->dtype = k25_weight_quant_dtype(e->cfg.quantize_weights, m->wdtype);
+    const bool quant = w->dtype != m->wdtype;
     w->layers = calloc((size_t)s->n_layers, sizeof(*w->layers));
     w->bufs = calloc((size_t)s->n_layers * 6 + 3, sizeof(*w->bufs));
     if (!w->layers || !w->bufs)
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (weights)");
     struct wmap {
-        const float *host;
+        const void *host;
         int64_t rows, cols;
         struct k25_tensor *t;
+        bool matrix; /* in the weight format; else an fp32 norm */
     } list[6 * s->n_layers + 3];
     int n = 0;
-    list[n++] = (struct wmap){m->embed, s->vocab_size, d, &w->embed};
-    list[n++] = (struct wmap){m->final_norm, 1, d, &w->final_norm};
+    list[n++] = (struct wmap){m->embed, s->vocab_size, d, &w->embed, true};
+    list[n++] = (struct wmap){m->final_norm, 1, d, &w->final_norm, false};
     if (m->lm_head != m->embed)
-        list[n++] = (struct wmap){m->lm_head, s->vocab_size, d, &w->lm_head};
+        list[n++] = (struct wmap){m->lm_head, s->vocab_size, d, &w->lm_head, true};
     for (int l = 0; l < s->n_layers; l++) {
         const struct k25_layer *L = &m->layers[l];
         struct k25_layer_w *W = &w->layers[l];
-        list[n++] = (struct wmap){L->attn_norm, 1, d, &W->attn_norm};
-        list[n++] = (struct wmap){L->wqkv, qkv, d, &W->wqkv};
-        list[n++] = (struct wmap){L->wo, d, att, &W->wo};
-        list[n++] = (struct wmap){L->ffn_norm, 1, d, &W->ffn_norm};
-        list[n++] = (struct wmap){L->w_gate_up, 2 * ffn, d, &W->w_gate_up};
-        list[n++] = (struct wmap){L->w_down, d, ffn, &W->w_down};
+        list[n++] = (struct wmap){L->attn_norm, 1, d, &W->attn_norm, false};
+        list[n++] = (struct wmap){L->wqkv, qkv, d, &W->wqkv, true};
+        list[n++] = (struct wmap){L->wo, d, att, &W->wo, true};
+        list[n++] = (struct wmap){L->ffn_norm, 1, d, &W->ffn_norm, false};
+        list[n++] = (struct wmap){L->w_gate_up, 2 * ffn, d, &W->w_gate_up, true};
+        list[n++] = (struct wmap){L->w_down, d, ffn, &W->w_down, true};
     }
     for (int i = 0; i < n; i++) {
-        size_t bytes = sizeof(float) * (size_t)(list[i].rows * list[i].cols);
-        int rc = B->buf_map_host(&e->be, K25_MEM_WEIGHTS, list[i].host, bytes, &w->bufs[w->n_bufs], err);
-        if (rc != K25_OK)
+        struct k25_buf **bp = &w->bufs[w->n_bufs];
+        const int64_t rows = list[i].rows, cols = list[i].cols;
+        const enum k25_dtype dt = list[i].matrix ? m->wdtype : K25_DTYPE_FP32;
+        if (list[i].matrix && quant) {
+            rc = weights_quantize(e, list[i].host, m->wdtype, rows, cols, w->dtype, bp, err);
+            if (*bp)
+                w->n_bufs++;
+            if (rc != K25_OK)
+                return rc;
+            *list[i].t = k25_tensor_of(*bp, rows, cols, w->dtype);
+            list[i].t->stride = (int64_t)k25_wquant_row_bytes(w->dtype, cols, e->cfg.weight_quant_group);
+            continue;
+        }
+        size_t bytes = k25_dtype_bytes(dt) * (size_t)(rows * cols);
+        if ((rc = B->buf_map_host(&e->be, K25_MEM_WEIGHTS, list[i].host, bytes, bp, err)) != K25_OK)
             return rc;
-        *list[i].t = k25_tensor_of(w->bufs[w->n_bufs++], list[i].rows, list[i].cols, w->dtype);
+        *list[i].t = k25_tensor_of(w->bufs[w->n_bufs++], rows, cols, dt);
     }
     if (m->lm_head == m->embed) /* tied: one buffer, counted once */
         w->lm_head = w->embed;
@@ -113,8 +227,62 @@ static void engine_free(struct k25_engine *e)
     k25_free(e);
 }
 
+static int submit(struct k25_engine *e, const struct k25_request *req, const struct k25_spill_entry *replayed,
+                  int *handle, struct k25_error *err);
+
+/*
+ * Opens the spill log and re-submits its unfinished requests (arrival
+ * order) into the disk queue.  A request this engine cannot take (a log
+ * written for another model) is marked done with a warning in the log.
+ */
+static int spill_start(struct k25_engine *e, const struct k25_spill_io *io, struct k25_error *err)
+{
+    struct k25_spill_replay rep;
+    int rc = k25_spill_open(&e->spill, e->cfg.queue_spill_dir, io, &rep, err);
+    if (rc != K25_OK)
+        return rc;
+    e->replay.n_records = rep.n_records;
+    e->replay.n_done = rep.n_done;
+    e->replay.torn_bytes = rep.torn_bytes;
+    snprintf(e->replay.warning, sizeof(e->replay.warning), "%s", rep.warning);
+    if (rep.torn_bytes > 0)
+        k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=torn_record bytes=%lld path=%s",
+                      (long long)rep.torn_bytes, e->spill.path);
+    if (rep.n_pend > 0 && !(e->replayed = malloc(sizeof(int) * (size_t)rep.n_pend))) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (replay)");
+        goto out_free;
+    }
+    for (int i = 0; i < rep.n_pend; i++) {
+        struct k25_error serr;
+        int h;
+        if ((rc = submit(e, &rep.pend[i].req, &rep.pend[i], &h, &serr)) == K25_OK) {
+            e->replayed[e->replay.n_replayed++] = h;
+            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=replay req_id=%s seq=%llu", rep.pend[i].id,
+                          (unsigned long long)rep.pend[i].seq);
+            continue;
+        }
+        if (rc == K25_ENOMEM)
+            goto out_free;
+        k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=replay_skip req_id=%s seq=%llu reason=\"%s\"",
+                      rep.pend[i].id, (unsigned long long)rep.pend[i].seq, serr.msg);
+        if ((rc = k25_spill_done(&e->spill, rep.pend[i].seq, err)) != K25_OK)
+            goto out_free;
+    }
+    e->replay.handles = e->replayed;
+    rc = K25_OK;
+out_free:
+    k25_spill_replay_free(&rep);
+    return rc;
+}
+
 int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k25_engine_t **out,
                       struct k25_error *err)
+{
+    return k25_engine_create_io(cfg, model, NULL, out, err);
+}
+
+int k25_engine_create_io(const struct k25_config *cfg, const k25_model_t *model, const struct k25_spill_io *io,
+                         k25_engine_t **out, struct k25_error *err)
 {
     *out = NULL;
     int rc = k25_config_validate(cfg, err);
@@ -125,6 +293,8 @@ int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k2
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     e->cfg = *cfg;
     e->model = model;
+    e->spill.fd = -1;
+    e->clock = default_clock;
     const struct k25_backend *B = k25_backend_find(cfg->backend); /* validated: built in */
     if ((rc = k25_bctx_init(&e->be, B, &e->acct, err)) != K25_OK)
         goto out_free;
@@ -143,7 +313,7 @@ int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k2
         goto out_free;
     if (cfg->memory_budget_mb > 0) {
         int64_t budget = cfg->memory_budget_mb * 1024 * 1024;
-        int64_t weights = k25_model_param_count(s) * 4;
+        int64_t weights = k25_model_weight_bytes(s, cfg); /* in the format the engine reads */
         int64_t step_tokens = cfg->max_num_batched_tokens > cfg->prefill_chunk_size
                                   ? cfg->max_num_batched_tokens
                                   : cfg->prefill_chunk_size;
@@ -175,6 +345,20 @@ int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k2
     for (int j = 0; j < s->head_dim / 2; j++)
         e->inv_freq[j] = pow(s->rope_theta, -2.0 * j / s->head_dim);
     k25_mem_acct_add(&e->acct, K25_MEM_OTHER, (int64_t)sizeof(*e)); /* the engine object itself */
+    /* early exit after ceil(f * n_layers) layers, at least 1 */
+    e->degraded_layers = (int)ceil(cfg->degraded_layer_fraction * s->n_layers - 1e-9);
+    e->degraded_layers = e->degraded_layers < 1 ? 1 : e->degraded_layers > s->n_layers ? s->n_layers : e->degraded_layers;
+    k25_breaker_init(&e->breaker, cfg, now_ns(e));
+    if (cfg->queue_spill_dir[0] && (rc = spill_start(e, io, err)) != K25_OK) {
+        *out = e;
+        k25_engine_destroy(e);
+        *out = NULL;
+        return rc;
+    }
+    if (e->replay.torn_bytes > 0 && err) { /* a warning, not a failure (k25.h) */
+        k25_error_set(err, K25_EFORMAT, e->spill.path, 0, "queue_spill_dir", "%s", e->replay.warning);
+        err->code = K25_OK;
+    }
     *out = e;
     return K25_OK;
 
@@ -225,6 +409,10 @@ void k25_engine_destroy(k25_engine_t *e)
         slot_free(e, e->slots[i]);
     free(e->slots);
     free(e->waiting);
+    free(e->spillq);
+    free(e->announce);
+    free(e->replayed);
+    k25_spill_close(&e->spill);
     k25_log_close(&e->log, NULL);
     engine_free(e);
 }
@@ -264,7 +452,51 @@ static void emit(struct k25_engine *e, enum k25_event_type type, int handle, int
     e->cb(&ev, e->cb_user);
 }
 
+/* Makes room for one more int in a growable array. */
+static int grow_ints(int **a, int *cap, int n)
+{
+    if (n < *cap)
+        return K25_OK;
+    int ncap = *cap ? 2 * *cap : 64;
+    int *na = realloc(*a, sizeof(int) * (size_t)ncap);
+    if (!na)
+        return K25_ENOMEM;
+    *a = na;
+    *cap = ncap;
+    return K25_OK;
+}
+
+/* Makes room at the end of a FIFO [*head, *end) of capacity *cap. */
+static int grow_fifo(int **a, int *head, int *end, int *cap)
+{
+    if (*end == *cap && *head > 0) { /* compact before growing */
+        memmove(*a, *a + *head, sizeof(int) * (size_t)(*end - *head));
+        *end -= *head;
+        *head = 0;
+    }
+    return grow_ints(a, cap, *end);
+}
+
+static int mem_waiting(const struct k25_engine *e)
+{
+    return e->wait_end - e->wait_head;
+}
+
+static void breaker_tick(struct k25_engine *e, uint64_t now);
+
 int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handle, struct k25_error *err)
+{
+    return submit(e, req, NULL, handle, err);
+}
+
+/*
+ * Validates and copies a request, then routes it: memory queue, disk queue
+ * (spill record fsync'd first), or rejected on arrival (memory queue full,
+ * no spill tier).  replayed: a request read back from the spill log at
+ * create (already in the log: goes to the disk queue as it was).
+ */
+static int submit(struct k25_engine *e, const struct k25_request *req, const struct k25_spill_entry *replayed,
+                  int *handle, struct k25_error *err)
 {
     const int V = e->model->shape.vocab_size;
     const char *id = req->id ? req->id : "";
@@ -282,6 +514,9 @@ int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handl
             return k25_error_set(err, K25_EINVAL, NULL, 0, "forced_ids",
                                  "request '%s': forced token %d is %d, outside the vocabulary [0, %d)", id, i,
                                  req->forced_ids[i], V);
+    if ((unsigned)req->priority > K25_PRIORITY_LOW)
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "priority", "request '%s': unknown priority %d", id,
+                             (int)req->priority);
     if (req->max_new_tokens < 0)
         return k25_error_set(err, K25_EINVAL, NULL, 0, "max_new_tokens",
                              "request '%s': negative max_new_tokens %d", id, req->max_new_tokens);
@@ -311,21 +546,10 @@ int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handl
         e->slots = ns;
         e->cap_slots = ncap;
     }
-    if (e->wait_end == e->wait_cap) {
-        if (e->wait_head > 0) { /* compact the FIFO before growing it */
-            memmove(e->waiting, e->waiting + e->wait_head, sizeof(int) * (size_t)(e->wait_end - e->wait_head));
-            e->wait_end -= e->wait_head;
-            e->wait_head = 0;
-        }
-        if (e->wait_end == e->wait_cap) {
-            int ncap = e->wait_cap ? 2 * e->wait_cap : 64;
-            int *nw = realloc(e->waiting, sizeof(int) * (size_t)ncap);
-            if (!nw)
-                return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-            e->waiting = nw;
-            e->wait_cap = ncap;
-        }
-    }
+    if (grow_fifo(&e->waiting, &e->wait_head, &e->wait_end, &e->wait_cap) != K25_OK ||
+        grow_fifo(&e->spillq, &e->spill_head, &e->spill_end, &e->spill_cap) != K25_OK ||
+        grow_ints(&e->announce, &e->announce_cap, e->n_announce) != K25_OK)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
 
     struct k25_slot *sl = calloc(1, sizeof(*sl));
     if (!sl || !(sl->prompt = malloc(sizeof(int32_t) * (size_t)req->n_input))) {
@@ -336,7 +560,7 @@ int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handl
     snprintf(sl->res.id, sizeof(sl->res.id), "%s", id);
     sl->res.state = K25_REQ_WAITING;
     sl->res.n_input = req->n_input;
-    sl->res.submit_t_ns = k25_now_ns();
+    sl->res.submit_t_ns = now_ns(e);
     int cap = e->cfg.decode_max_tokens;
     sl->max_new = (req->max_new_tokens > 0 && req->max_new_tokens < cap) ? req->max_new_tokens : cap;
     sl->keep_logits = req->keep_logits;
@@ -377,32 +601,166 @@ int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handl
         sl->rng = k25_sample_seed(e->cfg.seed, sl->res.id);
     }
 
-    int h = e->n_slots++;
+    /* routing: every allocation is done, so after a spill append nothing can fail */
+    int h = e->n_slots;
+    breaker_tick(e, sl->res.submit_t_ns);
+    sl->res.priority = req->priority;
+    sl->res.degraded = e->breaker.open;
+    if (replayed) {
+        sl->res.spilled = sl->res.replayed = true;
+        sl->res.priority = K25_PRIORITY_LOW;
+        sl->spill_seq = replayed->seq;
+        sl->spill_live = true;
+        e->spillq[e->spill_end++] = h;
+        e->stats.spilled_requests++;
+        e->stats.replayed_requests++;
+    } else if (req->priority != K25_PRIORITY_HIGH && mem_waiting(e) >= e->cfg.queue_memory_capacity) {
+        if (e->spill.fd >= 0) {
+            struct k25_request low = *req;
+            low.priority = K25_PRIORITY_LOW;
+            low.id = sl->res.id;
+            int rc = k25_spill_append(&e->spill, &low, &sl->spill_seq, err);
+            if (rc != K25_OK) { /* nothing accepted: the caller must not acknowledge it */
+                k25_log_write(&e->log, K25_LOG_INFO, "QUEUE",
+                              "req_id=%s priority=%s queue_time=0ms degraded=%s state=rejected reason=spill_failed",
+                              sl->res.id, k25_priority_name(req->priority), sl->res.degraded ? "True" : "False");
+                slot_free(e, sl);
+                return rc;
+            }
+            sl->spill_live = true;
+            sl->res.spilled = true;
+            sl->res.priority = K25_PRIORITY_LOW;
+            e->spillq[e->spill_end++] = h;
+            e->stats.spilled_requests++;
+            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill req_id=%s seq=%llu spill_depth=%d",
+                          sl->res.id, (unsigned long long)sl->spill_seq, e->spill_end - e->spill_head);
+        } else {
+            sl->res.state = K25_REQ_REJECTED;
+            sl->res.finish_t_ns = sl->res.submit_t_ns;
+            snprintf(sl->res.reason, sizeof(sl->res.reason),
+                     "queue full: %d requests waiting (queue_memory_capacity), no queue_spill_dir",
+                     mem_waiting(e));
+            e->announce[e->n_announce++] = h;
+            e->stats.rejected_queue_full++;
+            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE",
+                          "req_id=%s priority=%s queue_time=0ms degraded=%s state=rejected reason=queue_full",
+                          sl->res.id, k25_priority_name(req->priority), sl->res.degraded ? "True" : "False");
+        }
+    } else if (req->priority == K25_PRIORITY_HIGH) { /* ahead of every non-high request */
+        int at = e->wait_head;
+        while (at < e->wait_end && e->slots[e->waiting[at]]->res.priority == K25_PRIORITY_HIGH)
+            at++;
+        memmove(e->waiting + at + 1, e->waiting + at, sizeof(int) * (size_t)(e->wait_end - at));
+        e->waiting[at] = h;
+        e->wait_end++;
+    } else {
+        e->waiting[e->wait_end++] = h;
+    }
+    if (sl->res.degraded)
+        e->stats.degraded_requests++;
+    sl->res.ttft_sla_ms = sl->res.degraded                           ? e->cfg.degraded_ttft_ms
+                          : sl->res.priority == K25_PRIORITY_LOW ? e->cfg.queue_low_priority_ttft_ms
+                                                                 : 0;
+    e->n_slots++;
     e->slots[h] = sl;
-    e->waiting[e->wait_end++] = h;
     *handle = h;
     return K25_OK;
+}
+
+/* Writes the request's done record when it has a live one in the spill log. */
+static void spill_mark_done(struct k25_engine *e, struct k25_slot *sl)
+{
+    if (!sl->spill_live)
+        return;
+    sl->spill_live = false;
+    struct k25_error err;
+    if (k25_spill_done(&e->spill, sl->spill_seq, &err) != K25_OK) /* it may come back at replay */
+        k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_error req_id=%s reason=\"%s\"", sl->res.id,
+                      err.msg);
+}
+
+/* The [QUEUE] line of a request leaving the queue (admitted, timed out, rejected). */
+static void log_queue(struct k25_engine *e, const struct k25_slot *sl, uint64_t now, const char *state,
+                      const char *reason)
+{
+    if (!k25_log_on(&e->log, K25_LOG_INFO))
+        return;
+    k25_log_write(&e->log, K25_LOG_INFO, "QUEUE",
+                  "req_id=%s priority=%s queue_time=%.0fms degraded=%s spilled=%s state=%s%s%s", sl->res.id,
+                  k25_priority_name(sl->res.priority), (double)(now - sl->res.submit_t_ns) / 1e6,
+                  sl->res.degraded ? "True" : "False", sl->res.spilled ? "True" : "False", state,
+                  reason ? " reason=" : "", reason ? reason : "");
+}
+
+/* Ends a waiting request (already out of its queue) as rejected or timed out. */
+static void end_waiting(struct k25_engine *e, int h, enum k25_req_state st, uint64_t now)
+{
+    struct k25_slot *sl = e->slots[h];
+    sl->res.state = st;
+    sl->res.finish_t_ns = now;
+    spill_mark_done(e, sl);
+    emit(e, K25_EV_FINISH, h, -1, 0, now);
+}
+
+/* Times out requests of one FIFO [*head, *end) that waited longer than queue_timeout_ms, keeping the order. */
+static void expire_fifo(struct k25_engine *e, int *q, int head, int *end, uint64_t now)
+{
+    uint64_t lim = (uint64_t)e->cfg.queue_timeout_ms * 1000000ull;
+    int w = head;
+    for (int i = head; i < *end; i++) {
+        int h = q[i];
+        struct k25_slot *sl = e->slots[h];
+        if (now - sl->res.submit_t_ns <= lim) {
+            q[w++] = h;
+            continue;
+        }
+        snprintf(sl->res.reason, sizeof(sl->res.reason), "waited %.0f ms in the %s queue (queue_timeout_ms %d)",
+                 (double)(now - sl->res.submit_t_ns) / 1e6, sl->res.spilled ? "disk" : "memory",
+                 e->cfg.queue_timeout_ms);
+        e->stats.timed_out_requests++;
+        k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=timeout req_id=%s", sl->res.id);
+        log_queue(e, sl, now, "timed_out", "queue_timeout");
+        end_waiting(e, h, K25_REQ_TIMED_OUT, now);
+    }
+    *end = w;
+}
+
+/* Moves spilled requests to the memory queue, in arrival order, while it has room. */
+static void unspill(struct k25_engine *e)
+{
+    while (e->spill_head < e->spill_end && mem_waiting(e) < e->cfg.queue_memory_capacity) {
+        if (grow_fifo(&e->waiting, &e->wait_head, &e->wait_end, &e->wait_cap) != K25_OK)
+            return; /* out of memory: stays on disk, tried again next step */
+        e->waiting[e->wait_end++] = e->spillq[e->spill_head++];
+    }
 }
 
 /* Admits waiting requests while the batch and the KV budget allow. */
 static void admit(struct k25_engine *e)
 {
     struct k25_kv_pool *p = &e->pool;
+    uint64_t now = now_ns(e);
+    if (e->cfg.queue_timeout_ms > 0) {
+        expire_fifo(e, e->waiting, e->wait_head, &e->wait_end, now);
+        expire_fifo(e, e->spillq, e->spill_head, &e->spill_end, now);
+    }
+    unspill(e);
     while (e->wait_head < e->wait_end && e->n_running < e->cfg.max_batch_size) {
         int h = e->waiting[e->wait_head];
         struct k25_slot *sl = e->slots[h];
-        int64_t need = k25_kv_blocks_for(p, (int64_t)sl->res.n_input + sl->max_new);
+        /* the blocks the sequence can hold at once: with compression, the kept
+         * slots plus the slack compression needs (k25_kv_peak_slots) */
+        int64_t need = k25_kv_blocks_for(p, k25_kv_peak_slots(&e->cfg, sl->res.n_input,
+                                                               (int64_t)sl->res.n_input + sl->max_new));
         if (p->max_blocks > 0) {
             if (need > p->max_blocks) {
                 e->wait_head++;
-                sl->res.state = K25_REQ_REJECTED;
-                sl->res.finish_t_ns = k25_now_ns();
                 snprintf(sl->res.reason, sizeof(sl->res.reason),
                          "needs %lld KV blocks, the memory budget holds %lld", (long long)need,
                          (long long)p->max_blocks);
-                k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "req_id=%s state=rejected reason=kv_budget",
-                              sl->res.id);
-                emit(e, K25_EV_FINISH, h, -1, 0, sl->res.finish_t_ns);
+                log_queue(e, sl, now, "rejected", "kv_budget");
+                end_waiting(e, h, K25_REQ_REJECTED, now_ns(e));
+                unspill(e);
                 continue;
             }
             if (p->reserved + need > p->max_blocks)
@@ -412,9 +770,11 @@ static void admit(struct k25_engine *e)
         }
         e->wait_head++;
         sl->res.state = K25_REQ_PREFILL;
-        sl->res.admit_t_ns = k25_now_ns();
+        sl->res.admit_t_ns = now_ns(e);
         e->running[e->n_running++] = h;
+        log_queue(e, sl, sl->res.admit_t_ns, "admitted", NULL);
         emit(e, K25_EV_ADMIT, h, -1, 0, sl->res.admit_t_ns);
+        unspill(e);
     }
 }
 
@@ -543,6 +903,7 @@ static void finish(struct k25_engine *e, int h, enum k25_finish_reason f)
     }
     e->pool.reserved -= sl->reserved_blocks;
     sl->reserved_blocks = 0;
+    spill_mark_done(e, sl);
     emit(e, K25_EV_FINISH, h, -1, sl->res.n_output, sl->res.finish_t_ns);
 }
 
@@ -552,15 +913,20 @@ void k25_engine_cancel(k25_engine_t *e, int handle, const char *reason)
         return;
     struct k25_slot *sl = e->slots[handle];
     enum k25_req_state st = sl->res.state;
-    if (st == K25_REQ_COMPLETED || st == K25_REQ_REJECTED)
+    if (st == K25_REQ_COMPLETED || st == K25_REQ_REJECTED || st == K25_REQ_TIMED_OUT)
         return;
     snprintf(sl->res.reason, sizeof(sl->res.reason), "%s", reason ? reason : "cancelled");
-    if (st == K25_REQ_WAITING) { /* out of the FIFO, keeping the others' order */
+    if (st == K25_REQ_WAITING) { /* out of its FIFO (memory or disk), keeping the others' order */
         int w = e->wait_head;
         for (int i = e->wait_head; i < e->wait_end; i++)
             if (e->waiting[i] != handle)
                 e->waiting[w++] = e->waiting[i];
         e->wait_end = w;
+        w = e->spill_head;
+        for (int i = e->spill_head; i < e->spill_end; i++)
+            if (e->spillq[i] != handle)
+                e->spillq[w++] = e->spillq[i];
+        e->spill_end = w;
     } else {
         int kept = 0;
         for (int i = 0; i < e->n_running; i++)
@@ -598,11 +964,71 @@ static int step_threads(const struct k25_engine *e, const struct k25_span *spans
     return flops < K25_SERIAL_STEP_FLOPS ? 1 : e->threads;
 }
 
+/* Re-evaluates the circuit breaker at now and logs a transition. */
+static void breaker_tick(struct k25_engine *e, uint64_t now)
+{
+    struct k25_breaker *b = &e->breaker;
+    if (!b->enabled)
+        return;
+    int t = k25_breaker_update(b, now, atomic_load(&e->acct.total_cur));
+    if (t == 0)
+        return;
+    if (t > 0)
+        e->stats.breaker_opens++;
+    k25_log_write(&e->log, K25_LOG_INFO, "QUEUE",
+                  "event=%s busy=%.3f memory=%.3f busy_threshold=%.2f memory_threshold=%.2f degraded_layers=%d",
+                  t > 0 ? "breaker_open" : "breaker_close", b->busy, b->mem, b->busy_thr, b->mem_thr,
+                  e->degraded_layers);
+}
+
+/* FINISH events of requests rejected on arrival (deferred so they come from a step, after submit returned). */
+static void announce(struct k25_engine *e)
+{
+    for (int i = 0; i < e->n_announce; i++) {
+        int h = e->announce[i];
+        if (e->slots[h])
+            emit(e, K25_EV_FINISH, h, -1, 0, e->slots[h]->res.finish_t_ns);
+    }
+    e->n_announce = 0;
+}
+
+/*
+ * Runs the step's spans: one forward pass, or two when degraded requests
+ * share the step (the full model's spans first, then the degraded ones
+ * over the first degraded_layers layers).  Reorders spans/span_h stably.
+ */
+static int forward_groups(struct k25_engine *e, struct k25_span *spans, int *span_h, int n, struct k25_error *err)
+{
+    int n_full = 0;
+    for (int i = 0; i < n; i++)
+        n_full += !e->slots[span_h[i]]->res.degraded;
+    if (n_full == n)
+        return k25_forward(e, spans, n, e->model->shape.n_layers, err);
+    struct k25_span tmp[n];
+    int th[n], a = 0, b = n_full;
+    for (int i = 0; i < n; i++) {
+        int at = e->slots[span_h[i]]->res.degraded ? b++ : a++;
+        tmp[at] = spans[i];
+        th[at] = span_h[i];
+    }
+    for (int i = 0; i < n; i++) {
+        spans[i] = tmp[i];
+        span_h[i] = th[i];
+    }
+    int rc = n_full > 0 ? k25_forward(e, spans, n_full, e->model->shape.n_layers, err) : K25_OK;
+    if (rc == K25_OK)
+        rc = k25_forward(e, spans + n_full, n - n_full, e->degraded_layers, err);
+    return rc;
+}
+
 int k25_engine_step(k25_engine_t *e, struct k25_error *err)
 {
+    announce(e);
     admit(e);
-    if (e->n_running == 0)
+    if (e->n_running == 0) {
+        breaker_tick(e, now_ns(e));
         return K25_OK;
+    }
 
     const int V = e->model->shape.vocab_size;
     int n = e->n_running, n_spans = 0, budget = e->cfg.max_num_batched_tokens, rc = K25_OK;
@@ -662,12 +1088,14 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
     if (nt != k25_threads_applied()) /* process-wide: another engine may have changed it */
         k25_threads_apply(nt);
 
-    uint64_t t0 = k25_now_ns();
-    if ((rc = k25_forward(e, spans, n_spans, err)) != K25_OK)
+    uint64_t t0 = now_ns(e);
+    if ((rc = forward_groups(e, spans, span_h, n_spans, err)) != K25_OK)
         goto out;
     if (e->step_hook)
         call_step_hook(e, spans, n_spans, t0);
-    uint64_t t1 = k25_now_ns(), dt = t1 - t0;
+    uint64_t t1 = now_ns(e), dt = t1 - t0;
+    k25_breaker_record(&e->breaker, t0, t1);
+    breaker_tick(e, t1);
     e->stats.steps++;
     e->stats.busy_ns += dt;
     if (has_prefill)
@@ -675,9 +1103,11 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
     else
         e->stats.decode_ns += dt;
 
+    /* degraded sequences are not compressed: their KV holds only the first degraded_layers layers */
     for (int i = 0; i < n_spans && e->pool.compress; i++)
-        if ((rc = compress_seq(e, e->slots[span_h[i]], e->slots[span_h[i]]->res.state == K25_REQ_PREFILL, err)) !=
-            K25_OK)
+        if (!e->slots[span_h[i]]->res.degraded &&
+            (rc = compress_seq(e, e->slots[span_h[i]], e->slots[span_h[i]]->res.state == K25_REQ_PREFILL, err)) !=
+                K25_OK)
             goto out;
 
     for (int i = 0; i < n_spans; i++) {
@@ -740,7 +1170,7 @@ out:
 
 bool k25_engine_idle(const k25_engine_t *e)
 {
-    return e->n_running == 0 && e->wait_head == e->wait_end;
+    return e->n_running == 0 && e->wait_head == e->wait_end && e->spill_head == e->spill_end && e->n_announce == 0;
 }
 
 int k25_engine_run(k25_engine_t *e, struct k25_error *err)
@@ -765,7 +1195,11 @@ void k25_engine_release(k25_engine_t *e, int handle)
     if (handle < 0 || handle >= e->n_slots || !e->slots[handle])
         return;
     struct k25_slot *sl = e->slots[handle];
-    K25_ASSERT(sl->res.state == K25_REQ_COMPLETED || sl->res.state == K25_REQ_REJECTED);
+    K25_ASSERT(sl->res.state == K25_REQ_COMPLETED || sl->res.state == K25_REQ_REJECTED ||
+               sl->res.state == K25_REQ_TIMED_OUT);
+    for (int i = 0; i < e->n_announce; i++) /* its FINISH event is no longer due */
+        if (e->announce[i] == handle)
+            e->announce[i--] = e->announce[--e->n_announce];
     slot_free(e, sl);
     e->slots[handle] = NULL;
 }
@@ -775,8 +1209,19 @@ void k25_engine_get_stats(const k25_engine_t *e, struct k25_engine_stats *out)
     *out = e->stats;
     out->kv_blocks_in_use = e->pool.in_use;
     out->kv_blocks_peak = e->pool.peak_in_use;
-    out->n_waiting = e->wait_end - e->wait_head;
+    out->n_waiting_memory = e->wait_end - e->wait_head;
+    out->n_waiting_spill = e->spill_end - e->spill_head;
+    out->n_waiting = out->n_waiting_memory + out->n_waiting_spill;
     out->n_running = e->n_running;
+    out->breaker_open = e->breaker.open;
+    out->busy_fraction = e->breaker.busy;
+    out->memory_fraction = e->breaker.mem;
+}
+
+void k25_engine_replay_info(const k25_engine_t *e, struct k25_replay_info *out)
+{
+    *out = e->replay;
+    out->handles = e->replayed;
 }
 
 const struct k25_config *k25_engine_config(const k25_engine_t *e)

@@ -9,6 +9,7 @@
 
 #include "kvcache.h"
 #include "log.h"
+#include "queue.h"
 
 /* One submitted request. */
 struct k25_slot {
@@ -29,6 +30,8 @@ struct k25_slot {
     int n_stop;
     int out_cap;              /* capacity of output arrays */
     bool released;
+    uint64_t spill_seq;       /* its record in the spill log, when spill_live */
+    bool spill_live;          /* a spill record without its done record yet */
 };
 
 /* A contiguous run of one sequence's tokens in a forward pass. */
@@ -71,6 +74,19 @@ struct k25_engine {
     int *running;             /* handles in admission order */
     int n_running;
 
+    /* elastic queue (queue.h): the waiting FIFO above is the memory queue */
+    int *spillq;              /* handles in the disk queue, arrival order: [spill_head, spill_end) (malloc'd) */
+    int spill_head, spill_end, spill_cap;
+    int *announce;            /* rejected on arrival: FINISH events due at the next step (malloc'd) */
+    int n_announce, announce_cap;
+    struct k25_spill_log spill; /* fd -1 without queue_spill_dir */
+    struct k25_replay_info replay; /* what create found in the log; handles -> replayed */
+    int *replayed;            /* [replay.n_replayed] (malloc'd) */
+    struct k25_breaker breaker;
+    int degraded_layers;      /* layers of the degraded (early-exit) model */
+    k25_clock_fn clock;       /* queue, step and breaker times (TEST-ONLY replaceable) */
+    void *clock_user;
+
     /* activation buffers (backend, K25_MEM_ACTIVATIONS) for t_cap tokens, fp32 */
     int t_cap;
     struct k25_buf *x;        /* [t][dim] residual stream */
@@ -99,8 +115,13 @@ struct k25_engine {
  * (rows grow from 64 by doubling; *cap_out gets the row count, may be NULL). */
 int64_t k25_activation_bytes(const struct k25_model_shape *s, int64_t step_tokens, int64_t *cap_out);
 
-/* Runs the model over spans (one step); fills each span's logits. */
-int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struct k25_error *err);
+/*
+ * Runs the model over spans (one step); fills each span's logits.  Only
+ * the first n_layers layers run (the full model: shape.n_layers; the
+ * degraded early-exit model: fewer), then the final norm and head; the
+ * spans' sequences get KV for those layers only.
+ */
+int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, int n_layers, struct k25_error *err);
 
 /* Next token from logits[vocab]: argmax when temperature == 0, else
  * temperature + top-p sampling with the xorshift state *rng.  Scratch:

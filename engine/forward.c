@@ -8,8 +8,14 @@
  * before attention, so each chunk attends to earlier KV plus itself.
  * Positions (RoPE) count tokens; attention works on KV slots, which
  * differ from positions once a sequence has been compressed.  With
- * compression on, each attention call also returns the attention every
- * slot received, which is added to the slots' scores.
+ * compression on, each attention call also returns the attention the
+ * slots not yet compressed (>= comp_hi) received from the last
+ * K25_KV_SCORE_WINDOW queries of each span, which is added to the slots'
+ * scores: the cost stays proportional to the uncompressed tail, not to
+ * the context.
+ * The degraded (early-exit) model of the elastic queue is the same pass
+ * stopped after its first n_layers layers (engine.c runs its spans in a
+ * pass of their own); its sequences get KV for those layers only.
  *
  * Every touch of tensor memory is a backend call (backend.h): this file
  * holds the order of operations and host bookkeeping (token ids,
@@ -65,7 +71,7 @@ static struct k25_tensor act(struct k25_buf *b, int rows, int cols)
     return k25_tensor_of(b, rows, cols, K25_DTYPE_FP32);
 }
 
-int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struct k25_error *err)
+int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, int n_layers, struct k25_error *err)
 {
     const struct k25_model_shape *s = &e->model->shape;
     const struct k25_backend *B = K25_BE(e);
@@ -76,6 +82,7 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struc
     int rc = K25_OK;
 
     K25_ASSERT(n_spans > 0);
+    K25_ASSERT(n_layers >= 1 && n_layers <= s->n_layers);
     int T = 0;
     struct k25_buf *scores = NULL;
     size_t score_off[n_spans + 1];
@@ -102,6 +109,7 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struc
     for (int i = 0; i < n_spans; i++) {
         aseq[i].score_off = score_off[i];
         score_off[i + 1] = score_off[i] + (e->pool.compress ? (size_t)nkv * spans[i].seq->n_tokens : 0);
+        spans[i].seq->score_window = K25_KV_SCORE_WINDOW;
     }
     if (score_off[n_spans] > 0 &&
         B->buf_alloc(ctx, K25_MEM_ATTN_SCRATCH, sizeof(float) * score_off[n_spans], &scores, NULL) != K25_OK) {
@@ -121,7 +129,7 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struc
     B->embed(ctx, &w->embed, e->tok, &X);
     B->rope_cache(ctx, e->pos, e->inv_freq, &CS);
 
-    for (int l = 0; l < s->n_layers; l++) {
+    for (int l = 0; l < n_layers; l++) {
         const struct k25_layer_w *L = &w->layers[l];
         B->rmsnorm(ctx, &X, &L->attn_norm, s->norm_eps, &XN);
         B->gemm(ctx, &XN, &L->wqkv, &QKV, false);
@@ -134,15 +142,20 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, struc
             B->kv_write(ctx, &e->pool, spans[i].seq, l, aseq[i].q_slot0, &k, &v);
             e->stats.kv_block_accesses += spans[i].seq->n_blocks;
         }
-        if (scores)
-            B->buf_clear(ctx, scores, 0, sizeof(float) * score_off[n_spans]);
+        for (int i = 0; scores && i < n_spans; i++) { /* only the columns that get scores */
+            const int n = spans[i].seq->n_tokens, k0 = spans[i].seq->comp_hi;
+            for (int g = 0; g < nkv && k0 < n; g++)
+                B->buf_clear(ctx, scores, sizeof(float) * (score_off[i] + (size_t)g * n + k0),
+                             sizeof(float) * (size_t)(n - k0));
+        }
         struct k25_attn_call c = call;
         c.layer = l;
         B->attention(ctx, &c);
         for (int i = 0; scores && i < n_spans; i++) {
             struct k25_tensor sc = k25_tensor_view(&SC, 0, 1, (int64_t)score_off[i],
                                                    (int64_t)(score_off[i + 1] - score_off[i]));
-            B->kv_add_scores(ctx, &e->pool, spans[i].seq, l, &sc, aseq[i].q_slot0, spans[i].n, nh / nkv);
+            int w = spans[i].n < K25_KV_SCORE_WINDOW ? spans[i].n : K25_KV_SCORE_WINDOW;
+            B->kv_add_scores(ctx, &e->pool, spans[i].seq, l, &sc, aseq[i].q_slot0 + spans[i].n - w, w, nh / nkv);
         }
         for (int pl = 0; pl < n_probe; pl++) /* attention output of the row that gets logits */
             if (probe_l[pl] == l)

@@ -9,6 +9,7 @@
 
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 /*
  * Memory accounting context (alloc.c): byte counters by category, current
@@ -29,7 +30,9 @@ void k25_mem_acct_add(struct k25_mem_acct *acct, enum k25_mem_cat cat, int64_t b
 void k25_mem_acct_get(const struct k25_mem_acct *acct, struct k25_mem_stats *out);
 void k25_mem_acct_reset_peak(struct k25_mem_acct *acct);
 
-/* One decoder layer, weights in HF orientation: W[out][in], row-major. */
+/* One decoder layer, weights in HF orientation: W[out][in], row-major.  The
+ * matrices hold elements of the model's wdtype (fp32, or bf16/fp16 bits as
+ * uint16_t: cast before reading); the norms are always fp32. */
 struct k25_layer {
     float *attn_norm;  /* [dim] */
     float *wqkv;       /* [(n_heads + 2*n_kv_heads) * head_dim][dim]: q rows, then k, then v */
@@ -46,6 +49,7 @@ struct k25_layer {
  */
 struct k25_model {
     struct k25_model_shape shape;
+    enum k25_dtype wdtype;     /* element type of the matrices (weight_dtype): fp32, bf16 or fp16 */
     float *embed;              /* [vocab][dim] */
     struct k25_layer *layers;  /* [n_layers], k25_alloc'd */
     float *final_norm;         /* [dim] */
@@ -53,7 +57,7 @@ struct k25_model {
     char source[1100];
 };
 
-/* Allocates every weight buffer of m->shape (zeroed).  0 or K25_ENOMEM. */
+/* Allocates every weight buffer of m->shape, matrices in m->wdtype.  0 or K25_ENOMEM. */
 int k25_model_alloc_weights(struct k25_model *m, struct k25_error *err);
 /* Frees the buffers k25_model_alloc_weights made (safe on partial allocs). */
 void k25_model_free_weights(struct k25_model *m);
@@ -64,8 +68,9 @@ void k25_model_free_weights(struct k25_model *m);
  * num_key_value_heads, intermediate_size, vocab_size, rope_theta,
  * rms_norm_eps, tie_word_embeddings, head_dim), then the tensors from
  * dir/model.safetensors or the shards listed in
- * dir/model.safetensors.index.json.  fp32, fp16 and bf16 tensors are
- * converted to fp32.  Fills m->shape and every weight; on failure frees
+ * dir/model.safetensors.index.json.  Matrices are stored in m->wdtype (set
+ * by the caller): a tensor already in it is copied as is, others are
+ * converted (rounding to nearest even); norms are read as fp32.  Fills m->shape and every weight; on failure frees
  * what it allocated and names the file and tensor in err.
  */
 int k25_model_load_safetensors(const char *dir, struct k25_model *m, struct k25_error *err);
@@ -78,5 +83,15 @@ int k25_model_load_safetensors(const char *dir, struct k25_model *m, struct k25_
 void k25_threads_apply(int n);
 /* The count k25_threads_apply last set (process-wide; 0 before the first call). */
 int k25_threads_applied(void);
+
+/* fp32 to bfloat16 bits, rounding to nearest even (NaN stays NaN). */
+static inline uint16_t k25_fp32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
 
 #endif /* K25_INTERNAL_H */

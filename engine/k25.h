@@ -123,6 +123,17 @@ bool k25_backend_find_name(const char *name);
  * a weight format (backend supports(), issue 16). */
 enum k25_dtype { K25_DTYPE_FP32, K25_DTYPE_FP16, K25_DTYPE_INT8, K25_DTYPE_INT4, K25_DTYPE_BF16, K25_DTYPE_N };
 enum k25_hint { K25_HINT_AUTO, K25_HINT_LEGAL_DOC, K25_HINT_PLAIN_TEXT };
+/* Weight storage (issue 16, docs/engine.md "Weight formats").  weight_dtype: how the loaded
+ * model holds its matrices (dummy weights are generated in it, safetensors converted to it);
+ * quantize_weights: what the engine's GEMMs read, quantized group-wise from the loaded
+ * weights at engine create; cpu_kernels: the CPU backend's GEMV/small-M kernels. */
+enum k25_weight_dtype { K25_WEIGHT_FP32, K25_WEIGHT_BF16, K25_WEIGHT_FP16 };
+enum k25_weight_quant { K25_WQUANT_NONE, K25_WQUANT_INT8, K25_WQUANT_INT4 };
+enum k25_cpu_kernels { K25_CPU_KERNELS_AUTO, K25_CPU_KERNELS_AVX512, K25_CPU_KERNELS_AVX2, K25_CPU_KERNELS_SCALAR };
+/* The element type of a weight_dtype / quantize_weights value. */
+enum k25_dtype k25_weight_dtype_of(enum k25_weight_dtype w);
+enum k25_dtype k25_weight_quant_dtype(enum k25_weight_quant q, enum k25_dtype unquantized);
+const char *k25_cpu_kernels_name(enum k25_cpu_kernels k);
 enum k25_log_level { K25_LOG_OFF, K25_LOG_INFO, K25_LOG_DEBUG };
 /* Attention implementation: the engine's ChunkedAttention kernels, or one
  * of the baselines (baselines/): FlashAttention-2-style tiles, naive. */
@@ -160,6 +171,21 @@ struct k25_config {
     double top_p;                /* nucleus sampling mass, (0, 1] */
     enum k25_log_level log_level;
     char log_file[1024];         /* "" = stderr */
+    /* Elastic request queue (issue 17, docs/engine.md "Elastic request queue"). */
+    int queue_memory_capacity;   /* requests waiting in memory; beyond it they spill or are rejected */
+    char queue_spill_dir[1024];  /* durable disk queue for overflow; "" = none (reject with a reason) */
+    int queue_low_priority_ttft_ms; /* first-token SLA of low-priority (spilled) requests */
+    bool breaker_enabled;        /* circuit breaker routes new requests to the degraded model */
+    double breaker_busy_threshold;   /* busy fraction that opens the breaker ... */
+    double breaker_busy_seconds;     /* ... when exceeded this long (and the close hold time) */
+    double breaker_memory_threshold; /* memory fraction of the budget that opens it at once */
+    double degraded_layer_fraction;  /* layers the degraded (early-exit) model runs, rounded up */
+    int degraded_ttft_ms;        /* first-token SLA of degraded requests */
+    /* Weight formats and decode kernels (issue 16). */
+    enum k25_weight_dtype weight_dtype;   /* fp32|bf16|fp16: the loaded model's matrices */
+    enum k25_weight_quant quantize_weights; /* none|int8|int4: group-wise at engine create */
+    int weight_quant_group;      /* int8/int4 weights: values per scale (a multiple of 32) */
+    enum k25_cpu_kernels cpu_kernels;     /* auto|avx512|avx2|scalar (CPU backend) */
 };
 
 /* Describes one config key, for --help, docs and tests. */
@@ -229,6 +255,9 @@ int k25_model_preset(const char *name, struct k25_model_shape *out);
 const char *k25_model_preset_names(void);
 /* Parameter count of a shape (embeddings and head included). */
 int64_t k25_model_param_count(const struct k25_model_shape *s);
+/* Bytes of a shape's weights as an engine with cfg reads them: matrices in weight_dtype, or
+ * quantize_weights' int8/int4 rows with their scales; norms fp32. */
+int64_t k25_model_weight_bytes(const struct k25_model_shape *s, const struct k25_config *cfg);
 
 #define K25_DUMMY_WEIGHT_SEED 0x6b32356265ULL
 
@@ -266,8 +295,22 @@ enum k25_req_state {
     K25_REQ_PREFILL,   /* admitted, prompt being prefilled */
     K25_REQ_DECODE,    /* generating */
     K25_REQ_COMPLETED, /* finished normally */
-    K25_REQ_REJECTED,  /* could never fit (reason in result) */
+    K25_REQ_REJECTED,  /* could never fit, or the queue was full (reason in result) */
+    K25_REQ_TIMED_OUT, /* waited longer than queue_timeout_ms (reason in result) */
 };
+
+/*
+ * Request priority.  Zero is standard, so a zero-initialized request is
+ * standard.  High never spills to disk; a request that spills becomes low.
+ */
+enum k25_priority {
+    K25_PRIORITY_STANDARD = 0,
+    K25_PRIORITY_HIGH = 1,
+    K25_PRIORITY_LOW = 2,
+};
+const char *k25_priority_name(enum k25_priority p); /* "high", "standard", "low" */
+/* K25_EINVAL (naming the valid ones) for an unknown name. */
+int k25_priority_parse(const char *name, enum k25_priority *out, struct k25_error *err);
 
 const char *k25_req_state_name(enum k25_req_state s);
 
@@ -300,6 +343,7 @@ struct k25_request {
     const int32_t *const *stop_ids; /* [n_stop][stop_lens[i]] */
     const int *stop_lens;           /* [n_stop], each >= 1 */
     int n_stop;
+    enum k25_priority priority;     /* default (0) standard */
 };
 
 /* Why a completed request stopped generating. */
@@ -352,6 +396,15 @@ struct k25_result {
     uint64_t finish_t_ns;
     int prefill_chunks;
     uint64_t prefill_ns;       /* sum of the prefill chunks' step times */
+    /* Elastic queue: the priority it ran at (low once spilled), whether it
+     * waited in the disk queue, came back from the log at engine create,
+     * ran on the degraded model, and its first-token SLA in ms (degraded:
+     * degraded_ttft_ms; low: queue_low_priority_ttft_ms; 0: the run's own). */
+    enum k25_priority priority;
+    bool spilled;
+    bool replayed;
+    bool degraded;
+    int ttft_sla_ms;
 };
 
 /* Event delivered to the callback as it happens (from k25_engine_step). */
@@ -377,8 +430,20 @@ struct k25_engine_stats {
     int64_t kv_blocks_in_use;
     int64_t kv_blocks_peak;
     int64_t kv_block_accesses;
-    int n_waiting;
+    int n_waiting;             /* memory + spill queue */
     int n_running;
+    /* elastic queue */
+    int n_waiting_memory;      /* in the memory queue */
+    int n_waiting_spill;       /* in the disk queue */
+    bool breaker_open;
+    double busy_fraction;      /* over the breaker's sliding window (when enabled) */
+    double memory_fraction;    /* engine memory / the breaker's limit (when enabled) */
+    int64_t breaker_opens;     /* transitions to open */
+    int64_t degraded_requests; /* submitted to the degraded model */
+    int64_t spilled_requests;  /* written to the disk queue (replayed ones included) */
+    int64_t replayed_requests; /* re-submitted from the log at create */
+    int64_t timed_out_requests;
+    int64_t rejected_queue_full; /* rejected on arrival: memory queue full, no spill tier */
 };
 
 /*
@@ -411,6 +476,16 @@ void k25_engine_set_step_hook(k25_engine_t *e, k25_step_hook fn, void *user);
 /*
  * Queues a request; *handle identifies it afterwards.  Bad requests
  * (token id out of vocabulary, empty prompt) fail with K25_EINVAL.
+ *
+ * Elastic queue: while fewer than queue_memory_capacity requests wait in
+ * memory (high priority always), the request joins the memory queue.
+ * Otherwise, with queue_spill_dir set, its record is appended to the disk
+ * log and fsync'd before this returns 0 (the caller may then acknowledge
+ * it); it becomes low priority.  When that write or fsync fails, submit
+ * fails with K25_EIO and a reason, and nothing was accepted.  Without a
+ * spill folder it gets a handle in state K25_REQ_REJECTED with a reason
+ * (its K25_EV_FINISH event comes with the next k25_engine_step).  While
+ * the circuit breaker is open the request runs on the degraded model.
  */
 int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handle,
                       struct k25_error *err);
@@ -440,6 +515,25 @@ void k25_engine_cancel(k25_engine_t *e, int handle, const char *reason);
 void k25_engine_release(k25_engine_t *e, int handle);
 void k25_engine_get_stats(const k25_engine_t *e, struct k25_engine_stats *out);
 const struct k25_config *k25_engine_config(const k25_engine_t *e);
+
+/*
+ * What k25_engine_create found in the spill log (queue_spill_dir): request
+ * records read, those already done, and the unfinished ones it
+ * re-submitted (handles, in arrival order; owned by the engine, valid
+ * until destroy).  A torn tail (a last record cut short or failing its
+ * checksum) is dropped: torn_bytes and warning say so, the engine log
+ * gets a `[QUEUE] event=torn_record` line, and k25_engine_create leaves
+ * the warning in err->msg with err->code K25_OK.
+ */
+struct k25_replay_info {
+    int n_records;
+    int n_done;
+    int n_replayed;
+    const int *handles;  /* [n_replayed] */
+    int64_t torn_bytes;  /* 0: none */
+    char warning[256];   /* "" or what was dropped */
+};
+void k25_engine_replay_info(const k25_engine_t *e, struct k25_replay_info *out);
 
 /* ------------------------------------------------ token-identity rule */
 

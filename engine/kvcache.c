@@ -7,6 +7,7 @@
 #include "kvcache.h"
 #include "kvquant.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +48,7 @@ int k25_kv_pool_init(struct k25_kv_pool *p, const struct k25_model_shape *s, con
         p->elem_bytes = p->dtype == K25_DTYPE_FP32 ? 4 : 2;
         p->row_bytes = (size_t)hd * p->elem_bytes;
     }
-    p->meta_head_bytes = p->compress ? (size_t)bs * sizeof(struct k25_kv_slot) : 0;
+    p->meta_head_bytes = p->compress ? (size_t)bs : 0; /* one count byte per slot */
     p->head_bytes = (size_t)bs * p->row_bytes;
     p->half_bytes = (size_t)nkv * p->head_bytes;
     p->ks_off = 2 * p->half_bytes;
@@ -126,6 +127,24 @@ int k25_kv_seq_reserve(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n, str
             return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV residual)");
         }
     }
+    if (p->compress && seq->n_tokens + n - seq->comp_hi > seq->stat_cap) { /* statistics of the tail */
+        const size_t per = sizeof(float) * 2 * (size_t)p->n_layers * p->n_kv_heads;
+        int have = seq->n_tokens - seq->comp_hi, ncap = seq->stat_cap ? 2 * seq->stat_cap : 64;
+        while (ncap < have + n)
+            ncap *= 2;
+        struct k25_buf *nb;
+        if (p->be->be->buf_alloc(p->be, K25_MEM_KV, per * (size_t)ncap, &nb, NULL) != K25_OK)
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV compression statistics)");
+        if (seq->stats) {
+            memcpy(nb->data, seq->stats->data, per * (size_t)have);
+            p->be->be->buf_free(p->be, seq->stats);
+        }
+        seq->stats = nb;
+        seq->stat_cap = ncap;
+    }
+    if (p->compress) /* the new slots start with nothing received */
+        memset((float *)seq->stats->data + (size_t)(seq->n_tokens - seq->comp_hi) * 2 * p->n_layers * p->n_kv_heads,
+               0, sizeof(float) * 2 * (size_t)p->n_layers * p->n_kv_heads * n);
     int need = (int)k25_kv_blocks_for(p, (int64_t)seq->n_tokens + n);
     if (need > seq->cap) {
         int ncap = seq->cap ? seq->cap : 16;
@@ -218,10 +237,10 @@ static void write_rows(struct k25_kv_pool *p, struct k25_kv_seq *seq, int l, int
 void k25_kv_seq_write(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int slot0, int n,
                       const float *k, const float *v, int stride)
 {
-    if (p->compress) /* fresh slots: one token each, nothing received yet */
+    if (p->compress) /* fresh slots: one token each (reserve zeroed their statistics) */
         for (int g = 0; g < p->n_kv_heads; g++)
             for (int s = slot0; s < slot0 + n; s++)
-                *k25_kv_slot_meta(p, seq, layer, g, s) = (struct k25_kv_slot){0.0f, 1.0f, 0.0f, 0.0f};
+                *k25_kv_slot_count(p, seq, layer, g, s) = 1;
     write_rows(p, seq, layer, slot0, n, k, v, (size_t)stride, (size_t)p->head_dim);
 }
 
@@ -251,6 +270,8 @@ void k25_kv_seq_release(struct k25_kv_pool *p, struct k25_kv_seq *seq,
     free(seq->n_quant);
     if (seq->res)
         p->be->be->buf_free(p->be, seq->res);
+    if (seq->stats)
+        p->be->be->buf_free(p->be, seq->stats);
     memset(seq, 0, sizeof(*seq));
 }
 
@@ -292,6 +313,8 @@ void k25_kv_seq_view(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, 
     }
     view->has_meta = p->compress;
     view->meta_off = p->meta_off;
+    view->score_k0 = seq->comp_hi < seq->n_tokens ? seq->comp_hi : seq->n_tokens;
+    view->score_window = seq->score_window;
 }
 
 void k25_kv_seq_read(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int layer, int g, int s0,
@@ -317,11 +340,11 @@ void k25_kv_seq_add_scores(struct k25_kv_pool *p, struct k25_kv_seq *seq, int la
 {
     const int n = q_slot0 + n_q;
     for (int g = 0; g < p->n_kv_heads; g++)
-        for (int s = 0; s < n; s++) {
-            struct k25_kv_slot *m = k25_kv_slot_meta(p, seq, layer, g, s);
+        for (int s = seq->comp_hi; s < n; s++) {
+            float *m = k25_kv_slot_stat(p, seq, layer, g, s);
             int sees = s <= q_slot0 ? n_q : n_q - (s - q_slot0);
-            m->score += acc[(size_t)g * n + s];
-            m->seen += (float)(sees * group);
+            m[0] += acc[(size_t)g * n + s];
+            m[1] += (float)(sees * group);
         }
 }
 
@@ -424,12 +447,34 @@ bool k25_kv_logc(const struct k25_kv_view *kv, int g, int k0, int n, float *out)
     if (!kv->has_meta)
         return false;
     const int bs = kv->block_size;
+    bool any = false;
+    for (int done = 0; done < n;) { /* runs inside one block */
+        int k = k0 + done, take = bs - k % bs < n - done ? bs - k % bs : n - done;
+        const uint8_t *c = (const uint8_t *)kv->k_blocks[k / bs] + kv->meta_off + (size_t)g * bs + k % bs;
+        for (int i = 0; i < take; i++)
+            any |= c[i] != 1;
+        done += take;
+    }
+    if (!any) /* no merged slot in the tile (the common case): ln 1 = 0 */
+        return false;
     for (int i = 0; i < n; i++) {
         int k = k0 + i;
-        const struct k25_kv_slot *m =
-            (const struct k25_kv_slot *)((const unsigned char *)kv->k_blocks[k / bs] + kv->meta_off) +
-            (size_t)g * bs + k % bs;
-        out[i] = m->logc;
+        uint8_t c = ((const uint8_t *)kv->k_blocks[k / bs] + kv->meta_off)[(size_t)g * bs + k % bs];
+        out[i] = c == 1 ? 0.0f : logf((float)c);
     }
     return true;
+}
+
+void k25_kv_seq_slot(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l, int g, int s,
+                     struct k25_kv_slot *out)
+{
+    float c = (float)*k25_kv_slot_count(p, seq, l, g, s);
+    out->count = c;
+    out->logc = c == 1.0f ? 0.0f : logf(c);
+    out->score = out->seen = 0.0f;
+    if (s >= seq->comp_hi && s < seq->n_tokens) {
+        const float *m = k25_kv_slot_stat(p, seq, l, g, s);
+        out->score = m[0];
+        out->seen = m[1];
+    }
 }

@@ -6,7 +6,7 @@
  *   block = [layer][K|V][kv_head][slot][head_dim]
  *           + (int8/int4) [layer][K scales][kv_head][group][scale|zero][head_dim]
  *                         [layer][V scales][kv_head][slot][head_dim/vgroup][scale|zero]
- *           + (compression) [layer][kv_head][slot] struct k25_kv_slot
+ *           + (compression) [layer][kv_head][slot] uint8 count (tokens the slot stands for)
  * (the per-layer parts are contiguous: layer l starts at l*layer_bytes),
  * so a sequence needs one block-table entry per block_size slots, and
  * attention for (layer, KV head) reads contiguous [slot][head_dim] rows.
@@ -27,6 +27,16 @@
  * oldest group of kv_quant_group slots is quantized into the block (the
  * key group's per-channel scales are fixed from then on) and the residual
  * shifts down.
+ *
+ * Compression statistics.  What pruning ranks by (score: attention
+ * received, seen: the (query, head) pairs that could see the slot) is
+ * needed only for slots that have not passed through compression yet:
+ * slots [comp_hi, n_tokens), the recent tail plus what entered since the
+ * last pass.  It lives in a per-sequence buffer seq->stats (K25_MEM_KV,
+ * [slot - comp_hi][layer][kv_head][score|seen] fp32), not in the blocks,
+ * so a compressed block carries one byte per slot (the count) and decode
+ * reads no statistics.  A whole-sequence tier move moves it with the
+ * residual.
  *
  * Freed blocks go to a free list and are reused; the pool can be capped
  * (memory budget) and then admits requests by reservation.
@@ -69,7 +79,11 @@ struct k25_kv_seq {
     int n_blocks, cap;
     int n_tokens;       /* slots */
     int n_pos;          /* positions (tokens written) */
-    int comp_hi;        /* slots [0, comp_hi) already passed through compression */
+    int comp_hi;        /* slots [0, comp_hi) already passed through compression: they get no more scores */
+    int score_window;   /* queries of a step that score its slots (the last ones; 0 = all; forward.c) */
+    struct k25_buf *stats; /* compression: [stat_cap][n_layers][n_kv_heads][score|seen] fp32 for slots
+                            * comp_hi.. (see above), a backend buffer (K25_MEM_KV); NULL before first use */
+    int stat_cap;          /* slots stats holds */
     int *n_quant;       /* [n_layers] slots quantized into blocks (int8/int4; malloc'd) */
     struct k25_buf *res; /* [n_layers][K|V][n_kv_heads][res_cap][head_dim] fp32, a backend buffer (K25_MEM_KV) */
     /* compression totals over every (layer, KV head) */
@@ -87,6 +101,15 @@ struct k25_kv_seq {
 int k25_kv_pool_init(struct k25_kv_pool *p, const struct k25_model_shape *s, const struct k25_config *cfg,
                      int64_t max_blocks, struct k25_bctx *be, struct k25_error *err);
 void k25_kv_pool_free(struct k25_kv_pool *p);
+
+/*
+ * Compression scoring window: in a step, only the last K25_KV_SCORE_WINDOW
+ * queries of a sequence's chunk score its slots (SnapKV's observation
+ * window), so scoring a prefill chunk costs a window's worth of Q K^T over
+ * the slots not yet compressed, not a second pass over the chunk; decode
+ * steps (one query) always score.
+ */
+#define K25_KV_SCORE_WINDOW 64
 
 /* Blocks needed to hold n slots. */
 static inline int64_t k25_kv_blocks_for(const struct k25_kv_pool *p, int64_t n)
@@ -107,13 +130,25 @@ static inline unsigned char *k25_kv_layer(const struct k25_kv_pool *p, int32_t i
     return (unsigned char *)p->blocks[id]->data + (size_t)l * p->layer_bytes;
 }
 
-/* Slot metadata of (layer l, KV head g, slot s) of seq. */
-static inline struct k25_kv_slot *k25_kv_slot_meta(const struct k25_kv_pool *p, const struct k25_kv_seq *seq,
-                                                   int l, int g, int s)
+/* The count byte of (layer l, KV head g, slot s) of seq (compression on). */
+static inline uint8_t *k25_kv_slot_count(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l, int g,
+                                         int s)
 {
     unsigned char *lay = k25_kv_layer(p, seq->ids[s / p->block_size], l);
-    return (struct k25_kv_slot *)(lay + p->meta_off + (size_t)g * p->meta_head_bytes) + s % p->block_size;
+    return lay + p->meta_off + (size_t)g * p->meta_head_bytes + s % p->block_size;
 }
+
+/* score, seen of (layer l, KV head g, slot s): comp_hi <= s < n_tokens. */
+static inline float *k25_kv_slot_stat(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l, int g,
+                                      int s)
+{
+    K25_ASSERT(s >= seq->comp_hi && s - seq->comp_hi < seq->stat_cap);
+    return (float *)seq->stats->data + (((size_t)(s - seq->comp_hi) * p->n_layers + l) * p->n_kv_heads + g) * 2;
+}
+
+/* Slot s's whole compression state (score and seen 0 below comp_hi, where none is kept). */
+void k25_kv_seq_slot(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l, int g, int s,
+                     struct k25_kv_slot *out);
 
 /*
  * Makes room for n more tokens in seq (allocating blocks, and the residual
@@ -122,7 +157,8 @@ static inline struct k25_kv_slot *k25_kv_slot_meta(const struct k25_kv_pool *p, 
  * slot0.. (slot0 + n <= n_tokens; writes of one layer are sequential).
  * k25_kv_seq_reserve allocates; k25_kv_seq_write only copies (and
  * quantizes a residual group when one fills) and, with compression, starts
- * the written slots' metadata (one token each, no score yet).
+ * the written slots' metadata (one token each; reserve zeroed their
+ * statistics).
  */
 int k25_kv_seq_reserve(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n, struct k25_error *err);
 void k25_kv_seq_write(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int slot0, int n,
@@ -162,7 +198,9 @@ void k25_kv_seq_truncate(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n);
 /*
  * Adds one attention call's scores (job.score: [n_kv_heads][q_slot0+n_q])
  * to the slot metadata of layer l: score += acc, seen += (queries that
- * could see the slot) * group.
+ * could see the slot) * group, for the slots >= seq->comp_hi only (the
+ * earlier ones have passed through compression and are never pruned
+ * again).  With a score window the caller passes the window's queries.
  */
 void k25_kv_seq_add_scores(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, const float *acc,
                            int q_slot0, int n_q, int group);
@@ -189,6 +227,16 @@ int k25_kv_seq_compress(struct k25_kv_pool *p, struct k25_kv_seq *seq, const str
 /* The options of the compression call after a step of seq (prefill chunk or decode token). */
 void k25_kv_compress_opts_for(const struct k25_config *cfg, const struct k25_kv_pool *p, bool prefill,
                                struct k25_kv_compress_opts *o);
+
+/*
+ * The most slots a sequence of n_prompt prompt tokens and n_total positions
+ * in all holds at once under cfg: with compression, the kept slots before
+ * the last prefill chunk plus that chunk (compression runs after the
+ * step), or the kept slots at the end plus the decode slack; n_total
+ * without compression.  Admission (engine.c) reserves, and `k25 mem`
+ * (memcalc.c) counts, this many slots' blocks.
+ */
+int64_t k25_kv_peak_slots(const struct k25_config *cfg, int64_t n_prompt, int64_t n_total);
 
 /* Kept slots for n positions (the arithmetic of k25_kv_kept_tokens). */
 int64_t k25_kv_kept_for(double ratio, int sink, int recent, int64_t n);

@@ -32,8 +32,10 @@
  * slot count and the block table stays shared.  The slots from the start
  * of the region's quantization group to the end are re-read (dequantized)
  * and rewritten, so int8/int4 groups that straddle the region are
- * re-quantized once.  If the region is smaller than D (r lowered, or the
- * first call on a long prompt) the region restarts at the sink.
+ * re-quantized once.  If the region is smaller than D (only when r was
+ * lowered mid-sequence) the pass removes what the region holds: slots
+ * below comp_hi keep no statistics (kvcache.h) and are not revisited.
+ * Merged counts stop at 255 (one byte per slot in the block).
  */
 #include "kvcache.h"
 
@@ -68,6 +70,22 @@ void k25_kv_compress_opts_for(const struct k25_config *cfg, const struct k25_kv_
      * group (32 slots for fp32/fp16), so the work per call stays proportional to the tokens that
      * entered the region since the last one */
     o->slack = prefill ? 0 : (p->quant ? p->group : 32);
+}
+
+int64_t k25_kv_peak_slots(const struct k25_config *cfg, int64_t n_prompt, int64_t n_total)
+{
+    if (!k25_kv_compress_active(cfg))
+        return n_total;
+    n_prompt = n_prompt < n_total ? n_prompt : n_total;
+    /* prefill: a chunk ending at e holds kept(e - len) + len slots, at most
+     * kept(n_prompt - ch) + ch (kept grows by at most one slot a position) */
+    int64_t ch = cfg->prefill_chunk_size < n_prompt ? cfg->prefill_chunk_size : n_prompt;
+    int64_t pre = k25_kv_kept_tokens(cfg, n_prompt - ch) + ch;
+    /* decode: compressed once the excess reaches the slack (k25_kv_compress_opts_for) */
+    bool quant = cfg->kv_cache_dtype == K25_DTYPE_INT8 || cfg->kv_cache_dtype == K25_DTYPE_INT4;
+    int64_t dec = k25_kv_kept_tokens(cfg, n_total) + (quant ? cfg->kv_quant_group : 32);
+    int64_t peak = pre > dec ? pre : dec;
+    return peak < n_total ? peak : n_total;
 }
 
 int64_t k25_kv_kept_for(double ratio, int sink, int recent, int64_t n)
@@ -136,8 +154,8 @@ static int edit_head(float *K, float *V, struct k25_kv_slot *meta, int n, int hd
     /* gone[j]: 0 kept, 1 merged into j+1, 2 pruned, 3 a prototype made in this call */
     for (int i = 0; i < np && merges < D; i++) {
         int j = pairs[i].j;
-        if (gone[j] || gone[j + 1])
-            continue;
+        if (gone[j] || gone[j + 1] || meta[j].count + meta[j + 1].count > 255.0f)
+            continue; /* counts are one byte in the block */
         struct k25_kv_slot *a = &meta[j], *b = &meta[j + 1];
         float ca = a->count, cb = b->count, c = ca + cb;
         float *ka = K + (size_t)j * hd, *kb = ka + hd, *va = V + (size_t)j * hd, *vb = va + hd;
@@ -189,10 +207,8 @@ int k25_kv_seq_compress(struct k25_kv_pool *p, struct k25_kv_seq *seq, const str
     if (D <= 0 || D < o->slack)
         return K25_OK;
     int hi = n - o->recent, lo = seq->comp_hi > o->sink ? seq->comp_hi : o->sink;
-    if (hi - lo < D)
-        lo = o->sink;
-    if (hi - lo < D)
-        D = hi - lo; /* cannot happen while kept >= sink + recent */
+    if (hi - lo < D) /* only when r was lowered: slots below comp_hi keep no statistics, so the rest waits */
+        D = hi - lo;
     if (D <= 0)
         return K25_OK;
     int a0 = lo;
@@ -208,8 +224,11 @@ int k25_kv_seq_compress(struct k25_kv_pool *p, struct k25_kv_seq *seq, const str
     struct pair *pairs = malloc(sizeof(*pairs) * (size_t)na);
     struct cand *cands = malloc(sizeof(*cands) * (size_t)na);
     unsigned char *gone = malloc((size_t)na);
+    /* the statistics of the slots that stay uncompressed, [hi - D, n - D) after the pass */
+    const size_t per = 2 * (size_t)p->n_layers * nkv;
+    float *st = malloc(sizeof(float) * per * (size_t)(n - hi > 0 ? n - hi : 1));
     int rc = K25_OK;
-    if (!K || !V || !meta || !pairs || !cands || !gone) {
+    if (!K || !V || !meta || !pairs || !cands || !gone || !st) {
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV compression)");
         goto out_free;
     }
@@ -225,7 +244,7 @@ int k25_kv_seq_compress(struct k25_kv_pool *p, struct k25_kv_seq *seq, const str
             }
             k25_kv_seq_read(p, seq, l, g, a0, na, Kr, Vr);
             for (int s = 0; s < na; s++)
-                meta[s] = *k25_kv_slot_meta(p, seq, l, g, a0 + s);
+                k25_kv_seq_slot(p, seq, l, g, a0 + s, &meta[s]);
             int m = edit_head(Kr, Vr, meta, na, hd, lo - a0, hi - a0, D, p->block_size, a0, o->merge_threshold,
                               pairs, cands, gone);
             seq->merged_slots += m;
@@ -235,7 +254,12 @@ int k25_kv_seq_compress(struct k25_kv_pool *p, struct k25_kv_seq *seq, const str
             free(Kr);
             free(Vr);
             for (int s = 0; s < na - D; s++)
-                *k25_kv_slot_meta(p, seq, l, g, a0 + s) = meta[s];
+                *k25_kv_slot_count(p, seq, l, g, a0 + s) = (uint8_t)meta[s].count;
+            for (int s = hi - D; s < n - D; s++) {
+                float *d = st + ((size_t)(s - (hi - D)) * p->n_layers + l) * nkv * 2 + (size_t)g * 2;
+                d[0] = meta[s - a0].score;
+                d[1] = meta[s - a0].seen;
+            }
         }
         k25_kv_seq_rewind(p, seq, l, a0);
         int save = seq->n_tokens;
@@ -244,9 +268,11 @@ int k25_kv_seq_compress(struct k25_kv_pool *p, struct k25_kv_seq *seq, const str
         seq->n_tokens = l + 1 < p->n_layers ? save : n - D;
     }
     k25_kv_seq_truncate(p, seq, n - D);
-    seq->comp_hi = hi - D;
+    seq->comp_hi = hi - D; /* the statistics now start there */
+    memcpy(seq->stats->data, st, sizeof(float) * per * (size_t)(n - hi));
     *removed = D;
 out_free:
+    free(st);
     free(K);
     free(V);
     free(meta);

@@ -123,25 +123,26 @@ int k25_mem_estimate(const struct k25_config *cfg, const struct k25_model_shape 
     int threads = cfg->threads > 0 ? cfg->threads : omp_get_num_procs();
     out->threads = threads;
 
-    out->bytes[K25_MEM_WEIGHTS] = k25_model_param_count(s) * 4 + (int64_t)sizeof(struct k25_layer) * s->n_layers;
+    /* the weights in the format the engine reads (weight_dtype, or quantize_weights' rows with their
+     * scales); with quantize_weights the loaded model's unquantized copy is held besides (not counted) */
+    out->bytes[K25_MEM_WEIGHTS] = k25_model_weight_bytes(s, cfg) + (int64_t)sizeof(struct k25_layer) * s->n_layers;
 
     /* KV: the slots a sequence holds at its peak.  Compressed sequences peak
      * right after a prefill chunk (the kept slots of what came before plus
      * the chunk) or between decode-time compressions (kept + slack). */
     struct k25_kv_layout lay;
     k25_kv_layout(cfg, s, &lay);
-    int64_t slots = context;
-    if (lay.compress) {
-        int64_t ch = cfg->prefill_chunk_size < context ? cfg->prefill_chunk_size : context;
-        int64_t slack = (cfg->kv_cache_dtype == K25_DTYPE_INT8 || cfg->kv_cache_dtype == K25_DTYPE_INT4)
-                            ? cfg->kv_quant_group
-                            : 32;
-        int64_t a = k25_kv_kept_tokens(cfg, context) + slack, b = k25_kv_kept_tokens(cfg, context - ch) + ch;
-        slots = a > b ? a : b;
-        slots = slots < context ? slots : context;
-    }
+    int64_t slots = k25_kv_peak_slots(cfg, context, context); /* what admission reserves */
     out->kv_blocks = (int64_t)batch * ((slots + cfg->kv_block_size - 1) / cfg->kv_block_size);
     out->bytes[K25_MEM_KV] = out->kv_blocks * lay.block_bytes + (int64_t)batch * lay.residual_bytes;
+    if (lay.compress) { /* pruning statistics of the uncompressed tail (kvcache.c: 64 slots, doubling) */
+        int64_t ch = cfg->prefill_chunk_size < context ? cfg->prefill_chunk_size : context;
+        int64_t tail = (int64_t)cfg->kv_recent_tokens + ch + cfg->kv_quant_group + 32, cap = 64;
+        tail = tail < context ? tail : context;
+        while (cap < tail)
+            cap *= 2;
+        out->bytes[K25_MEM_KV] += (int64_t)batch * cap * 8 * s->n_layers * s->n_kv_heads;
+    }
 
     /* the largest step: every sequence's chunk within the token budget, or
      * one whole prompt plus the other sequences' decode tokens */

@@ -10,9 +10,12 @@
  *
  * The loader checks every header entry when it opens a file (so a
  * truncated or inconsistent file is refused before any weight is read),
- * then reads the Llama tensors one by one with pread, converting F32, F16
- * and BF16 to fp32 in bounded chunks straight into the model's buffers:
- * a multi-GB file is never held in memory.  q/k/v projections land in
+ * then reads the Llama tensors one by one with pread, in bounded chunks
+ * straight into the model's buffers: a multi-GB file is never held in
+ * memory.  Matrices land in the model's weight dtype (weight_dtype: fp32,
+ * bf16 or fp16): a tensor already in it is copied bit for bit (bf16 stays
+ * bf16, no fp32 detour), others are converted, rounding to nearest even;
+ * norms are fp32.  q/k/v projections land in
  * layer.wqkv (q rows, then k, then v) and gate/up in layer.w_gate_up
  * (gate rows, then up), the fused layouts of internal.h.  With tied
  * embeddings lm_head aliases embed and a stored lm_head.weight is ignored.
@@ -474,9 +477,9 @@ static int st_find(const struct st_set *s, const char *name, const struct st_fil
 
 /*
  * Reads tensor name, which must have shape [d0] (d1 == 0) or [d0][d1],
- * into dst as fp32, ST_CHUNK_BYTES at a time.
+ * into dst as ddt (fp32, bf16 or fp16), ST_CHUNK_BYTES at a time.
  */
-static int st_read(struct st_set *s, const char *name, int64_t d0, int64_t d1, float *dst,
+static int st_read(struct st_set *s, const char *name, int64_t d0, int64_t d1, void *dst, enum k25_dtype ddt,
                    struct k25_error *err)
 {
     const struct st_file *f = NULL;
@@ -529,7 +532,18 @@ static int st_read(struct st_set *s, const char *name, int64_t d0, int64_t d1, f
                 return k25_error_set(err, K25_EFORMAT, f->path, 0, name,
                                      "element %zu is %s: the checkpoint is broken", k,
                                      isnan(x) ? "NaN" : "infinite");
-            dst[k] = x;
+            if (ddt == K25_DTYPE_FP32) {
+                ((float *)dst)[k] = x;
+            } else if ((ddt == K25_DTYPE_BF16 && t.dtype == ST_BF16) || (ddt == K25_DTYPE_FP16 && t.dtype == ST_F16)) {
+                ((uint16_t *)dst)[k] = (uint16_t)(b[i] | b[i + 1] << 8); /* as stored */
+            } else {
+                uint16_t h = ddt == K25_DTYPE_BF16 ? k25_fp32_to_bf16(x) : k25_fp32_to_fp16(x);
+                if (ddt == K25_DTYPE_FP16 && !isfinite(k25_fp16_to_fp32(h)))
+                    return k25_error_set(err, K25_ERANGE, f->path, 0, name,
+                                         "element %zu (%g) overflows fp16: use weight_dtype bf16 or fp32", k,
+                                         (double)x);
+                ((uint16_t *)dst)[k] = h;
+            }
         }
         done += n;
     }
@@ -730,37 +744,40 @@ int k25_model_load_safetensors(const char *dir, struct k25_model *m, struct k25_
     const int64_t kv_rows = (int64_t)s->n_kv_heads * s->head_dim;
     char name[128];
 
-    if ((rc = st_read(&set, "model.embed_tokens.weight", vocab, dim, m->embed, err)))
+    const enum k25_dtype wdt = m->wdtype;
+    const size_t eb = wdt == K25_DTYPE_FP32 ? 4 : 2;
+    if ((rc = st_read(&set, "model.embed_tokens.weight", vocab, dim, m->embed, wdt, err)))
         goto out_free_weights;
     for (int l = 0; l < s->n_layers; l++) {
         struct k25_layer *L = &m->layers[l];
+        unsigned char *qkv = (unsigned char *)L->wqkv, *gu = (unsigned char *)L->w_gate_up;
         const struct {
             const char *suffix;
             int64_t d0, d1;
-            float *dst;
+            void *dst;
+            enum k25_dtype dt;
         } t[] = {
-            { "input_layernorm.weight", dim, 0, L->attn_norm },
-            { "self_attn.q_proj.weight", q_rows, dim, L->wqkv },
-            { "self_attn.k_proj.weight", kv_rows, dim, L->wqkv + (size_t)(q_rows * dim) },
-            { "self_attn.v_proj.weight", kv_rows, dim,
-              L->wqkv + (size_t)((q_rows + kv_rows) * dim) },
-            { "self_attn.o_proj.weight", dim, q_rows, L->wo },
-            { "post_attention_layernorm.weight", dim, 0, L->ffn_norm },
-            { "mlp.gate_proj.weight", ffn, dim, L->w_gate_up },
-            { "mlp.up_proj.weight", ffn, dim, L->w_gate_up + (size_t)(ffn * dim) },
-            { "mlp.down_proj.weight", dim, ffn, L->w_down },
+            { "input_layernorm.weight", dim, 0, L->attn_norm, K25_DTYPE_FP32 },
+            { "self_attn.q_proj.weight", q_rows, dim, qkv, wdt },
+            { "self_attn.k_proj.weight", kv_rows, dim, qkv + eb * (size_t)(q_rows * dim), wdt },
+            { "self_attn.v_proj.weight", kv_rows, dim, qkv + eb * (size_t)((q_rows + kv_rows) * dim), wdt },
+            { "self_attn.o_proj.weight", dim, q_rows, L->wo, wdt },
+            { "post_attention_layernorm.weight", dim, 0, L->ffn_norm, K25_DTYPE_FP32 },
+            { "mlp.gate_proj.weight", ffn, dim, gu, wdt },
+            { "mlp.up_proj.weight", ffn, dim, gu + eb * (size_t)(ffn * dim), wdt },
+            { "mlp.down_proj.weight", dim, ffn, L->w_down, wdt },
         };
         for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
             snprintf(name, sizeof(name), "model.layers.%d.%s", l, t[i].suffix);
-            if ((rc = st_read(&set, name, t[i].d0, t[i].d1, t[i].dst, err)))
+            if ((rc = st_read(&set, name, t[i].d0, t[i].d1, t[i].dst, t[i].dt, err)))
                 goto out_free_weights;
         }
     }
-    if ((rc = st_read(&set, "model.norm.weight", dim, 0, m->final_norm, err)))
+    if ((rc = st_read(&set, "model.norm.weight", dim, 0, m->final_norm, K25_DTYPE_FP32, err)))
         goto out_free_weights;
     /* Tied: lm_head aliases embed, and a stored lm_head.weight is ignored. */
     if (!s->tied_embeddings &&
-        (rc = st_read(&set, "lm_head.weight", vocab, dim, m->lm_head, err)))
+        (rc = st_read(&set, "lm_head.weight", vocab, dim, m->lm_head, wdt, err)))
         goto out_free_weights;
 
     snprintf(m->source, sizeof(m->source), "%s", dir);

@@ -21,6 +21,7 @@
 #include "gold.h"
 #include "h5store.h"
 #include "fidelity.h"
+#include "endpoint.h"
 
 #include <errno.h>
 #include <math.h>
@@ -38,6 +39,10 @@ void k25_bench_opts_init(struct k25_bench_opts *o)
     o->repeat = 1;
     o->stall_at_ns = -1;
     o->fidelity_tokens = 64;
+    o->stall_timeout_s = 30;
+    o->request_timeout_s = 600;
+    o->pctl_method = K25_PCTL_NEAREST_RANK;
+    k25_pctl_spec_init(&o->pctl);
 }
 
 void k25_bench_run_free(struct k25_bench_run *r)
@@ -63,9 +68,12 @@ static int check_opts(const struct k25_bench_opts *o, struct k25_error *err)
         return k25_error_set(err, K25_EINVAL, cl, 0, "--out", "an output file is required (--out run.h5)");
     if (o->json_out && !strcmp(o->json_out, o->out))
         return k25_error_set(err, K25_EINVAL, cl, 0, "--json", "must not be the --out file");
+    if (o->csv_out && (!strcmp(o->csv_out, o->out) || (o->json_out && !strcmp(o->csv_out, o->json_out))))
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--csv", "must not be the --out or --json file");
     int rc;
     if ((rc = k25_output_file_check(o->out, "--out", err)) != K25_OK ||
-        (o->json_out && (rc = k25_output_file_check(o->json_out, "--json", err)) != K25_OK))
+        (o->json_out && (rc = k25_output_file_check(o->json_out, "--json", err)) != K25_OK) ||
+        (o->csv_out && (rc = k25_output_file_check(o->csv_out, "--csv", err)) != K25_OK))
         return rc;
     if (o->requests > 0 && o->duration_s > 0)
         return k25_error_set(err, K25_EINVAL, cl, 0, "--duration",
@@ -78,6 +86,11 @@ static int check_opts(const struct k25_bench_opts *o, struct k25_error *err)
         return k25_error_set(err, K25_EINVAL, cl, 0, "--fidelity-tokens", "must be >= 1");
     if (o->warmup < 0)
         return k25_error_set(err, K25_EINVAL, cl, 0, "--warmup", "must be >= 0");
+    if (o->endpoint && o->fidelity)
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--fidelity",
+                             "compares the in-process engine with the exact one: not available with --endpoint");
+    if (!(o->stall_timeout_s > 0) || !(o->request_timeout_s > 0))
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--stall-timeout", "timeouts must be positive");
     if (o->mode == K25_BENCH_OPEN) {
         if (!(o->rate_rps > 0) || isinf(o->rate_rps))
             return k25_error_set(err, K25_EINVAL, cl, 0, "--rate", "must be a positive request rate");
@@ -118,6 +131,7 @@ static int make_inputs(const struct k25_gold_set *set, struct k25_bench_input **
         snprintf(b->id, sizeof(b->id), "%s", g->id);
         b->line = g->line;
         b->max_new = g->expected_output_length > INT32_MAX ? INT32_MAX : (int)g->expected_output_length;
+        b->priority = g->priority;
         if (g->input_ids) {
             if (g->n_input_ids > INT32_MAX || !(b->ids = malloc(sizeof(int32_t) * (g->n_input_ids + 1)))) {
                 rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
@@ -125,6 +139,7 @@ static int make_inputs(const struct k25_gold_set *set, struct k25_bench_input **
             }
             memcpy(b->ids, g->input_ids, sizeof(int32_t) * g->n_input_ids);
             b->n_ids = (int)g->n_input_ids;
+            b->pretokenized = true;
         } else {
             char *text = NULL;
             size_t len = 0;
@@ -200,6 +215,16 @@ static int write_json_file(FILE *f, const char *tmp, const char *path, json_t *j
     return rc;
 }
 
+/* One repetition (or the warm-up) on the in-process engine or the endpoint. */
+static int run_rep(k25_engine_t *eng, k25_endpoint_t *ep, const struct k25_bench_opts *o, const struct k25_config *cfg,
+                   const struct k25_bench_input *inputs, size_t n, const size_t *order, size_t first, int64_t n_req,
+                   int rep, bool record, struct k25_bench_run *run, struct k25_error *err)
+{
+    if (ep)
+        return k25_endpoint_run(ep, o, n, order, first, n_req, rep, record, cfg->seed, run, err);
+    return k25_loadgen_run(eng, o, inputs, n, order, first, n_req, rep, record, run, err);
+}
+
 int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config *cfg, FILE *report,
                       struct k25_bench_summary *summary_out, struct k25_error *err)
 {
@@ -215,11 +240,13 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
     char jtmp[1100] = "";
     k25_model_t *model = NULL;
     k25_engine_t *eng = NULL;
+    k25_endpoint_t *ep = NULL;
     struct k25_bench_run run = {0};
     struct k25_bench_summary *sum = calloc(1, sizeof(*sum));
     json_t *prov = NULL, *doc = NULL;
     char *prov_s = NULL, *cfg_s = NULL, *wl_s = NULL, *sum_s = NULL;
     struct k25_fidelity fid = {0};
+    struct k25_pctl_table *pctl = NULL; /* --metric-percentiles / --percentile-metrics, owned */
     run.stall_start_ns = run.stall_end_ns = -1;
     if (!sum)
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
@@ -276,10 +303,16 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
         }
     }
 
-    if ((rc = k25_model_load(cfg, &model, err)) != K25_OK || (rc = k25_engine_create(cfg, model, &eng, err)) != K25_OK)
-        goto out;
-    k25_testknob_install(eng);
-    int vocab = k25_model_get_shape(model)->vocab_size;
+    if (o.endpoint) {
+        if ((rc = k25_endpoint_open(&o, inputs, set.n, &ep, err)) != K25_OK)
+            goto out;
+    } else {
+        if ((rc = k25_model_load(cfg, &model, err)) != K25_OK ||
+            (rc = k25_engine_create(cfg, model, &eng, err)) != K25_OK)
+            goto out;
+        k25_testknob_install(eng);
+    }
+    int vocab = model ? k25_model_get_shape(model)->vocab_size : INT32_MAX; /* a server checks its own */
     for (size_t i = 0; i < set.n; i++) {
         if (inputs[i].n_ids == 0) {
             rc = k25_error_set(err, K25_EINVAL, o.dataset, (int)inputs[i].line, "input",
@@ -318,7 +351,7 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
     struct k25_calib calib = {0};
     k25_calib_measure(&calib, 5); /* machine speed now, for k25 gate (docs/gates.md) */
     if (o.warmup > 0 &&
-        (rc = k25_loadgen_run(eng, &o, inputs, set.n, order, 0, o.warmup, 0, false, &run, err)) != K25_OK) {
+        (rc = run_rep(eng, ep, &o, cfg, inputs, set.n, order, 0, o.warmup, 0, false, &run, err)) != K25_OK) {
         if (run.interrupted)
             k25_error_set(err, K25_EIO, NULL, 0, NULL, "interrupted by %s during the warm-up: nothing measured, "
                           "nothing written", signal_name(o.stop ? (int)*o.stop : 0));
@@ -328,8 +361,8 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
     size_t n_dropped = 0;
     for (int k = 0; k < o.repeat && !run.interrupted; k++) {
         int64_t rep_start = k > 0 ? (int64_t)(k25_now_ns() - run.t0_ns) : 0; /* rep 0 sets t0 */
-        if ((rc = k25_loadgen_run(eng, &o, inputs, set.n, order, (size_t)o.warmup, o.requests, k, true, &run,
-                                  err)) != K25_OK) {
+        if ((rc = run_rep(eng, ep, &o, cfg, inputs, set.n, order, (size_t)o.warmup, o.requests, k, true, &run,
+                          err)) != K25_OK) {
             if (!run.interrupted)
                 goto out;
             /* keep what was measured: the finished requests, marked interrupted */
@@ -351,13 +384,25 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
                         "changed during the run; k25 gate will not normalize by it\n",
                 100 * spread, 100 * K25_CALIB_MAX_SPREAD);
     k25_mem_get(&run.mem);
-    struct k25_engine_stats st;
-    k25_engine_get_stats(eng, &st);
-    run.kv_blocks_peak = st.kv_blocks_peak;
+    if (eng) {
+        struct k25_engine_stats st;
+        k25_engine_get_stats(eng, &st);
+        run.kv_blocks_peak = st.kv_blocks_peak;
+    }
     run.warmup_done = o.warmup;
 
-    if ((rc = k25_bench_summarize(&run, &o.slo, sum, err)) != K25_OK)
+    if ((rc = k25_bench_summarize_method(&run, &o.slo, o.pctl_method, sum, err)) != K25_OK)
         goto out;
+    sum->pctl_method = o.pctl_method;
+    if (o.pctl_table) {
+        o.pctl.method = o.pctl_method;
+        if (!(pctl = malloc(sizeof(*pctl)))) {
+            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            goto out;
+        }
+        if ((rc = k25_bench_percentiles(&run, &o.pctl, pctl, err)) != K25_OK)
+            goto out;
+    }
     sum->offered_rps = NAN;
     if (o.mode == K25_BENCH_OPEN) {
         k25_bench_open_loop_check(sum, o.rate_rps);
@@ -379,6 +424,10 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
             goto out;
     }
     k25_provenance_finish(prov);
+    /* what was measured: the in-process engine, or a server (its model list and response headers) */
+    json_object_set_new(prov, "target", json_string(ep ? "endpoint" : "engine"));
+    if (ep)
+        json_object_set_new(prov, "endpoint", k25_endpoint_provenance(ep));
     json_t *wl = k25_bench_workload_json(&o, cfg->seed, set.n), *sj = k25_bench_summary_json(sum);
     doc = json_object();
     if (!wl || !sj || !doc) {
@@ -399,6 +448,22 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
     json_object_set_new(doc, "workload", wl);
     if (o.fidelity)
         json_object_set_new(sj, "fidelity", k25_fidelity_json(&fid));
+    if (pctl)
+        json_object_set_new(sj, "percentiles", k25_pctl_table_json(pctl));
+    json_object_set_new(sj, "target", json_string(ep ? "endpoint" : "engine"));
+    if (ep) {
+        json_t *es = k25_endpoint_summary_json(&run);
+        json_int_t n_failed = json_integer_value(json_object_get(es, "failed"));
+        if (n_failed > 0) { /* say why, once per kind: the run itself succeeded */
+            fprintf(stderr, "k25 bench: WARNING: %lld of %zu requests failed:", (long long)n_failed, run.n_reqs);
+            const char *kind;
+            json_t *v;
+            json_object_foreach(json_object_get(es, "failed_by_reason"), kind, v)
+                fprintf(stderr, " %lld x %s;", (long long)json_integer_value(v), kind);
+            fprintf(stderr, " reasons per request in the trace (/requests reason)\n");
+        }
+        json_object_set_new(sj, "endpoint", es);
+    }
     json_object_set_new(doc, "summary", sj);
     json_object_set_new(doc, "provenance", json_incref(prov));
     prov_s = json_dumps(prov, JSON_COMPACT);
@@ -413,14 +478,22 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
         goto out;
     if ((rc = k25_h5_attr_i64(h5.meta, "interrupted", run.interrupted ? 1 : 0, err)) != K25_OK)
         goto out;
-    h5_open = false; /* k25_trace_write commits or aborts */
-    if ((rc = k25_trace_write(&h5, &run, sum, prov_s, cfg_s, wl_s, sum_s, err)) != K25_OK)
+    /* the CSV before the trace is committed: a failed CSV leaves neither (csv.c leaves no partial file) */
+    if (o.csv_out && (rc = k25_bench_csv_write(o.csv_out, &run, &o.slo, err)) != K25_OK)
         goto out;
+    h5_open = false; /* k25_trace_write commits or aborts */
+    if ((rc = k25_trace_write(&h5, &run, sum, prov_s, cfg_s, wl_s, sum_s, err)) != K25_OK) {
+        if (o.csv_out)
+            unlink(o.csv_out);
+        goto out;
+    }
     if (jf) {
         FILE *f = jf;
         jf = NULL;
         if ((rc = write_json_file(f, jtmp, o.json_out, doc, err)) != K25_OK) {
-            unlink(o.out); /* the pair is one result: no trace without its summary */
+            unlink(o.out); /* the results are one: no trace or CSV without their summary */
+            if (o.csv_out)
+                unlink(o.csv_out);
             goto out;
         }
     }
@@ -429,6 +502,10 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
             fprintf(report, "INTERRUPTED by %s: %zu finished requests kept, %zu in flight dropped\n",
                     signal_name(o.stop ? (int)*o.stop : 0), run.n_reqs, n_dropped);
         k25_bench_summary_print(report, sum);
+        if (pctl) {
+            fputc('\n', report);
+            k25_pctl_table_print(report, pctl);
+        }
         if (o.fidelity)
             fprintf(report,
                     "fidelity (%lld requests x %d tokens vs exact fp32 r=1 one-pass): KL mean %.3g p99.9 %.3g max %.3g, "
@@ -448,6 +525,7 @@ out:
     }
     k25_engine_destroy(eng);
     k25_model_destroy(model);
+    k25_endpoint_close(ep);
     k25_bench_run_free(&run);
     free_inputs(inputs, set.n);
     free(order);
@@ -460,6 +538,7 @@ out:
     free(wl_s);
     free(sum_s);
     free(sum);
+    free(pctl);
     k25_fidelity_free(&fid);
     return rc;
 }

@@ -22,6 +22,7 @@
 #define K25_BENCH_H
 
 #include "k25.h"
+#include "harness.h" /* enum k25_pctl_method, struct k25_pctl_spec */
 
 #include <jansson.h>
 #include <signal.h>
@@ -109,6 +110,25 @@ struct k25_bench_opts {
     int64_t stall_ns;
     bool fidelity;              /* measure fidelity against the exact engine (fidelity.c) */
     int fidelity_tokens;        /* generated positions compared per request (default 64) */
+    /* k25 bench --endpoint (endpoint.c): an OpenAI-compatible server instead of the engine */
+    const char *endpoint;       /* base URL (http://host:port[/v1]) or NULL: the in-process engine */
+    const char *endpoint_model; /* model name sent; NULL = the first of the server's GET /v1/models */
+    const char *api_key;        /* sent as "Authorization: Bearer KEY" when not NULL */
+    bool endpoint_chat;         /* POST /v1/chat/completions instead of /v1/completions */
+    bool ignore_eos;            /* send "ignore_eos": true (vLLM, llama.cpp): generate max_tokens */
+    double stall_timeout_s;     /* a stream without a byte for this long fails (default 30) */
+    double request_timeout_s;   /* a request taking longer fails (default 600) */
+    /* --surge FACTOR:START_S:DURATION_S (open loop): the rate is rate_rps x
+     * surge_factor from surge_start_s for surge_duration_s, rate_rps before
+     * and after (surge_factor 0: no surge).  loadgen.c */
+    double surge_factor;
+    double surge_start_s;
+    double surge_duration_s;
+    /* how percentiles are read (--percentile-method; default nearest rank): the summary's and the table's */
+    enum k25_pctl_method pctl_method;
+    bool pctl_table;            /* --metric-percentiles / --percentile-metrics given: report pctl as well */
+    struct k25_pctl_spec pctl;  /* the chosen percentiles and metrics (k25_pctl_spec_init by opts_init) */
+    const char *csv_out;        /* --csv: one row per request (csv.c), or NULL */
 };
 
 void k25_bench_opts_init(struct k25_bench_opts *o);
@@ -120,6 +140,8 @@ struct k25_bench_input {
     int n_ids;
     int max_new;         /* expected_output_length (the engine caps it at decode_max_tokens) */
     int64_t line;        /* line in the gold set */
+    bool pretokenized;   /* from the line's input_ids (else ids are the text's bytes) */
+    enum k25_priority priority; /* the gold set's `priority` (standard when absent) */
 };
 
 /* Deterministic order of n requests for a seed (Fisher-Yates, splitmix64); caller frees. */
@@ -133,6 +155,18 @@ size_t *k25_loadgen_order(size_t n, uint64_t seed);
  */
 int k25_loadgen_schedule(double rate_rps, double burstiness, uint64_t seed, int64_t max_n,
                          int64_t duration_ns, int64_t **out, size_t *n_out, struct k25_error *err);
+/*
+ * The same with a surge: the rate is rate_rps x factor inside
+ * [start_ns, start_ns + len_ns), rate_rps outside (time-varying rate: each
+ * gamma draw is a unit-rate interval, stretched by the rate in force where
+ * the previous arrival fell).  factor 0 or 1 is k25_loadgen_schedule.
+ */
+int k25_loadgen_schedule_surge(double rate_rps, double burstiness, double factor, int64_t start_ns, int64_t len_ns,
+                               uint64_t seed, int64_t max_n, int64_t duration_ns, int64_t **out, size_t *n_out,
+                               struct k25_error *err);
+/* Parses --surge "FACTOR:START_S:DURATION_S" (each > 0, FACTOR > 1; an empty FACTOR is 5,
+ * i.e. +400%) into o->surge_*.  K25_EINVAL naming the part otherwise. */
+int k25_bench_surge_parse(const char *s, struct k25_bench_opts *o, struct k25_error *err);
 
 /* ------------------------------------------------------------- records */
 
@@ -158,6 +192,13 @@ struct k25_bench_req {
     int32_t n_chunks;
     int64_t *chunk_start_ns; /* [n_chunks] start of the engine step that ran the chunk, owned */
     int64_t *chunk_end_ns;   /* [n_chunks] */
+    /* --endpoint only (not stored in the trace: the reason says it) */
+    int32_t http_status;     /* 0: no response */
+    bool tokens_counted;     /* n_output counted from the stream's chunks: the server sent no usage */
+    /* Elastic queue (k25_result; schema 3, false/standard in older traces) */
+    enum k25_priority priority; /* the priority it ran at (low once spilled) */
+    bool spilled, replayed, degraded;
+    int32_t ttft_sla_ms;     /* its first-token SLA (degraded / low priority), 0: the run's own */
 };
 
 /* The 100 ms timeline. */
@@ -171,6 +212,11 @@ struct k25_bench_window {
     int32_t n_running;
     int64_t kv_blocks;
     int64_t mem_bytes;       /* tracked engine memory */
+    /* Elastic queue, sampled with n_waiting (k25_engine_get_stats; schema 3, -1 / NaN in older traces) */
+    int32_t n_waiting_memory;
+    int32_t n_waiting_spill;
+    int32_t breaker_open;    /* 0 / 1 */
+    double breaker_busy_fraction; /* the breaker's sliding-window busy fraction (NaN when disabled) */
 };
 
 /* Where the harness's own time went (nanoseconds, all repetitions). */
@@ -227,6 +273,12 @@ extern const char *const k25_headline_names[K25_H_NHEAD];
 
 struct k25_bench_summary {
     int64_t n_total, n_completed, n_rejected, n_slo_ok;
+    /* Elastic queue (docs/metrics.md "Accounting"): every request sent ends
+     * completed, timed out or rejected with a reason; n_lost counts those
+     * that did not (rejected without a reason, or no final state) and must
+     * be 0.  Accepted = n_total - n_rejected. */
+    int64_t n_timed_out, n_degraded, n_spilled, n_replayed, n_lost;
+    double degraded_requests_ratio; /* n_degraded / accepted; NaN when none was accepted */
     int64_t input_tokens, output_tokens;  /* completed requests, engine counts */
     double duration_s;        /* sum over repetitions of (last finish - repetition start) */
     double requests_per_s, output_tok_per_s, input_tok_per_s;
@@ -245,6 +297,7 @@ struct k25_bench_summary {
      * (k25_bench_open_loop_check); offered_rps NaN in closed loop */
     double offered_rps, achieved_rps;
     bool fell_behind;
+    enum k25_pctl_method pctl_method; /* how the percentiles above were read (zeroed: nearest rank) */
 };
 
 /*

@@ -5,45 +5,13 @@
  * HDF5 file.  See docs/attention.md for how to read the output.
  */
 #include "harness.h"
+#include "cliopt.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static void ab_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: k25 attn-bench [--impl chunked,flash2,naive] [--context 1k,4k,16k,64k] [--chunk 512,2048]\n"
-            "                      [--heads H] [--kv-heads K] [--head-dim D] [--dtype fp32,fp16] [--decode]\n"
-            "                      [--repeat N] [--warmup N] [--block-size N] [--threads N] [--seed S]\n"
-            "                      [--mem-limit-mb N] [--out attn.h5] [--json] [--json-file F] [--quiet]\n\n"
-            "Times the attention implementations on random N(0,1) data in a paged KV cache, after\n"
-            "measuring this machine's FP32 FMA peak and STREAM-triad bandwidth on the same threads,\n"
-            "and reports every result also as a fraction of those limits (prefill against the FMA\n"
-            "peak, decode against the bandwidth) plus chunked-vs-flash2 and chunked-vs-one-pass ratios.\n\n"
-            "  --impl LIST        implementations (default chunked,flash2,naive)\n"
-            "  --context LIST     tokens per sequence, k suffix = 1024 (default 1k,4k)\n"
-            "  --chunk LIST       chunk sizes for chunked prefill (default 512,2048); chunked also\n"
-            "                     runs one-pass (chunk = context) as its own reference\n"
-            "  --heads H          query heads (default 8)\n"
-            "  --kv-heads K       KV heads, H a multiple of K (default 2)\n"
-            "  --head-dim D       head dimension (default 128)\n"
-            "  --dtype LIST       KV storage: fp32, fp16 (default fp32)\n"
-            "  --decode           one query at the end of the context (decode) instead of prefill\n"
-            "  --repeat N         timed repetitions, median reported (default 3)\n"
-            "  --warmup N         untimed runs first (default 1)\n"
-            "  --block-size N     KV block size in tokens (default 256)\n"
-            "  --threads N        threads for kernels, BLAS and probes (default: all cores)\n"
-            "  --seed S           data seed (default 1)\n"
-            "  --mem-limit-mb N   skip settings needing more (default: 90%% of available memory)\n"
-            "  --out FILE         write the HDF5 file (docs/trace-schema.md)\n"
-            "  --json             print the JSON summary on stdout instead of the table\n"
-            "  --json-file FILE   also write the JSON summary to FILE\n"
-            "  --quick-probe      short machine probes (for tests; less precise)\n"
-            "  --quiet            no progress on stderr\n");
-}
 
 /* "1k,4k,17" into out[cap]; 0 or K25_EINVAL naming the flag. */
 static int parse_counts(const char *flag, const char *s, int *out, int cap, int *n, int64_t max,
@@ -67,15 +35,56 @@ static int parse_counts(const char *flag, const char *s, int *out, int cap, int 
     return K25_OK;
 }
 
-static int parse_int(const char *flag, const char *s, long lo, long hi, long *out, struct k25_error *err)
+/* --context: up to 16 counts. */
+static int parse_contexts(void *dest, const char *name, const char *value, struct k25_error *err)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi)
-        return k25_error_set(err, K25_EINVAL, "command line", 0, flag,
-                             "expected an integer in %ld..%ld, got \"%s\"", lo, hi, s);
-    *out = v;
+    struct k25_attn_bench_opts *o = dest;
+    return parse_counts(name, value, o->contexts, 16, &o->n_contexts, 1 << 24, err);
+}
+
+/* --chunk: up to 8 counts. */
+static int parse_chunks(void *dest, const char *name, const char *value, struct k25_error *err)
+{
+    struct k25_attn_bench_opts *o = dest;
+    return parse_counts(name, value, o->chunks, 8, &o->n_chunks, 1 << 24, err);
+}
+
+/* --impl chunked,flash2,naive */
+static int parse_impls(void *dest, const char *name, const char *value, struct k25_error *err)
+{
+    struct k25_attn_bench_opts *o = dest;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", value);
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        enum k25_attn_impl im;
+        if (n == K25_ATTN_NIMPL || k25_attn_impl_parse(tok, &im, err) != K25_OK)
+            return k25_cliopt_error(err, K25_EINVAL, name, "expected a list of chunked, flash2, naive; got \"%s\"",
+                                    value);
+        o->impls[n++] = im;
+    }
+    if (n == 0)
+        return k25_cliopt_error(err, K25_EINVAL, name, "empty list");
+    o->n_impls = n;
+    return K25_OK;
+}
+
+/* --dtype fp32,fp16 */
+static int parse_dtypes(void *dest, const char *name, const char *value, struct k25_error *err)
+{
+    struct k25_attn_bench_opts *o = dest;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", value);
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == 2 || (strcmp(tok, "fp32") && strcmp(tok, "fp16")))
+            return k25_cliopt_error(err, K25_EINVAL, name,
+                                    "expected a list of fp32, fp16 (the KV cache's storage types); got \"%s\"", value);
+        o->dtypes[n++] = strcmp(tok, "fp32") ? K25_DTYPE_FP16 : K25_DTYPE_FP32;
+    }
+    if (n == 0)
+        return k25_cliopt_error(err, K25_EINVAL, name, "empty list");
+    o->n_dtypes = n;
     return K25_OK;
 }
 
@@ -93,108 +102,81 @@ int k25_cmd_attn_bench(int argc, char **argv)
     o.repeat = 3, o.warmup = 1, o.seed = 1;
     const char *out_path = NULL, *json_file = NULL;
     bool json = false, quiet = false, quick_probe = false;
-    long threads = 0, v = 0;
+    int threads = 0;
+    int64_t seed = 1, mem_limit_mb = 0;
     struct k25_attn_bench_result res;
     memset(&res, 0, sizeof(res));
     char *jtxt = NULL;
     int status = 2;
-
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            ab_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--decode")) {
-            o.decode = true;
-            continue;
-        }
-        if (!strcmp(a, "--json")) {
-            json = true;
-            continue;
-        }
-        if (!strcmp(a, "--quiet")) {
-            quiet = true;
-            continue;
-        }
-        if (!strcmp(a, "--quick-probe")) {
-            quick_probe = true;
-            continue;
-        }
-        static const char *const with_value[] = {"--impl", "--context", "--chunk", "--heads", "--kv-heads",
-                                                 "--head-dim", "--dtype", "--repeat", "--warmup", "--block-size",
-                                                 "--threads", "--seed", "--mem-limit-mb", "--out", "--json-file"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++)
-            known |= !strcmp(a, with_value[k]);
-        if (!known) {
-            k25_error_set(&err, K25_EINVAL, "command line", 0, a, "unknown option (k25 attn-bench --help)");
-            goto out_err;
-        }
-        if (i + 1 >= argc) {
-            k25_error_set(&err, K25_EINVAL, "command line", 0, a, "missing value");
-            goto out_err;
-        }
-        const char *val = argv[++i];
-        int rc = 0;
-        if (!strcmp(a, "--impl") || !strcmp(a, "--dtype")) {
-            char buf[256];
-            snprintf(buf, sizeof(buf), "%s", val);
-            int n = 0;
-            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                if (!strcmp(a, "--impl")) {
-                    enum k25_attn_impl im;
-                    if (n == K25_ATTN_NIMPL || k25_attn_impl_parse(tok, &im, &err) != K25_OK) {
-                        k25_error_set(&err, K25_EINVAL, "command line", 0, a,
-                                      "expected a list of chunked, flash2, naive; got \"%s\"", val);
-                        goto out_err;
-                    }
-                    o.impls[n++] = im;
-                } else {
-                    if (n == 2 || (strcmp(tok, "fp32") && strcmp(tok, "fp16"))) {
-                        k25_error_set(&err, K25_EINVAL, "command line", 0, a,
-                                      "expected a list of fp32, fp16 (the KV cache's storage types); got \"%s\"",
-                                      val);
-                        goto out_err;
-                    }
-                    o.dtypes[n++] = strcmp(tok, "fp32") ? K25_DTYPE_FP16 : K25_DTYPE_FP32;
-                }
-            }
-            if (n == 0) {
-                k25_error_set(&err, K25_EINVAL, "command line", 0, a, "empty list");
-                goto out_err;
-            }
-            *(!strcmp(a, "--impl") ? &o.n_impls : &o.n_dtypes) = n;
-        } else if (!strcmp(a, "--context")) {
-            rc = parse_counts(a, val, o.contexts, 16, &o.n_contexts, 1 << 24, &err);
-        } else if (!strcmp(a, "--chunk")) {
-            rc = parse_counts(a, val, o.chunks, 8, &o.n_chunks, 1 << 24, &err);
-        } else if (!strcmp(a, "--heads") && !(rc = parse_int(a, val, 1, 1024, &v, &err))) {
-            o.heads = (int)v;
-        } else if (!strcmp(a, "--kv-heads") && !(rc = parse_int(a, val, 1, 1024, &v, &err))) {
-            o.kv_heads = (int)v;
-        } else if (!strcmp(a, "--head-dim") && !(rc = parse_int(a, val, 1, 1024, &v, &err))) {
-            o.head_dim = (int)v;
-        } else if (!strcmp(a, "--repeat") && !(rc = parse_int(a, val, 1, 1000, &v, &err))) {
-            o.repeat = (int)v;
-        } else if (!strcmp(a, "--warmup") && !(rc = parse_int(a, val, 0, 100, &v, &err))) {
-            o.warmup = (int)v;
-        } else if (!strcmp(a, "--block-size") && !(rc = parse_int(a, val, 1, 65536, &v, &err))) {
-            o.block_size = (int)v;
-        } else if (!strcmp(a, "--threads")) {
-            rc = parse_int(a, val, 0, 4096, &threads, &err);
-        } else if (!strcmp(a, "--seed") && !(rc = parse_int(a, val, 0, INT32_MAX, &v, &err))) {
-            o.seed = (uint64_t)v;
-        } else if (!strcmp(a, "--mem-limit-mb") && !(rc = parse_int(a, val, 1, 1L << 40, &v, &err))) {
-            o.mem_limit_bytes = (int64_t)v << 20;
-        } else if (!strcmp(a, "--out")) {
-            out_path = val;
-        } else if (!strcmp(a, "--json-file")) {
-            json_file = val;
-        }
-        if (rc)
-            goto out_err;
+    const struct k25_opt opts[] = {
+        {.names = {"--impl"}, .type = K25_OPT_CALL, .dest = &o, .parse = parse_impls, .metavar = "LIST",
+         .deflt = "chunked,flash2,naive", .help = "implementations"},
+        {.names = {"--context"}, .type = K25_OPT_CALL, .dest = &o, .parse = parse_contexts, .metavar = "LIST",
+         .deflt = "1k,4k", .help = "tokens per sequence, k suffix = 1024"},
+        {.names = {"--chunk"}, .type = K25_OPT_CALL, .dest = &o, .parse = parse_chunks, .metavar = "LIST",
+         .deflt = "512,2048",
+         .help = "chunk sizes for chunked prefill; chunked also\nruns one-pass (chunk = context) as its own reference"},
+        {.names = {"--heads"}, .type = K25_OPT_INT, .dest = &o.heads, .min = 1, .max = 1024, .metavar = "H",
+         .help = "query heads"},
+        {.names = {"--kv-heads"}, .type = K25_OPT_INT, .dest = &o.kv_heads, .min = 1, .max = 1024, .metavar = "K",
+         .help = "KV heads, H a multiple of K"},
+        {.names = {"--head-dim"}, .type = K25_OPT_INT, .dest = &o.head_dim, .min = 1, .max = 1024, .metavar = "D",
+         .help = "head dimension"},
+        {.names = {"--dtype"}, .type = K25_OPT_CALL, .dest = &o, .parse = parse_dtypes, .metavar = "LIST",
+         .deflt = "fp32", .help = "KV storage: fp32, fp16"},
+        {.names = {"--decode"}, .type = K25_OPT_FLAG, .dest = &o.decode,
+         .help = "one query at the end of the context (decode) instead of prefill"},
+        {.names = {"--repeat"}, .type = K25_OPT_INT, .dest = &o.repeat, .min = 1, .max = 1000,
+         .help = "timed repetitions, median reported"},
+        {.names = {"--warmup"}, .type = K25_OPT_INT, .dest = &o.warmup, .min = 0, .max = 100,
+         .help = "untimed runs first"},
+        {.names = {"--block-size"}, .type = K25_OPT_INT, .dest = &o.block_size, .min = 1, .max = 65536,
+         .help = "KV block size in tokens"},
+        {.names = {"--threads"}, .type = K25_OPT_INT, .dest = &threads, .min = 0, .max = 4096,
+         .deflt = "0: all cores", .help = "threads for kernels, BLAS and probes"},
+        {.names = {"--seed"}, .type = K25_OPT_INT64, .dest = &seed, .min = 0, .max = INT32_MAX, .metavar = "S",
+         .help = "data seed"},
+        {.names = {"--mem-limit-mb"}, .type = K25_OPT_INT64, .dest = &mem_limit_mb, .min = 1, .max = 1LL << 40,
+         .deflt = "90% of available memory", .help = "skip settings needing more"},
+        {.names = {"--out"}, .type = K25_OPT_PATH, .dest = &out_path,
+         .help = "write the HDF5 file (docs/trace-schema.md)"},
+        {.names = {"--json"}, .type = K25_OPT_FLAG, .dest = &json,
+         .help = "print the JSON summary on stdout instead of the table"},
+        {.names = {"--json-file"}, .type = K25_OPT_PATH, .dest = &json_file,
+         .help = "also write the JSON summary to FILE"},
+        {.names = {"--quick-probe"}, .type = K25_OPT_FLAG, .dest = &quick_probe,
+         .help = "short machine probes (for tests; less precise)"},
+        {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &quiet, .help = "no progress on stderr"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "attn-bench",
+        .usage = "attn-bench [--impl chunked,flash2,naive] [--context 1k,4k,16k,64k] [--chunk 512,2048]\n"
+                 "                      [--heads H] [--kv-heads K] [--head-dim D] [--dtype fp32,fp16] [--decode]\n"
+                 "                      [--repeat N] [--warmup N] [--block-size N] [--threads N] [--seed S]\n"
+                 "                      [--mem-limit-mb N] [--out attn.h5] [--json] [--json-file F] [--quiet]",
+        .about = "Times the attention implementations on random N(0,1) data in a paged KV cache, after\n"
+                 "measuring this machine's FP32 FMA peak and STREAM-triad bandwidth on the same threads,\n"
+                 "and reports every result also as a fraction of those limits (prefill against the FMA\n"
+                 "peak, decode against the bandwidth) plus chunked-vs-flash2 and chunked-vs-one-pass ratios.\n",
+        .opts = opts,
+    };
+    /* the command line as given, for provenance (the parser compacts argv) */
+    char cmdline[2048] = "";
+    for (size_t i = 0, w = 0; i < (size_t)argc && w < sizeof(cmdline) - 1; i++)
+        w += (size_t)snprintf(cmdline + w, sizeof(cmdline) - w, i ? " %s" : "%s", argv[i]);
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (prc != K25_OK)
+        goto out_err;
+    if (argc > 1) {
+        k25_error_set(&err, K25_EINVAL, "command line", 0, argv[1],
+                      "unexpected argument (k25 attn-bench --help lists the options)");
+        goto out_err;
     }
+    o.seed = (uint64_t)seed;
+    o.mem_limit_bytes = mem_limit_mb << 20;
     if (o.heads % o.kv_heads) {
         k25_error_set(&err, K25_EINVAL, "command line", 0, "--heads",
                       "%d query heads cannot share %d KV heads evenly", o.heads, o.kv_heads);
@@ -206,7 +188,7 @@ int k25_cmd_attn_bench(int argc, char **argv)
         (json_file && k25_output_file_check(json_file, "--json-file", &err) != K25_OK))
         goto out_err;
 
-    int nthreads = k25_set_threads((int)threads);
+    int nthreads = k25_set_threads(threads);
     struct k25_attn_machine m;
     if (!quiet)
         fprintf(stderr, "attn-bench: measuring the machine (FMA peak, STREAM triad) on %d threads...\n", nthreads);
@@ -218,11 +200,7 @@ int k25_cmd_attn_bench(int argc, char **argv)
         goto out_err;
 
     if (out_path) {
-        char cmd[2048] = "";
-        size_t w = 0;
-        for (int i = 0; i < argc && w < sizeof(cmd) - 1; i++)
-            w += (size_t)snprintf(cmd + w, sizeof(cmd) - w, i ? " %s" : "%s", argv[i]);
-        if (k25_attn_bench_write_h5(out_path, &o, &res, cmd, &err) != K25_OK) {
+        if (k25_attn_bench_write_h5(out_path, &o, &res, cmdline, &err) != K25_OK) {
             status = err.code == K25_EINVAL ? 2 : 1;
             goto out_err;
         }

@@ -13,6 +13,7 @@
  * table; both only call the engine's config API (engine/config.c).
  */
 #include "harness.h"
+#include "cliopt.h"
 
 #include <jansson.h>
 
@@ -221,22 +222,6 @@ void k25_cli_print_config_flags(FILE *out)
 
 /* ------------------------------------------------------------ k25 config */
 
-static void config_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: k25 config [--config FILE] [--KEY VALUE ...] [--json]\n"
-            "       k25 config --keys [--json]\n\n"
-            "Prints the effective engine configuration: defaults, then the YAML file given\n"
-            "with --config, then the flags (the command line wins).  The plain output is\n"
-            "itself a valid config file; each line is marked with its default.\n\n"
-            "  --json    print one JSON object (keys in table order, enums as names)\n"
-            "  --keys    list every key with its type, default, range and meaning\n"
-            "  --help    this text\n\n"
-            "config flags:\n");
-    k25_cli_print_config_flags(out);
-    fprintf(out, "\nSee docs/config.md for the file format and every key.\n");
-}
-
 /* A string as a YAML scalar: plain when that reads back the same, else quoted. */
 static void print_yaml_string(FILE *out, const char *s)
 {
@@ -381,52 +366,48 @@ static int print_keys(FILE *out, bool as_json)
  */
 int k25_cmd_config(int argc, char **argv)
 {
-    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            config_usage(stdout);
-            return 0;
-        }
-
     struct k25_config cfg;
     struct k25_error err;
     k25_config_init(&cfg);
     k25_error_clear(&err);
-    if (k25_cli_apply_config(&argc, argv, &cfg, &err) != 0) {
+    bool as_json = false, keys = false;
+    const struct k25_opt opts[] = {
+        {.names = {"--json"}, .type = K25_OPT_FLAG, .dest = &as_json,
+         .help = "print one JSON object (keys in table order, enums as names)"},
+        {.names = {"--keys"}, .type = K25_OPT_FLAG, .dest = &keys,
+         .help = "list every key with its type, default, range and meaning"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "config",
+        .usage = "config [--config FILE] [--KEY VALUE ...] [--json]\n"
+                 "       k25 config --keys [--json]",
+        .about = "Prints the effective engine configuration: defaults, then the YAML file given\n"
+                 "with --config, then the flags (the command line wins).  The plain output is\n"
+                 "itself a valid config file; each line is marked with its default.\n",
+        .opts = opts,
+        .config = &cfg,
+        .epilog = "See docs/config.md for the file format and every key.\n",
+    };
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (k25_cliopt_unknown(&err)) {
+        /* an unknown option: "did you mean" names the closest option or config flag */
+        char sug[128];
+        if (k25_cliopt_suggest(&cmd, err.field, sug, sizeof(sug)))
+            fprintf(stderr, "k25 config: unknown option '%s' (did you mean '%s'?)\n", err.field, sug);
+        else
+            fprintf(stderr, "k25 config: unknown argument '%s' (k25 config --help lists the options)\n", err.field);
+        return 2;
+    }
+    if (prc != K25_OK) {
         fprintf(stderr, "k25 config: %s\n", err.msg);
         return 2;
     }
-
-    bool as_json = false, keys = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) {
-            as_json = true;
-        } else if (!strcmp(argv[i], "--keys")) {
-            keys = true;
-        } else {
-            const char *sug = NULL;
-            if (!strncmp(argv[i], "--", 2) && argv[i][2]) {
-                /* A mistyped key flag: suggest the closest key as a flag. */
-                char key[128];
-                snprintf(key, sizeof(key), "%s", argv[i] + 2);
-                char *eq = strchr(key, '=');
-                if (eq)
-                    *eq = '\0';
-                for (char *p = key; *p; p++)
-                    if (*p == '-')
-                        *p = '_';
-                sug = k25_config_suggest(key);
-            }
-            if (sug) {
-                char flag[128];
-                key_to_flag(sug, flag, sizeof(flag));
-                fprintf(stderr, "k25 config: unknown option '%s' (did you mean '%s'?)\n", argv[i],
-                        flag);
-            } else {
-                fprintf(stderr, "k25 config: unknown argument '%s' (k25 config --help lists the options)\n",
-                        argv[i]);
-            }
-            return 2;
-        }
+    if (argc > 1) {
+        fprintf(stderr, "k25 config: unknown argument '%s' (k25 config --help lists the options)\n", argv[1]);
+        return 2;
     }
 
     if (keys) {

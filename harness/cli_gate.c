@@ -5,100 +5,71 @@
  */
 #include "harness.h"
 #include "gate.h"
+#include "cliopt.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static void gate_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: k25 gate --baseline B --candidate C [--policy FILE] [--json | --json-file FILE]\n"
-            "                [--allow-mismatch]\n"
-            "       k25 gate --ab CMD_A CMD_B [--rounds N] [--dir DIR] [--policy FILE] [--json ...]\n\n"
-            "Compares benchmark results against a baseline under a policy of per-metric tolerances\n"
-            "and fails on a regression (docs/gates.md).  B and C are `k25 bench` runs (.json or .h5),\n"
-            "sweep folders (results/NAME) or folders of runs.\n\n"
-            "  --baseline B        the reference results (e.g. baselines/results/ci-smoke)\n"
-            "  --candidate C       the results under test\n"
-            "  --policy FILE       metrics, direction, tolerance, comparison (default: the built-in\n"
-            "                      policy, which ci/gate-policy.yaml spells out)\n"
-            "  --json              print the verdicts as JSON (for jq) instead of the table\n"
-            "  --json-file FILE    also write the JSON to FILE\n"
-            "  --allow-mismatch    compare even when configs, workloads or gold sets differ\n"
-            "  --ab CMD_A CMD_B    measure both commands here, interleaved A B B A A B ..., then compare\n"
-            "                      (B against A).  Each is a `k25 bench ...` command line run by sh;\n"
-            "                      {h5} and {json} stand for its output files (appended as --out/--json\n"
-            "                      when absent).  CMD_A = CMD_B measures the noise floor.\n"
-            "  --rounds N          A/B rounds (default 5: 10 runs)\n"
-            "  --max-rounds M      while a gated metric is UNSURE, add rounds, up to M (default N)\n"
-            "  --dir DIR           where A/B runs go (default: a new folder under /tmp); kept\n"
-            "  --quiet             no progress lines\n\n"
-            "Verdicts: SAME, FASTER/BETTER, SLOWER/WORSE, DIFFERENT (exact), UNSURE (too noisy to tell).\n"
-            "Exit status: 0 pass, 1 regression, 2 unusable input (unreadable, mismatched, bad policy).\n");
-}
-
 int k25_cmd_gate(int argc, char **argv)
 {
-    const char *base = NULL, *cand = NULL, *policy = NULL, *json_file = NULL, *cmd_a = NULL, *cmd_b = NULL,
-               *dir = NULL;
+    const char *base = NULL, *cand = NULL, *policy = NULL, *json_file = NULL, *dir = NULL;
+    const char *ab_cmds[2] = {NULL, NULL};
     bool json = false, allow = false, quiet = false;
     int rounds = 5, max_rounds = 0;
     struct k25_error err;
     k25_error_clear(&err);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            gate_usage(stdout);
-            return 0;
-        }
-        bool valued = !strcmp(a, "--baseline") || !strcmp(a, "--candidate") || !strcmp(a, "--policy") ||
-                      !strcmp(a, "--json-file") || !strcmp(a, "--rounds") || !strcmp(a, "--max-rounds") || !strcmp(a, "--dir");
-        if (!strcmp(a, "--json"))
-            json = true;
-        else if (!strcmp(a, "--allow-mismatch"))
-            allow = true;
-        else if (!strcmp(a, "--quiet"))
-            quiet = true;
-        else if (!strcmp(a, "--ab")) {
-            if (i + 2 >= argc) {
-                fprintf(stderr, "k25 gate: --ab needs two commands (k25 gate --help)\n");
-                return 2;
-            }
-            cmd_a = argv[++i];
-            cmd_b = argv[++i];
-        } else if (valued) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "k25 gate: %s: missing value\n", a);
-                return 2;
-            }
-            const char *v = argv[++i];
-            if (!strcmp(a, "--baseline"))
-                base = v;
-            else if (!strcmp(a, "--candidate"))
-                cand = v;
-            else if (!strcmp(a, "--policy"))
-                policy = v;
-            else if (!strcmp(a, "--json-file"))
-                json_file = v;
-            else if (!strcmp(a, "--dir"))
-                dir = v;
-            else {
-                char *end;
-                errno = 0;
-                long r = strtol(v, &end, 10);
-                if (end == v || *end || errno || r < 2 || r > 32) {
-                    fprintf(stderr, "k25 gate: %s: expected 2..32, got \"%s\"\n", a, v);
-                    return 2;
-                }
-                *(!strcmp(a, "--rounds") ? &rounds : &max_rounds) = (int)r;
-            }
-        } else {
-            fprintf(stderr, "k25 gate: %s: unknown option (k25 gate --help)\n", a);
-            return 2;
-        }
+    const struct k25_opt opts[] = {
+        {.names = {"--baseline"}, .type = K25_OPT_PATH, .dest = &base, .metavar = "B",
+         .help = "the reference results (e.g. baselines/results/ci-smoke)"},
+        {.names = {"--candidate"}, .type = K25_OPT_PATH, .dest = &cand, .metavar = "C",
+         .help = "the results under test"},
+        {.names = {"--policy"}, .type = K25_OPT_PATH, .dest = &policy, .deflt = "the built-in policy",
+         .help = "metrics, direction, tolerance, comparison (the built-in\npolicy is what ci/gate-policy.yaml spells out)"},
+        {.names = {"--json"}, .type = K25_OPT_FLAG, .dest = &json,
+         .help = "print the verdicts as JSON (for jq) instead of the table"},
+        {.names = {"--json-file"}, .type = K25_OPT_PATH, .dest = &json_file, .help = "also write the JSON to FILE"},
+        {.names = {"--allow-mismatch"}, .type = K25_OPT_FLAG, .dest = &allow,
+         .help = "compare even when configs, workloads or gold sets differ"},
+        {.names = {"--ab"}, .type = K25_OPT_STRING, .dest = ab_cmds, .nargs = 2, .metavar = "CMD_A CMD_B",
+         .help = "measure both commands here, interleaved A B B A A B ..., then compare\n"
+                 "(B against A).  Each is a `k25 bench ...` command line run by sh;\n"
+                 "{h5} and {json} stand for its output files (appended as --out/--json\n"
+                 "when absent).  CMD_A = CMD_B measures the noise floor."},
+        {.names = {"--rounds"}, .type = K25_OPT_INT, .dest = &rounds, .min = 2, .max = 32,
+         .help = "A/B rounds (2 runs each)"},
+        {.names = {"--max-rounds"}, .type = K25_OPT_INT, .dest = &max_rounds, .min = 2, .max = 32, .metavar = "M",
+         .deflt = "--rounds", .help = "while a gated metric is UNSURE, add rounds, up to M"},
+        {.names = {"--dir"}, .type = K25_OPT_PATH, .dest = &dir, .metavar = "DIR",
+         .deflt = "a new folder under /tmp", .help = "where A/B runs go; kept"},
+        {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &quiet, .help = "no progress lines"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "gate",
+        .usage = "gate --baseline B --candidate C [--policy FILE] [--json | --json-file FILE]\n"
+                 "                [--allow-mismatch]\n"
+                 "       k25 gate --ab CMD_A CMD_B [--rounds N] [--max-rounds M] [--dir DIR] [--policy FILE] [--json ...]",
+        .about = "Compares benchmark results against a baseline under a policy of per-metric tolerances\n"
+                 "and fails on a regression (docs/gates.md).  B and C are `k25 bench` runs (.json or .h5),\n"
+                 "sweep folders (results/NAME) or folders of runs.\n",
+        .opts = opts,
+        .epilog = "Verdicts: SAME, FASTER/BETTER, SLOWER/WORSE, DIFFERENT (exact), UNSURE (too noisy to tell).\n"
+                  "Exit status: 0 pass, 1 regression, 2 unusable input (unreadable, mismatched, bad policy).\n",
+    };
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (prc != K25_OK) {
+        fprintf(stderr, "k25 gate: %s\n", err.msg);
+        return 2;
     }
+    if (argc > 1) {
+        fprintf(stderr, "k25 gate: unexpected argument '%s' (k25 gate --help lists the options)\n", argv[1]);
+        return 2;
+    }
+    const char *cmd_a = ab_cmds[0], *cmd_b = ab_cmds[1];
     bool ab = cmd_a != NULL;
     if (max_rounds < rounds)
         max_rounds = rounds;

@@ -6,21 +6,10 @@
  */
 #include "harness.h"
 #include "bench.h"
+#include "cliopt.h"
 
 #include <errno.h>
 #include <string.h>
-
-static void inspect_usage(FILE *out)
-{
-    fprintf(out, "usage: k25 inspect RUN.h5 [--json] [--chrome-trace OUT.json]\n\n"
-                 "Prints the provenance and summary of a run stored by `k25 bench`.\n\n"
-                 "  --json               print {provenance, workload, summary, interrupted} as one JSON object\n"
-                 "  --chrome-trace FILE  export every request's queue, prefill chunks and decode tokens,\n"
-                 "                       and the engine timeline, as a Chrome/Perfetto trace\n"
-                 "                       (open in https://ui.perfetto.dev or chrome://tracing)\n\n"
-                 "Exit status: 0 done; 2 not a readable k25 run trace (missing, damaged, another kind,\n"
-                 "an unknown schema version) or an unusable output path; 1 a failure while writing.\n");
-}
 
 static const char *js(const json_t *o, const char *k)
 {
@@ -115,32 +104,42 @@ int k25_cmd_inspect(int argc, char **argv)
 {
     const char *path = NULL, *chrome = NULL;
     bool as_json = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            inspect_usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            as_json = true;
-        } else if (!strcmp(argv[i], "--chrome-trace")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "k25 inspect: --chrome-trace needs a file name\n");
-                return 2;
-            }
-            chrome = argv[++i];
-        } else if (argv[i][0] == '-' || path) {
-            fprintf(stderr, "k25 inspect: unexpected argument '%s' (k25 inspect --help)\n", argv[i]);
-            return 2;
-        } else {
-            path = argv[i];
-        }
-    }
-    if (!path) {
-        inspect_usage(stderr);
-        return 2;
-    }
     struct k25_trace t;
     struct k25_error err;
     k25_error_clear(&err);
+    const struct k25_opt opts[] = {
+        {.names = {"--json"}, .type = K25_OPT_FLAG, .dest = &as_json,
+         .help = "print {provenance, workload, summary, interrupted} as one JSON object"},
+        {.names = {"--chrome-trace"}, .type = K25_OPT_PATH, .dest = &chrome,
+         .help = "export every request's queue, prefill chunks and decode tokens,\n"
+                 "and the engine timeline, as a Chrome/Perfetto trace\n"
+                 "(open in https://ui.perfetto.dev or chrome://tracing)"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "inspect",
+        .usage = "inspect RUN.h5 [--json] [--chrome-trace OUT.json]",
+        .about = "Prints the provenance and summary of a run stored by `k25 bench`.\n",
+        .opts = opts,
+        .epilog = "Exit status: 0 done; 2 not a readable k25 run trace (missing, damaged, another kind,\n"
+                  "an unknown schema version) or an unusable output path; 1 a failure while writing.\n",
+    };
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (prc != K25_OK) {
+        fprintf(stderr, "k25 inspect: %s\n", err.msg);
+        return 2;
+    }
+    if (argc > 2) {
+        fprintf(stderr, "k25 inspect: unexpected argument '%s' (k25 inspect --help)\n", argv[2]);
+        return 2;
+    }
+    if (argc < 2) {
+        k25_cliopt_print_help(&cmd, stderr);
+        return 2;
+    }
+    path = argv[1];
     if (chrome && k25_output_file_check(chrome, "--chrome-trace", &err) != K25_OK) {
         fprintf(stderr, "k25 inspect: %s\n", err.msg);
         return 2;

@@ -7,6 +7,7 @@
  * arithmetic is libk25's (k25_mem_estimate); this file only parses.
  */
 #include "harness.h"
+#include "cliopt.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -14,62 +15,48 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void mem_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: k25 mem --model PRESET --context N --batch B [--config k25.yaml] [engine flags] [--json]\n"
-            "       k25-mem-calculator ...   (the same)\n\n"
-            "Theoretical memory of the reference engine, per category (weights, kv, activations,\n"
-            "attn_scratch, other), for B sequences of N tokens each (prompt + output), with the\n"
-            "recommended budget (total + %.0f%% safety margin).  The figures follow the engine's own\n"
-            "allocations; they match the tracking allocator's measured peaks within 10%%.\n\n"
-            "  --context N   tokens per sequence; k/m suffixes allowed (128k = 131072)\n"
-            "  --batch B     sequences held at once (default 1)\n"
-            "  --json        one JSON object instead of the table\n\n"
-            "Engine flags (each also a key of the YAML --config file), e.g. --attention naive,\n"
-            "--kv-cache-dtype fp16, --prefill-chunk-size 4096, --threads 2:\n",
-            100 * K25_MEM_SAFETY_MARGIN);
-    k25_cli_print_config_flags(out);
-}
-
 int k25_cmd_mem(int argc, char **argv)
 {
     struct k25_config cfg;
     struct k25_error err;
     k25_error_clear(&err);
     k25_config_init(&cfg);
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            mem_usage(stdout);
-            return 0;
-        }
-    if (k25_cli_apply_config(&argc, argv, &cfg, &err) != K25_OK)
-        goto out_err;
     int64_t context = 0, batch = 1;
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--context") || !strcmp(a, "--batch")) {
-            if (i + 1 >= argc) {
-                k25_error_set(&err, K25_EINVAL, "command line", 0, a, "missing value");
-                goto out_err;
-            }
-            const char *end;
-            int64_t v = k25_cli_parse_count(argv[++i], &end);
-            if (*end)
-                v = 0;
-            if (v <= 0 || v > INT32_MAX) {
-                k25_error_set(&err, K25_EINVAL, "command line", 0, a,
-                              "expected a positive count (e.g. 4096 or 128k), got \"%s\"", argv[i]);
-                goto out_err;
-            }
-            *(!strcmp(a, "--context") ? &context : &batch) = v;
-        } else {
-            k25_error_set(&err, K25_EINVAL, "command line", 0, a, "unknown option (k25 mem --help)");
-            goto out_err;
-        }
+    char about[640];
+    snprintf(about, sizeof(about),
+             "Theoretical memory of the reference engine, per category (weights, kv, activations,\n"
+             "attn_scratch, other), for B sequences of N tokens each (prompt + output), with the\n"
+             "recommended budget (total + %.0f%% safety margin).  The figures follow the engine's own\n"
+             "allocations; they match the tracking allocator's measured peaks within 10%%.\n\n"
+             "Engine flags (below) set the shape of the work, e.g. --attention naive,\n"
+             "--kv-cache-dtype fp16, --prefill-chunk-size 4096, --threads 2.\n",
+             100 * K25_MEM_SAFETY_MARGIN);
+    const struct k25_opt opts[] = {
+        {.names = {"--context"}, .type = K25_OPT_INT64, .dest = &context, .min = 1, .max = INT32_MAX,
+         .flags = K25_OPT_COUNT, .deflt = "", .help = "tokens per sequence (required); 128k = 131072"},
+        {.names = {"--batch"}, .type = K25_OPT_INT64, .dest = &batch, .min = 1, .max = INT32_MAX,
+         .flags = K25_OPT_COUNT, .metavar = "B", .help = "sequences held at once"},
+        {.names = {"--json"}, .type = K25_OPT_FLAG, .dest = &json, .help = "one JSON object instead of the table"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "mem",
+        .usage = "mem --model PRESET --context N --batch B [--config k25.yaml] [engine flags] [--json]\n"
+                 "       k25-mem-calculator ...   (the same)",
+        .about = about,
+        .opts = opts,
+        .config = &cfg,
+    };
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (prc != K25_OK)
+        goto out_err;
+    if (argc > 1) {
+        k25_error_set(&err, K25_EINVAL, "command line", 0, argv[1],
+                      "unexpected argument (k25 mem --help lists the options)");
+        goto out_err;
     }
     if (context == 0) {
         k25_error_set(&err, K25_EINVAL, "command line", 0, "--context", "is required (k25 mem --help)");

@@ -4,6 +4,7 @@
  * object for scripts.  Argument parsing only; the work is libk25's.
  */
 #include "harness.h"
+#include "cliopt.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -12,26 +13,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-static void run_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: k25 run [--model tiny|small|DIR] (--prompt TEXT | --prompt-file FILE | --input-ids 1,2,3)\n"
-            "               [--prompt-len N] [--max-tokens N] [--config k25.yaml] [engine flags]\n"
-            "               [--seed S] [--threads N] [--json] [--quiet]\n\n"
-            "Generates from one prompt with the reference engine and prints the generated text\n"
-            "(or ids, for --input-ids) on stdout and a one-line timing summary on stderr.\n\n"
-            "  --prompt TEXT       prompt text (byte tokenizer: one token per byte)\n"
-            "  --prompt-file FILE  read the prompt text from FILE\n"
-            "  --input-ids LIST    comma-separated token ids (for real models' tokenizers)\n"
-            "  --prompt-len N      repeat the prompt until it is exactly N tokens (long-context runs)\n"
-            "  --max-tokens N      tokens to generate (default: decode_max_tokens)\n"
-            "  --json              print one JSON object: input_ids, output_ids, text, timing,\n"
-            "                      memory and the effective config\n"
-            "  --quiet             no progress on stderr\n\n"
-            "Engine flags (each also a key of the YAML --config file; the command line wins):\n");
-    k25_cli_print_config_flags(out);
-}
 
 /* Parses "1,2,3" into a malloc'd array. */
 static int parse_ids(const char *s, int32_t **out, int *n, struct k25_error *err)
@@ -209,52 +190,44 @@ int k25_cmd_run(int argc, char **argv)
     k25_model_t *model = NULL;
     k25_engine_t *eng = NULL;
 
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            run_usage(stdout);
-            return 0;
-        }
-    if (k25_cli_apply_config(&argc, argv, &cfg, &err) != K25_OK)
-        goto out_err;
-
     const char *prompt = NULL, *prompt_file = NULL, *id_list = NULL;
-    long prompt_len = 0, max_tokens = 0;
+    int prompt_len = 0, max_tokens = 0;
     bool json = false, quiet = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--quiet")) {
-            quiet = true;
-        } else if (!strcmp(a, "--prompt") || !strcmp(a, "--prompt-file") || !strcmp(a, "--input-ids") ||
-                   !strcmp(a, "--max-tokens") || !strcmp(a, "--prompt-len")) {
-            if (!val) {
-                k25_error_set(&err, K25_EINVAL, "command line", 0, a, "missing value");
-                goto out_err;
-            }
-            i++;
-            if (!strcmp(a, "--prompt"))
-                prompt = val;
-            else if (!strcmp(a, "--prompt-file"))
-                prompt_file = val;
-            else if (!strcmp(a, "--input-ids"))
-                id_list = val;
-            else {
-                char *end;
-                errno = 0;
-                long x = strtol(val, &end, 10);
-                if (*end || end == val || errno || x <= 0 || x > 100000000) {
-                    k25_error_set(&err, K25_EINVAL, "command line", 0, a,
-                                  "expected a positive integer, got \"%s\"", val);
-                    goto out_err;
-                }
-                *(!strcmp(a, "--max-tokens") ? &max_tokens : &prompt_len) = x;
-            }
-        } else {
-            k25_error_set(&err, K25_EINVAL, "command line", 0, a, "unknown option (k25 run --help)");
-            goto out_err;
-        }
+    const struct k25_opt opts[] = {
+        {.names = {"--prompt"}, .type = K25_OPT_STRING, .dest = &prompt, .metavar = "TEXT",
+         .help = "prompt text (byte tokenizer: one token per byte)"},
+        {.names = {"--prompt-file"}, .type = K25_OPT_PATH, .dest = &prompt_file,
+         .help = "read the prompt text from FILE"},
+        {.names = {"--input-ids"}, .type = K25_OPT_STRING, .dest = &id_list, .metavar = "LIST",
+         .help = "comma-separated token ids (for real models' tokenizers)"},
+        {.names = {"--prompt-len"}, .type = K25_OPT_INT, .dest = &prompt_len, .min = 1, .max = 100000000,
+         .deflt = "the prompt's length", .help = "repeat (or cut) the prompt to exactly N tokens (long-context runs)"},
+        {.names = {"--max-tokens"}, .type = K25_OPT_INT, .dest = &max_tokens, .min = 1, .max = 100000000,
+         .deflt = "decode_max_tokens", .help = "tokens to generate"},
+        {.names = {"--json"}, .type = K25_OPT_FLAG, .dest = &json,
+         .help = "print one JSON object: input_ids, output_ids, text, timing,\nmemory and the effective config"},
+        {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &quiet, .help = "no progress on stderr"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "run",
+        .usage = "run [--model tiny|small|DIR] (--prompt TEXT | --prompt-file FILE | --input-ids 1,2,3)\n"
+                 "               [--prompt-len N] [--max-tokens N] [--config k25.yaml] [engine flags]\n"
+                 "               [--seed S] [--threads N] [--json] [--quiet]",
+        .about = "Generates from one prompt with the reference engine and prints the generated text\n"
+                 "(or ids, for --input-ids) on stdout and a one-line timing summary on stderr.\n",
+        .opts = opts,
+        .config = &cfg,
+    };
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (prc != K25_OK)
+        goto out_err;
+    if (argc > 1) {
+        k25_error_set(&err, K25_EINVAL, "command line", 0, argv[1],
+                      "unexpected argument (k25 run --help lists the options)");
+        goto out_err;
     }
     if ((prompt != NULL) + (prompt_file != NULL) + (id_list != NULL) != 1) {
         k25_error_set(&err, K25_EINVAL, "command line", 0, NULL,

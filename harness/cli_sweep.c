@@ -5,109 +5,94 @@
 #include "harness.h"
 
 #include "sweep.h"
+#include "cliopt.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static void sweep_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: k25 sweep SPEC.yaml [--out results/NAME] [--jobs N] [--resume] [--dry-run]\n"
-            "                 [--only 'axis op value && ...'] [--print-best] [--quiet]\n"
-            "       k25 sweep SPEC.yaml --out DIR --slurm [--cpus-per-task N]  (print a Slurm job-array script)\n"
-            "       k25 sweep SPEC.yaml --out DIR --task I       (run task I of the array only)\n"
-            "       k25 sweep SPEC.yaml --out DIR --merge [--allow-partial]  (collect the array's runs)\n\n"
-            "Runs `k25 bench` on every point of the spec's grid (docs/sweeps.md), one HDF5 trace per\n"
-            "point and repetition under OUT/points/ID/, then writes OUT/sweep.h5 (the index) and\n"
-            "OUT/summary.json: a best point only when it beats the reference (the defaults)\n"
-            "significantly, paired by repetition; otherwise the data and \"no setting is significantly\n"
-            "better\"; the Pareto front; constraint violations.\n\n"
-            "  --out DIR      results folder (default results/NAME, NAME from the spec)\n"
-            "  --jobs N       runs in parallel, each pinned to its own cores (default 1); every run,\n"
-            "                 the reference's included, has N-1 companions, in shuffled rounds\n"
-            "  --resume       finish an interrupted sweep (also what a plain re-run does:\n"
-            "                 complete runs are never redone, incomplete ones always are)\n"
-            "  --dry-run      list the points and the estimated time, run nothing\n"
-            "  --only EXPR    only points matching (and the reference), e.g.\n"
-            "                 'prefill_chunk_size >= 1024 && max_batch_size == 8'\n"
-            "  --print-best   after the sweep (or alone, on finished results), print the best\n"
-            "                 setting as YAML to paste into k25.yaml, or why there is none\n"
-            "  --quiet        no progress line\n"
-            "  --cpus-per-task N  (--slurm) cores per array task, bench's --threads (default 1)\n"
-            "  --allow-partial    (--merge) merge even when runs are missing (listed; summary marked partial)\n\n"
-            "Exit status: 0 done, 2 a bad spec or option, 1 runs failed or (--merge) runs are missing,\n"
-            "130 / 143 interrupted by SIGINT / SIGTERM (finished runs are kept; the same command resumes).\n");
-}
-
 int k25_cmd_sweep(int argc, char **argv)
 {
-    const char *spec_path = NULL, *out = NULL, *only = NULL, *k25_path = "/proc/self/exe";
+    const char *spec_path = NULL, *out = NULL, *only = NULL, *k25_path = "/proc/self/exe", *endpoint = NULL;
     int jobs = 1, task = -1, cpus = 1;
-    bool dry = false, best = false, quiet = false, merge = false, slurm = false, partial = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            sweep_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--dry-run")) {
-            dry = true;
-        } else if (!strcmp(a, "--resume")) {
-            /* the default behaviour; accepted for clarity */
-        } else if (!strcmp(a, "--print-best")) {
-            best = true;
-        } else if (!strcmp(a, "--quiet")) {
-            quiet = true;
-        } else if (!strcmp(a, "--merge")) {
-            merge = true;
-        } else if (!strcmp(a, "--slurm")) {
-            slurm = true;
-        } else if (!strcmp(a, "--allow-partial")) {
-            partial = true;
-        } else if (!strcmp(a, "--out") || !strcmp(a, "--only") || !strcmp(a, "--jobs") || !strcmp(a, "--task") ||
-                   !strcmp(a, "--k25") || !strcmp(a, "--cpus-per-task")) {
-            if (!v) {
-                fprintf(stderr, "k25 sweep: %s: missing value\n", a);
-                return 2;
-            }
-            i++;
-            if (!strcmp(a, "--out")) {
-                out = v;
-            } else if (!strcmp(a, "--only")) {
-                only = v;
-            } else if (!strcmp(a, "--k25")) {
-                k25_path = v;
-            } else {
-                char *end;
-                errno = 0;
-                long x = strtol(v, &end, 10);
-                bool positive = strcmp(a, "--task") != 0;
-                if (*end || end == v || errno || x < 0 || x > 100000 || (positive && x < 1)) {
-                    fprintf(stderr, "k25 sweep: %s: expected a %s integer, got \"%s\"\n", a,
-                            positive ? "positive" : "non-negative", v);
-                    return 2;
-                }
-                *(!strcmp(a, "--jobs") ? &jobs : !strcmp(a, "--task") ? &task : &cpus) = (int)x;
-            }
-        } else if (a[0] == '-') {
-            fprintf(stderr, "k25 sweep: '%s': unknown option (k25 sweep --help)\n", a);
-            return 2;
-        } else if (!spec_path) {
-            spec_path = a;
-        } else {
-            fprintf(stderr, "k25 sweep: one spec at a time ('%s' and '%s')\n", spec_path, a);
-            return 2;
-        }
-    }
-    if (!spec_path) {
-        sweep_usage(stderr);
-        return 2;
-    }
-    static struct k25_sweep_spec spec; /* large: keep it off the stack */
+    bool dry = false, best = false, quiet = false, merge = false, slurm = false, partial = false, resume = false;
     struct k25_error err;
     k25_error_clear(&err);
+    const struct k25_opt opts[] = {
+        {.names = {"--out"}, .type = K25_OPT_PATH, .dest = &out, .metavar = "DIR", .deflt = "results/NAME",
+         .help = "results folder (NAME from the spec)"},
+        {.names = {"--jobs"}, .type = K25_OPT_INT, .dest = &jobs, .min = 1, .max = 100000,
+         .help = "runs in parallel, each pinned to its own cores; every run,\n"
+                 "the reference's included, has N-1 companions, in shuffled rounds"},
+        {.names = {"--resume"}, .type = K25_OPT_FLAG, .dest = &resume,
+         .help = "finish an interrupted sweep (also what a plain re-run does:\n"
+                 "complete runs are never redone, incomplete ones always are)"},
+        {.names = {"--dry-run"}, .type = K25_OPT_FLAG, .dest = &dry,
+         .help = "list the points and the estimated time, run nothing"},
+        {.names = {"--only"}, .type = K25_OPT_STRING, .dest = &only, .metavar = "EXPR",
+         .help = "only points matching (and the reference), e.g.\n"
+                 "'prefill_chunk_size >= 1024 && max_batch_size == 8'"},
+        {.names = {"--print-best"}, .type = K25_OPT_FLAG, .dest = &best,
+         .help = "after the sweep (or alone, on finished results), print the best\n"
+                 "setting as YAML to paste into k25.yaml, or why there is none"},
+        {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &quiet, .help = "no progress line"},
+        {.names = {"--slurm"}, .type = K25_OPT_FLAG, .dest = &slurm,
+         .help = "print a Slurm job-array script for the sweep (needs --out)"},
+        {.names = {"--cpus-per-task"}, .type = K25_OPT_INT, .dest = &cpus, .min = 1, .max = 100000,
+         .help = "(--slurm) cores per array task, bench's --threads"},
+        {.names = {"--task"}, .type = K25_OPT_INT, .dest = &task, .min = 0, .max = 100000, .metavar = "I",
+         .deflt = "", .help = "run task I of the job array only"},
+        {.names = {"--merge"}, .type = K25_OPT_FLAG, .dest = &merge, .help = "collect the job array's runs"},
+        {.names = {"--allow-partial"}, .type = K25_OPT_FLAG, .dest = &partial,
+         .help = "(--merge) merge even when runs are missing (listed; summary marked partial)"},
+        {.names = {"--endpoint"}, .type = K25_OPT_STRING, .dest = &endpoint, .metavar = "URL",
+         .help = "measure a running OpenAI-compatible server instead of the engine\n"
+                 "(overrides the spec's endpoint:/launch:): client axes only\n"
+                 "(concurrency, rate); docs/sweeps.md"},
+        {.names = {"--k25"}, .type = K25_OPT_PATH, .dest = &k25_path, .flags = K25_OPT_HIDDEN,
+         .help = "the k25 binary the runs use"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "sweep",
+        .usage = "sweep SPEC.yaml [--out results/NAME] [--jobs N] [--resume] [--dry-run]\n"
+                 "                 [--only 'axis op value && ...'] [--print-best] [--quiet]\n"
+                 "       k25 sweep SPEC.yaml --out DIR --slurm [--cpus-per-task N]  (print a Slurm job-array script)\n"
+                 "       k25 sweep SPEC.yaml --out DIR --task I       (run task I of the array only)\n"
+                 "       k25 sweep SPEC.yaml --out DIR --merge [--allow-partial]  (collect the array's runs)",
+        .about = "Runs `k25 bench` on every point of the spec's grid (docs/sweeps.md), one HDF5 trace per\n"
+                 "point and repetition under OUT/points/ID/, then writes OUT/sweep.h5 (the index) and\n"
+                 "OUT/summary.json: a best point only when it beats the reference (the defaults)\n"
+                 "significantly, paired by repetition; otherwise the data and \"no setting is significantly\n"
+                 "better\"; the Pareto front; constraint violations.\n",
+        .opts = opts,
+        .epilog = "Exit status: 0 done, 2 a bad spec or option, 1 runs failed or (--merge) runs are missing,\n"
+                  "130 / 143 interrupted by SIGINT / SIGTERM (finished runs are kept; the same command resumes).\n",
+    };
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (prc != K25_OK) {
+        fprintf(stderr, "k25 sweep: %s\n", err.msg);
+        return 2;
+    }
+    (void)resume; /* the default behaviour; accepted for clarity */
+    if (argc > 2) {
+        fprintf(stderr, "k25 sweep: one spec at a time ('%s' and '%s')\n", argv[1], argv[2]);
+        return 2;
+    }
+    if (argc < 2) {
+        k25_cliopt_print_help(&cmd, stderr);
+        return 2;
+    }
+    spec_path = argv[1];
+    static struct k25_sweep_spec spec; /* large: keep it off the stack */
     if (k25_sweep_spec_load(spec_path, &spec, &err) != K25_OK) {
+        fprintf(stderr, "k25 sweep: %s\n", err.msg);
+        return 2;
+    }
+    if (endpoint && k25_sweep_spec_set_endpoint(&spec, endpoint, &err) != K25_OK) {
         fprintf(stderr, "k25 sweep: %s\n", err.msg);
         return 2;
     }
@@ -130,7 +115,7 @@ int k25_cmd_sweep(int argc, char **argv)
             return rc == K25_EINVAL ? 2 : 1;
         }
     } else {
-        struct k25_sweep_opts o = {out, jobs, dry, only, !quiet && isatty(2), quiet, k25_path, task};
+        struct k25_sweep_opts o = {out, jobs, dry, only, !quiet && isatty(2), quiet, k25_path, task, NULL};
         rc = k25_sweep_run(&spec, &o, &err);
     }
     if (rc) {

@@ -2,7 +2,9 @@
  * fidelity.c - what a lossy engine setting costs, measured against the
  * exact engine on the same inputs (`k25 bench --fidelity`, DESIGN.md §3).
  *
- * The exact engine is the configured one with fp32 KV, kv_compression_ratio
+ * The exact engine is the configured one with unquantized weights (the
+ * loaded model's weight_dtype: quantize_weights int8/int4 is measured
+ * against it), fp32 KV, kv_compression_ratio
  * 1 and one-pass prefill.  For each selected request (greedy decoding in
  * both engines, whatever the configured temperature):
  *   1. the exact engine generates F tokens E (logits and the attention
@@ -161,6 +163,7 @@ int k25_fidelity_measure(const struct k25_config *cfg, const k25_model_t *model,
     f->tokens = tokens;
     struct k25_config ce = *cfg, cc = *cfg;
     ce.kv_cache_dtype = K25_DTYPE_FP32;
+    ce.quantize_weights = K25_WQUANT_NONE; /* the loaded weights (fp32/bf16/fp16), unquantized */
     ce.kv_compression_ratio = 1.0;
     ce.disable_prefill_optimization = true;
     ce.attention = K25_ATTN_CHUNKED;

@@ -89,6 +89,9 @@ void k25_gate_policy_default(struct k25_gate_policy *p)
     add(p, "generated_tokens", K25_GATE_SRC_TOKENS, "", K25_GATE_EXACT, true, 0, 0.05);
     add(p, "requests_completed", K25_GATE_SRC_SUMMARY, "requests.completed", K25_GATE_EXACT, false, 0, 0);
     add(p, "output_tokens", K25_GATE_SRC_SUMMARY, "output_tokens", K25_GATE_EXACT, false, 0, 0);
+    /* the elastic queue (issue 17): a run that degraded requests when the baseline did not is a
+     * regression; a baseline written before the field existed reads "not in the baseline" (n/a) */
+    add(p, "degraded_requests_ratio", K25_GATE_SRC_SUMMARY, "degraded_requests_ratio", K25_GATE_EXACT, true, 0, 0);
     add(p, "peak_memory_bytes", K25_GATE_SRC_SUMMARY, "memory.peak_tracked_bytes", K25_GATE_THRESHOLD, true, 0.05,
         0.05);
     add(p, "kv_blocks_peak", K25_GATE_SRC_SUMMARY, "memory.kv_blocks_peak", K25_GATE_THRESHOLD, true, 0.05, 0.05);

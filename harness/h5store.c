@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static hid_t group_create(hid_t file, const char *name);
+
 static void quiet_hdf5(void)
 {
     static bool done;
@@ -134,7 +136,7 @@ int k25_h5_create(struct k25_h5 *h, const char *path, const char *kind, struct k
                              fd >= 0 && wrote ? "HDF5 refused it" : strerror(e));
     }
     h->writing = true;
-    h->meta = H5Gcreate2(h->file, "/meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    h->meta = group_create(h->file, "/meta");
     if (h->meta < 0) {
         rc = k25_error_set(err, K25_EIO, path, 0, "/meta", "cannot create the group");
         goto out_abort;
@@ -282,11 +284,29 @@ void k25_h5_close(struct k25_h5 *h)
     h->meta = h->file = H5I_INVALID_HID;
 }
 
+/*
+ * Creates group name keeping its attributes in the object header (compact
+ * storage, up to 1000 of them) instead of moving them to a fractal heap
+ * past 8: the 1.10 format checksums object headers, not the heap's direct
+ * blocks, so a flipped byte in a dense attribute (the summary JSON, a
+ * headline figure) would read back silently changed.  H5I_INVALID_HID on
+ * failure.
+ */
+static hid_t group_create(hid_t file, const char *name)
+{
+    hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE), g = H5I_INVALID_HID;
+    if (gcpl >= 0 && H5Pset_attr_phase_change(gcpl, 1000, 0) >= 0)
+        g = H5Gcreate2(file, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    if (gcpl >= 0)
+        H5Pclose(gcpl);
+    return g;
+}
+
 hid_t k25_h5_group(struct k25_h5 *h, const char *name, struct k25_error *err)
 {
     hid_t g;
     if (h->writing && H5Lexists(h->file, name, H5P_DEFAULT) <= 0)
-        g = H5Gcreate2(h->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        g = group_create(h->file, name);
     else
         g = H5Lexists(h->file, name, H5P_DEFAULT) > 0 ? H5Gopen2(h->file, name, H5P_DEFAULT)
                                                        : H5I_INVALID_HID;

@@ -36,11 +36,13 @@
 /*
  * Layout version written into every file.  2: run traces carry
  * /tokens/margin (the token-identity rule's top-1 margins,
- * docs/trace-schema.md).  Readers accept every version from
- * K25_H5_SCHEMA_MIN_VERSION up; what a version lacks (margins in 1) reads
- * as absent.
+ * docs/trace-schema.md).  3: run traces carry the elastic queue's columns
+ * (/requests priority, spilled, replayed, degraded, timed_out,
+ * ttft_sla_ms; /timeline queue depths and breaker state).  Readers accept
+ * every version from K25_H5_SCHEMA_MIN_VERSION up; what a version lacks
+ * (margins in 1, the queue's columns before 3) reads as absent.
  */
-#define K25_H5_SCHEMA_VERSION 2
+#define K25_H5_SCHEMA_VERSION 3
 #define K25_H5_SCHEMA_MIN_VERSION 1
 
 /* The count argument of the readers when the caller cannot know it. */

@@ -24,6 +24,7 @@ int k25_cmd_mem(int argc, char **argv);        /* cli_mem.c */
 int k25_cmd_attn_bench(int argc, char **argv); /* cli_attn_bench.c */
 int k25_cmd_report(int argc, char **argv);     /* cli_report.c; reports from runs, sweeps, attn-bench */
 int k25_cmd_gate(int argc, char **argv);       /* cli_gate.c: 0 pass, 1 regression, 2 bad input */
+int k25_cmd_serve(int argc, char **argv);      /* cli_serve.c: OpenAI-compatible HTTP server (docs/serve.md) */
 
 /*
  * Applies engine configuration from the command line to cfg, in order:
@@ -45,6 +46,93 @@ int64_t k25_cli_parse_count(const char *s, const char **end);
 
 /* Prints "  --key VALUE   help (default: X)" for every config key. */
 void k25_cli_print_config_flags(FILE *out);
+
+/* ------------------------------------------ percentiles (stats.c, metrics.c) */
+
+/*
+ * How a percentile is read off n sorted samples x[0..n-1]:
+ *   K25_PCTL_NEAREST_RANK  x[ceil(q n) - 1], always an observed value (k25's default);
+ *   K25_PCTL_LINEAR        x[h] + (h - floor h)(x[floor h + 1] - x[floor h]), h = (n - 1) q:
+ *                          numpy.percentile's default ("linear", Hyndman & Fan type 7),
+ *                          for comparing figures with numpy-based tools (vLLM, GenAI-Perf).
+ * Either way a percentile the sample cannot support (n (1 - q) < 1) is NaN.
+ */
+enum k25_pctl_method { K25_PCTL_NEAREST_RANK, K25_PCTL_LINEAR };
+/* "nearest-rank" or "linear" (what outputs print); 0 / K25_EINVAL naming --percentile-method. */
+const char *k25_pctl_method_name(enum k25_pctl_method m);
+int k25_pctl_method_parse(const char *s, enum k25_pctl_method *out, struct k25_error *err);
+/* Quantile q in (0, 1) of sorted[n] by method m (no support check); NaN for n == 0. */
+double k25_stats_quantile(const double *sorted, size_t n, double q, enum k25_pctl_method m);
+
+/*
+ * Which percentiles a run reports, and of which metrics: vLLM's
+ * --metric-percentiles "50,90,99" and --percentile-metrics "ttft,tpot,itl,e2el".
+ * k25_pctl_spec_init gives today's report: nearest rank; P50, P90, P95, P99;
+ * every latency metric (ttft_ms, tpot_ms, itl_ms, e2e_ms, queue_ms, sched_lag_ms).
+ */
+#define K25_PCTL_MAX 16
+#define K25_PCTL_MAX_METRICS 8
+struct k25_pctl_spec {
+    enum k25_pctl_method method;
+    int n_q;
+    double q[K25_PCTL_MAX];             /* in (0, 1), ascending, distinct */
+    int n_metrics;
+    int metric[K25_PCTL_MAX_METRICS];   /* K25_M_* (bench.h) */
+};
+void k25_pctl_spec_init(struct k25_pctl_spec *s);
+/* "50,90,99.9" (percent, each in (0, 100)) into s->q, sorted; K25_EINVAL naming --metric-percentiles. */
+int k25_pctl_spec_parse_list(struct k25_pctl_spec *s, const char *list, struct k25_error *err);
+/* "ttft,tpot,itl,e2el" (vLLM names) or k25 names (ttft_ms, e2e_ms, queue_ms, sched_lag_ms);
+ * K25_EINVAL naming --percentile-metrics and listing the names. */
+int k25_pctl_spec_parse_metrics(struct k25_pctl_spec *s, const char *list, struct k25_error *err);
+/* "p50", "p99.9": the key of quantile q in JSON and tables. */
+void k25_pctl_label(double q, char *buf, size_t n);
+
+/* k25_stats_describe (bench.h) with the percentiles read by method m (the intervals stay
+ * order statistics); k25_stats_describe is this with K25_PCTL_NEAREST_RANK. */
+struct k25_dist;
+void k25_stats_describe_method(double *v, size_t n, enum k25_pctl_method m, struct k25_dist *out);
+/* k25_bench_summarize (bench.h) with every percentile of the summary read by method m;
+ * k25_bench_summarize is this with K25_PCTL_NEAREST_RANK. */
+struct k25_bench_run;
+struct k25_bench_slo;
+struct k25_bench_summary;
+int k25_bench_summarize_method(const struct k25_bench_run *run, const struct k25_bench_slo *slo,
+                               enum k25_pctl_method m, struct k25_bench_summary *out, struct k25_error *err);
+
+/* The chosen percentiles of a run's metrics (the same samples as the summary's). */
+struct k25_pctl_table {
+    struct k25_pctl_spec spec;
+    struct {
+        int64_t n;                      /* samples */
+        double value[K25_PCTL_MAX];     /* NaN where unsupported */
+    } row[K25_PCTL_MAX_METRICS];        /* in spec.metric order */
+};
+/* Computes tab from a run's completed requests, all repetitions pooled.  0 or K25_ENOMEM. */
+int k25_bench_percentiles(const struct k25_bench_run *run, const struct k25_pctl_spec *spec,
+                          struct k25_pctl_table *tab, struct k25_error *err);
+/* {"method": "linear", "percentiles": [50, 99], "ttft_ms": {"n": 12, "p50": .., "p99": null}, ...}
+ * (new reference; NULL when out of memory). */
+json_t *k25_pctl_table_json(const struct k25_pctl_table *tab);
+/* "percentiles (linear interpolation, as numpy's default):" then one line per metric. */
+void k25_pctl_table_print(FILE *out, const struct k25_pctl_table *tab);
+
+/* ------------------------------------------------ per-request CSV (csv.c) */
+
+/*
+ * Writes one CSV row per recorded request of run (the rows of the trace's
+ * /requests table, `k25 bench --csv FILE`): a header row, then id, rep,
+ * seq, user, line, state, reason, input_tokens, output_tokens,
+ * max_new_tokens, prefill_chunks, arrival/submit/admit/first_token/finish
+ * times in ms from the run's origin (empty when the event did not happen),
+ * queue_ms, ttft_ms, tpot_ms, itl_mean_ms, itl_max_ms, e2e_ms, sched_lag_ms,
+ * output_tok_s (empty where undefined) and meets_slo (empty without an
+ * SLO; slo may be NULL).  RFC 4180: CRLF line ends, fields holding a comma,
+ * quote, CR or LF quoted with quotes doubled.  Written to PATH.tmp.PID and
+ * renamed when complete: on failure nothing is left under either name.
+ */
+int k25_bench_csv_write(const char *path, const struct k25_bench_run *run, const struct k25_bench_slo *slo,
+                        struct k25_error *err);
 
 /* ------------------------------------------- attention microbenchmark */
 /* (attnbench.c; `k25 attn-bench`, docs/attention.md) */
@@ -129,6 +217,8 @@ int k25_attn_bench_write_h5(const char *path, const struct k25_attn_bench_opts *
  * K25_EFORMAT naming the file and line.
  */
 int k25_yaml_load(const char *path, yaml_document_t *doc, struct k25_error *err);
+/* v as the shortest decimal that reads back as the same double ("0.85"); .nan / .inf (yamldoc.c). */
+void k25_fmt_double(double v, char *buf, size_t n);
 
 /* The value at a dot-separated key path ("ttft_ms.p99") in o, or NULL. */
 const json_t *k25_json_path(const json_t *o, const char *path);
@@ -170,6 +260,54 @@ void k25_afile_abort(struct k25_afile *a);
 /* Whole text (a newline is added when missing) or JSON (indented) atomically. */
 int k25_write_text_atomic(const char *path, const char *text, struct k25_error *err);
 int k25_write_json_atomic(const char *path, const json_t *j, struct k25_error *err);
+
+/* ------------------------------------------------ k25 checksum (checksum.c) */
+
+/*
+ * Checks a safetensors model directory (docs/models.md): SHA-256 of every
+ * shard, config.json and model.safetensors.index.json; every listed shard
+ * present and every indexed tensor in its shard's header; headers
+ * consistent with the files; every tensor the engine reads shaped (and
+ * typed, when config.json has torch_dtype) as config.json implies; with
+ * opts->manifest, every file's size and hash equal to the manifest's.
+ */
+struct k25_checksum_opts {
+    const char *manifest; /* a manifest from --write to verify against, or NULL */
+    /* Called after each read of a file being hashed (done of total bytes); may be NULL. */
+    void (*progress)(const char *file, int64_t done, int64_t total, void *user);
+    void *user;
+};
+
+/* What the check found.  json is owned by the report (k25_checksum_report_free):
+ * {model, ok, shards, tensors, tensors_checked_against_config, bytes,
+ *  files: [{name, role, bytes, sha256}], problems: [{kind, file, tensor, message}],
+ *  notes: [..], manifest: {path, files_matched} (with a manifest)}. */
+struct k25_checksum_report {
+    int n_shards;      /* shards listed (the index) or 1 */
+    int64_t n_tensors; /* entries in the shard headers that were read */
+    int n_checked;     /* tensors checked against config.json */
+    int n_verified;    /* files equal to the manifest's */
+    int n_problems;    /* 0: the model passed */
+    int64_t total_bytes;
+    json_t *json;
+};
+
+/*
+ * Runs the check.  Returns 0 when it ran (r->n_problems says whether the
+ * model passed; each problem names its file and tensor), or a negative
+ * code when it could not: dir is not a directory or holds neither
+ * model.safetensors nor an index (K25_ENOTFOUND), the manifest is missing
+ * or malformed (K25_ENOTFOUND / K25_EFORMAT), out of memory.  The caller
+ * frees r with k25_checksum_report_free in every case.
+ */
+int k25_checksum_model(const char *dir, const struct k25_checksum_opts *opts, struct k25_checksum_report *r,
+                       struct k25_error *err);
+void k25_checksum_report_free(struct k25_checksum_report *r);
+/* Writes the manifest of r's files ({format, version, created, model, files: [{name, bytes, sha256}]}),
+ * atomically. */
+int k25_checksum_manifest_write(const struct k25_checksum_report *r, const char *path, struct k25_error *err);
+
+int k25_cmd_checksum(int argc, char **argv); /* cli_checksum.c: 0 ok, 1 mismatch, 2 bad input */
 
 /*
  * TEST-ONLY degradation knobs (testknob.c): installs K25_TEST_SLOWDOWN /

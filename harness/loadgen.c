@@ -97,13 +97,44 @@ size_t *k25_loadgen_order(size_t n, uint64_t seed)
 int k25_loadgen_schedule(double rate_rps, double burstiness, uint64_t seed, int64_t max_n, int64_t duration_ns,
                          int64_t **out, size_t *n_out, struct k25_error *err)
 {
+    return k25_loadgen_schedule_surge(rate_rps, burstiness, 0, 0, 0, seed, max_n, duration_ns, out, n_out, err);
+}
+
+/*
+ * Advances now_s by one interval of unit intensity mass x (a gamma draw
+ * with mean 1) under a piecewise-constant rate: rate_rps outside the surge
+ * window [s0, s1), rate_rps x factor inside.  The mass is spent at the rate
+ * of each piece in turn, so an interval that straddles a boundary is
+ * exactly what a time-varying Poisson (or gamma-renewal) process gives.
+ */
+static double advance(double now_s, double x, double rate_rps, double factor, double s0, double s1)
+{
+    for (;;) {
+        bool in = factor > 0 && now_s >= s0 && now_s < s1;
+        double r = in ? rate_rps * factor : rate_rps;
+        double edge = factor > 0 ? (now_s < s0 ? s0 : (in ? s1 : INFINITY)) : INFINITY;
+        double t = now_s + x / r;
+        if (t <= edge)
+            return t;
+        x -= (edge - now_s) * r;
+        now_s = edge;
+    }
+}
+
+int k25_loadgen_schedule_surge(double rate_rps, double burstiness, double factor, int64_t start_ns, int64_t len_ns,
+                               uint64_t seed, int64_t max_n, int64_t duration_ns, int64_t **out, size_t *n_out,
+                               struct k25_error *err)
+{
     *out = NULL;
     *n_out = 0;
     if (!(rate_rps > 0) || !(burstiness > 0) || (max_n <= 0 && duration_ns <= 0))
         return k25_error_set(err, K25_EINVAL, NULL, 0, "--rate", "the schedule needs a rate > 0, burstiness > 0 "
                              "and a request count or duration");
+    if (factor != 0 && (!(factor > 0) || isinf(factor) || start_ns < 0 || len_ns <= 0))
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "--surge", "needs a factor > 0, a start >= 0 and a "
+                             "duration > 0");
     uint64_t s = seed ^ 0x7363686564756c65ULL; /* "schedule" */
-    double scale_s = 1.0 / (rate_rps * burstiness); /* mean interval = k * scale = 1 / rate */
+    double s0 = (double)start_ns / 1e9, s1 = (double)(start_ns + len_ns) / 1e9;
     size_t cap = max_n > 0 ? (size_t)max_n : 1024, n = 0;
     int64_t *t = malloc(sizeof(int64_t) * cap);
     if (!t)
@@ -112,7 +143,8 @@ int k25_loadgen_schedule(double rate_rps, double burstiness, uint64_t seed, int6
     for (;;) {
         if (max_n > 0 && n == (size_t)max_n)
             break;
-        now_s += gamma_draw(&s, burstiness) * scale_s;
+        /* gamma(k) / k has mean 1: one unit of intensity mass (the same draws as before surges existed) */
+        now_s = advance(now_s, gamma_draw(&s, burstiness) / burstiness, rate_rps, factor, s0, s1);
         int64_t ns = (int64_t)llround(now_s * 1e9);
         if (max_n <= 0 && ns >= duration_ns)
             break;
@@ -128,6 +160,50 @@ int k25_loadgen_schedule(double rate_rps, double burstiness, uint64_t seed, int6
     }
     *out = t;
     *n_out = n;
+    return K25_OK;
+}
+
+/* One non-negative finite number of a --surge spec; empty allowed when dflt >= 0. */
+static bool surge_num(const char *p, size_t n, double dflt, double *out)
+{
+    char buf[64];
+    if (n == 0 && dflt >= 0) {
+        *out = dflt;
+        return true;
+    }
+    if (n == 0 || n >= sizeof(buf))
+        return false;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    char *end;
+    errno = 0;
+    double x = strtod(buf, &end);
+    if (*end || errno || !(x >= 0) || isinf(x))
+        return false;
+    *out = x;
+    return true;
+}
+
+int k25_bench_surge_parse(const char *spec, struct k25_bench_opts *o, struct k25_error *err)
+{
+    const char *c1 = strchr(spec, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    double f, st, du;
+    if (!c1 || !c2 || strchr(c2 + 1, ':'))
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--surge",
+                             "expected FACTOR:START_S:DURATION_S (e.g. 5:10:20), got \"%s\"", spec);
+    if (!surge_num(spec, (size_t)(c1 - spec), 5.0, &f) || !(f > 1))
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--surge",
+                             "FACTOR must be a number > 1 (5 = +400%%; empty = 5), got \"%.*s\"", (int)(c1 - spec),
+                             spec);
+    if (!surge_num(c1 + 1, (size_t)(c2 - c1 - 1), -1, &st))
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--surge",
+                             "START_S must be a number of seconds >= 0, got \"%.*s\"", (int)(c2 - c1 - 1), c1 + 1);
+    if (!surge_num(c2 + 1, strlen(c2 + 1), -1, &du) || !(du > 0))
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--surge",
+                             "DURATION_S must be a number of seconds > 0, got \"%s\"", c2 + 1);
+    o->surge_factor = f;
+    o->surge_start_s = st;
+    o->surge_duration_s = du;
     return K25_OK;
 }
 
@@ -221,6 +297,8 @@ static int add_busy(struct k25_bench_run *run, int64_t s0, int64_t s1, double bu
         run->win[w].len_ns = K25_BENCH_WINDOW_NS;
         run->win[w].rep = rep;
         run->win[w].n_waiting = -1; /* not sampled yet */
+        run->win[w].n_waiting_memory = run->win[w].n_waiting_spill = run->win[w].breaker_open = -1;
+        run->win[w].breaker_busy_fraction = NAN;
     }
     if (w1 + 1 > run->n_win)
         run->n_win = w1 + 1;
@@ -250,6 +328,10 @@ static int sample_state(struct loop *L, int64_t now_rel, int n_held, int rep)
         if (run->win[k].n_waiting >= 0)
             break;
         run->win[k].n_waiting = st.n_waiting + n_held;
+        run->win[k].n_waiting_memory = st.n_waiting_memory;
+        run->win[k].n_waiting_spill = st.n_waiting_spill;
+        run->win[k].breaker_open = st.breaker_open;
+        run->win[k].breaker_busy_fraction = k25_engine_config(L->e)->breaker_enabled ? st.busy_fraction : NAN;
         run->win[k].n_running = st.n_running;
         run->win[k].kv_blocks = st.kv_blocks_in_use;
         run->win[k].mem_bytes = ms.total_cur_bytes;
@@ -273,6 +355,11 @@ static int collect(struct loop *L, int h, int64_t *free_at, int *users_free)
         q->admit_ns = r->admit_t_ns ? (int64_t)(r->admit_t_ns - t0) : -1;
         q->first_ns = r->n_output > 0 ? (int64_t)(r->token_t_ns[0] - t0) : -1;
         q->finish_ns = (int64_t)(r->finish_t_ns - t0);
+        q->priority = r->priority;
+        q->spilled = r->spilled;
+        q->replayed = r->replayed;
+        q->degraded = r->degraded;
+        q->ttft_sla_ms = r->ttft_sla_ms;
         if (r->n_output > 0) {
             q->token_ns = malloc(sizeof(int64_t) * (size_t)r->n_output);
             q->token_ids = malloc(sizeof(int32_t) * (size_t)r->n_output);
@@ -357,8 +444,13 @@ int k25_loadgen_run(k25_engine_t *e, const struct k25_bench_opts *o, const struc
     int64_t rep_start = (int64_t)(start - run->t0_ns);
     int64_t duration_ns = o->duration_s > 0 ? (int64_t)llround(o->duration_s * 1e9) : 0;
     size_t first_rec = run->n_reqs;
-    if (open && (rc = k25_loadgen_schedule(o->rate_rps, o->burstiness, k25_engine_config(e)->seed, n_requests,
-                                           duration_ns, &sched, &n_sched, err)) != K25_OK)
+    if (o->surge_factor > 0 && o->mode != K25_BENCH_OPEN)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--surge", "needs an open loop (--rate)");
+    if (open && (rc = k25_loadgen_schedule_surge(o->rate_rps, o->burstiness, o->surge_factor,
+                                                 (int64_t)llround(o->surge_start_s * 1e9),
+                                                 (int64_t)llround(o->surge_duration_s * 1e9),
+                                                 k25_engine_config(e)->seed, n_requests, duration_ns, &sched,
+                                                 &n_sched, err)) != K25_OK)
         return rc;
     if (!open && !(free_at = malloc(sizeof(int64_t) * (size_t)users))) {
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
@@ -430,16 +522,41 @@ int k25_loadgen_run(k25_engine_t *e, const struct k25_bench_opts *o, const struc
                 q->state = K25_REQ_WAITING;
                 q->arrival_ns = intended - (int64_t)run->t0_ns;
                 q->admit_ns = q->first_ns = -1;
+                q->priority = bi->priority;
             }
             struct k25_request req = {.id = bi->id, .input_ids = bi->ids, .n_input = bi->n_ids,
-                                      .max_new_tokens = bi->max_new};
+                                      .max_new_tokens = bi->max_new, .priority = bi->priority};
             int h;
+            struct k25_error serr = {0};
             uint64_t s0 = k25_now_ns();
-            rc = k25_engine_submit(e, &req, &h, err);
+            rc = k25_engine_submit(e, &req, &h, &serr);
             uint64_t s1 = k25_now_ns();
             ov.submit_ns += (int64_t)(s1 - s0);
-            if (rc != K25_OK)
+            if (rc == K25_EIO) {
+                /* the spill record could not be made durable: nothing was accepted,
+                 * so the request is rejected with the engine's reason (not lost) */
+                if (record) {
+                    struct k25_bench_req *q = &run->reqs[rec];
+                    q->state = K25_REQ_REJECTED;
+                    snprintf(q->reason, sizeof(q->reason), "%.127s", serr.msg[0] ? serr.msg : "spill write failed");
+                    q->submit_ns = q->finish_ns = (int64_t)(s0 - run->t0_ns);
+                }
+                rc = K25_OK;
+                issued++;
+                done++;
+                if (user >= 0) {
+                    free_at[user] = (int64_t)s1;
+                    users_free++;
+                }
+                can_issue = open ? (size_t)issued < n_sched
+                                 : (total > 0 ? issued < total : (int64_t)(k25_now_ns() - start) < duration_ns);
+                continue;
+            }
+            if (rc != K25_OK) {
+                if (err)
+                    *err = serr;
                 goto out;
+            }
             if (record)
                 run->reqs[rec].submit_ns = (int64_t)(k25_engine_result(e, h)->submit_t_ns - run->t0_ns);
             if (h >= L.cap_fl) {

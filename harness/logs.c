@@ -2,9 +2,13 @@
  * logs.c - `k25 logs`: reading the engine's structured log
  * ("[TAG] key=value key=value ...", docs/engine.md) - selecting lines by
  * tag and by a filter expression, counting them, and describing a numeric
- * field (values such as "142.1ms" compare and average as 142.1).
+ * field (values such as "142.1ms" compare and average as 142.1), or
+ * counting the matching lines by the value of a field (--count --by
+ * event: the elastic queue's [QUEUE] event=spill|replay|breaker_open|
+ * breaker_close|timeout lines).
  */
 #include "harness.h"
+#include "cliopt.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,6 +17,32 @@
 
 #define MAX_FIELDS 32
 #define MAX_TERMS 16
+#define MAX_GROUPS 64 /* distinct values --by counts; the rest go to "(other)" */
+
+/* One value of the --by field and its count. */
+struct group {
+    char val[128];
+    long n;
+};
+
+/* Counts v (NULL: the line lacks the field) in g[*n]. */
+static void group_add(struct group *g, int *n, const char *v)
+{
+    const char *key = v ? v : "(none)";
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(g[i].val, key)) {
+            g[i].n++;
+            return;
+        }
+    if (*n == MAX_GROUPS - 1)
+        key = "(other)";
+    if (*n < MAX_GROUPS) {
+        snprintf(g[*n].val, sizeof(g[*n].val), "%s", key);
+        g[(*n)++].n = 1;
+    } else {
+        g[MAX_GROUPS - 1].n++;
+    }
+}
 
 struct log_line {
     char tag[32];
@@ -165,62 +195,62 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void logs_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: k25 logs FILE [--tag TAG] [--filter 'key op value && ...'] [--count]\n"
-            "                     [--stats FIELD] [--json]\n\n"
-            "Reads the engine's structured log (--log-level info|debug --log-file FILE; lines\n"
-            "\"[TAG] key=value ...\", docs/engine.md) and prints the matching lines, their count,\n"
-            "or statistics of a numeric field.  Alias: k25-log-analyzer.\n\n"
-            "  --tag TAG        only [TAG] lines (PREFILL, DECODE, KV_CACHE, QUEUE)\n"
-            "  --filter EXPR    terms `key op value` joined by &&; op: == != < <= > >=; numbers\n"
-            "                   compare as numbers (units such as ms are ignored), e.g.\n"
-            "                   'degraded==True', 'avg_time_per_chunk > 100 && seq_len >= 32768'\n"
-            "  --count          print only the number of matching lines\n"
-            "  --stats FIELD    n, mean, P50, P90, P99 (nearest rank) and max of FIELD over the\n"
-            "                   matching lines that have it\n"
-            "  --json           the count or the statistics as JSON\n\n"
-            "Lines that are not of the form above are skipped and counted on stderr.\n");
-}
-
 int k25_cmd_logs(int argc, char **argv)
 {
-    const char *path = NULL, *tag = NULL, *filter = NULL, *stats = NULL;
+    const char *path = NULL, *tag = NULL, *filter = NULL, *stats = NULL, *by = NULL;
+    struct group groups[MAX_GROUPS];
+    int n_groups = 0;
     bool count = false, json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            logs_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--count")) {
-            count = true;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--tag") || !strcmp(a, "--filter") || !strcmp(a, "--stats")) {
-            if (!v) {
-                fprintf(stderr, "k25 logs: %s: missing value\n", a);
-                return 2;
-            }
-            *(!strcmp(a, "--tag") ? &tag : !strcmp(a, "--filter") ? &filter : &stats) = v;
-            i++;
-        } else if (a[0] == '-') {
-            fprintf(stderr, "k25 logs: '%s': unknown option (k25 logs --help)\n", a);
-            return 2;
-        } else if (!path) {
-            path = a;
-        } else {
-            fprintf(stderr, "k25 logs: one log file at a time\n");
-            return 2;
-        }
-    }
-    if (!path) {
-        logs_usage(stderr);
+    struct k25_error err;
+    const struct k25_opt opts[] = {
+        {.names = {"--tag"}, .type = K25_OPT_STRING, .dest = &tag, .metavar = "TAG",
+         .help = "only [TAG] lines (PREFILL, DECODE, KV_CACHE, QUEUE)"},
+        {.names = {"--filter"}, .type = K25_OPT_STRING, .dest = &filter, .metavar = "EXPR",
+         .help = "terms `key op value` joined by &&; op: == != < <= > >=; numbers\n"
+                 "compare as numbers (units such as ms are ignored), e.g.\n"
+                 "'degraded==True', 'avg_time_per_chunk > 100 && seq_len >= 32768'"},
+        {.names = {"--count"}, .type = K25_OPT_FLAG, .dest = &count, .help = "print only the number of matching lines"},
+        {.names = {"--by"}, .type = K25_OPT_STRING, .dest = &by, .metavar = "FIELD",
+         .help = "with --count: one count per value of FIELD, e.g. --tag QUEUE --by event\n"
+                 "(spill, replay, breaker_open, breaker_close, timeout; (none): lines\nwithout it)"},
+        {.names = {"--stats"}, .type = K25_OPT_STRING, .dest = &stats, .metavar = "FIELD",
+         .help = "n, mean, P50, P90, P99 (nearest rank) and max of FIELD over the\n"
+                 "matching lines that have it"},
+        {.names = {"--json"}, .type = K25_OPT_FLAG, .dest = &json, .help = "the count or the statistics as JSON"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "logs",
+        .usage = "logs FILE [--tag TAG] [--filter 'key op value && ...'] [--count]\n"
+                 "                     [--stats FIELD] [--json]",
+        .about = "Reads the engine's structured log (--log-level info|debug --log-file FILE; lines\n"
+                 "\"[TAG] key=value ...\", docs/engine.md) and prints the matching lines, their count,\n"
+                 "or statistics of a numeric field.  FILE - reads stdin.  Alias: k25-log-analyzer.\n",
+        .opts = opts,
+        .epilog = "Lines that are not of the form above are skipped and counted on stderr.\n",
+    };
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (prc != K25_OK) {
+        fprintf(stderr, "k25 logs: %s\n", err.msg);
         return 2;
     }
+    if (argc > 2) {
+        fprintf(stderr, "k25 logs: one log file at a time\n");
+        return 2;
+    }
+    if (argc < 2) {
+        k25_cliopt_print_help(&cmd, stderr);
+        return 2;
+    }
+    if (by && !count) {
+        fprintf(stderr, "k25 logs: --by counts lines: use it with --count\n");
+        return 2;
+    }
+    path = argv[1];
     struct term terms[MAX_TERMS];
     int n_terms = 0;
-    struct k25_error err;
     if (filter && parse_filter(filter, terms, &n_terms, &err) != K25_OK) {
         fprintf(stderr, "k25 logs: %s\n", err.msg);
         return 2;
@@ -255,6 +285,8 @@ int k25_cmd_logs(int argc, char **argv)
         if (!ok)
             continue;
         matched++;
+        if (by)
+            group_add(groups, &n_groups, field(&l, by));
         if (stats) {
             const char *v = field(&l, stats);
             double x;
@@ -314,6 +346,22 @@ int k25_cmd_logs(int argc, char **argv)
             if (nv)
                 printf(" max=%.4g", vals[nv - 1]);
             printf("\n");
+        }
+    } else if (count && by) {
+        if (json) {
+            printf("{\"count\": %ld, \"by\": \"%s\", \"counts\": {", matched, by);
+            for (int i = 0; i < n_groups; i++) {
+                json_t *k = json_string(groups[i].val);
+                char *ks = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
+                printf("%s%s: %ld", i ? ", " : "", ks ? ks : "\"?\"", groups[i].n);
+                free(ks);
+                json_decref(k);
+            }
+            printf("}}\n");
+        } else {
+            for (int i = 0; i < n_groups; i++)
+                printf("%s=%s %ld\n", by, groups[i].val, groups[i].n);
+            printf("total %ld\n", matched);
         }
     } else if (count) {
         json ? printf("{\"count\": %ld}\n", matched) : printf("%ld\n", matched);

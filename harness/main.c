@@ -18,13 +18,15 @@ static const struct subcmd cmds[] = {
     {"gold", k25_cmd_gold, "validate, inspect and generate JSONL gold sets"},
     {"sweep", k25_cmd_sweep, "grid-search engine settings over a gold set (sweeps/*.yaml)"},
     {"config", k25_cmd_config, "list config keys and print the effective config"},
-    {"bench", k25_cmd_bench, "benchmark the engine on a gold set under load (HDF5 trace, JSON summary)"},
+    {"bench", k25_cmd_bench, "benchmark the engine (or an OpenAI-compatible --endpoint) on a gold set under load"},
+    {"serve", k25_cmd_serve, "serve the engine over an OpenAI-compatible HTTP API (docs/serve.md)"},
     {"inspect", k25_cmd_inspect, "print or export (Chrome trace) a run stored by k25 bench"},
     {"mem", k25_cmd_mem, "memory calculator: bytes per category for a model, context and batch"},
     {"attn-bench", k25_cmd_attn_bench, "attention microbenchmark against the machine's FMA peak and bandwidth"},
     {"report", k25_cmd_report, "plots and a sign-off report (Markdown + HTML) from a run, sweep or attn-bench"},
     {"logs", k25_cmd_logs, "filter, count and describe the engine's structured log lines"},
     {"gate", k25_cmd_gate, "regression gate: compare results with a baseline under a policy (exit 1 on regression)"},
+    {"checksum", k25_cmd_checksum, "SHA-256 and completeness of a safetensors model against its index, config, manifest"},
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
 
@@ -35,6 +37,7 @@ static const struct {
     {"k25-mem-calculator", "mem"},
     {"k25-benchmark", "bench"},
     {"k25-log-analyzer", "logs"},
+    {"k25-checksum", "checksum"},
 };
 
 static void usage(FILE *out)

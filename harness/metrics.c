@@ -10,6 +10,7 @@
  * across-repetition confidence intervals.
  */
 #include "bench.h"
+#include "harness.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -127,6 +128,12 @@ out:
     return rc;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* Per-metric sample vectors of the requests of repetition rep (-1: all). */
 static int collect_samples(const struct k25_bench_run *run, int rep, double *v[K25_M_NMETRICS],
                            size_t n[K25_M_NMETRICS])
@@ -160,6 +167,12 @@ static int collect_samples(const struct k25_bench_run *run, int rep, double *v[K
 int k25_bench_summarize(const struct k25_bench_run *run, const struct k25_bench_slo *slo,
                         struct k25_bench_summary *s, struct k25_error *err)
 {
+    return k25_bench_summarize_method(run, slo, K25_PCTL_NEAREST_RANK, s, err);
+}
+
+int k25_bench_summarize_method(const struct k25_bench_run *run, const struct k25_bench_slo *slo,
+                               enum k25_pctl_method method, struct k25_bench_summary *s, struct k25_error *err)
+{
     memset(s, 0, sizeof(*s));
     int rc = K25_OK;
     double *v[K25_M_NMETRICS] = {0};
@@ -177,8 +190,18 @@ int k25_bench_summarize(const struct k25_bench_run *run, const struct k25_bench_
                 s->n_slo_ok++;
         } else if (r->state == K25_REQ_REJECTED) {
             s->n_rejected++;
+            s->n_lost += r->reason[0] == '\0'; /* a rejection must say why */
+        } else if (r->state == K25_REQ_TIMED_OUT) {
+            s->n_timed_out++; /* final, not completed: its reason says how long it waited */
+        } else {
+            s->n_lost++; /* no final state */
         }
+        s->n_degraded += r->degraded;
+        s->n_spilled += r->spilled;
+        s->n_replayed += r->replayed;
     }
+    int64_t accepted = s->n_total - s->n_rejected;
+    s->degraded_requests_ratio = accepted > 0 ? (double)s->n_degraded / (double)accepted : NAN;
     s->n_reps = run->n_reps;
     for (int k = 0; k < run->n_reps; k++)
         s->duration_s += (double)(run->rep_end_ns[k] - run->rep_start_ns[k]) / 1e9;
@@ -190,7 +213,7 @@ int k25_bench_summarize(const struct k25_bench_run *run, const struct k25_bench_
     if (collect_samples(run, -1, v, n) != 0)
         goto out_nomem;
     for (int m = 0; m < K25_M_NMETRICS; m++)
-        k25_stats_describe(v[m], n[m], &s->d[m]);
+        k25_stats_describe_method(v[m], n[m], method, &s->d[m]);
 
     /* busy fraction of each 100 ms window (a final window under 50 ms is too short to count) */
     if (!(busy = malloc(sizeof(double) * (run->n_win + 1))))
@@ -203,7 +226,7 @@ int k25_bench_summarize(const struct k25_bench_run *run, const struct k25_bench_
         double f = x->busy_ns / (double)x->len_ns;
         busy[nb++] = f < 0 ? 0 : (f > 1 ? 1 : f);
     }
-    k25_stats_describe(busy, nb, &s->busy);
+    k25_stats_describe_method(busy, nb, method, &s->busy);
 
     /* headline figures per repetition */
     for (int k = 0; k < run->n_reps && k < K25_BENCH_MAX_REPEAT; k++) {
@@ -215,9 +238,9 @@ int k25_bench_summarize(const struct k25_bench_run *run, const struct k25_bench_
             goto out_nomem;
         }
         struct k25_dist ttft, tpot, e2e;
-        k25_stats_describe(rv[K25_M_TTFT], rn[K25_M_TTFT], &ttft);
-        k25_stats_describe(rv[K25_M_TPOT], rn[K25_M_TPOT], &tpot);
-        k25_stats_describe(rv[K25_M_E2E], rn[K25_M_E2E], &e2e);
+        k25_stats_describe_method(rv[K25_M_TTFT], rn[K25_M_TTFT], method, &ttft);
+        k25_stats_describe_method(rv[K25_M_TPOT], rn[K25_M_TPOT], method, &tpot);
+        k25_stats_describe_method(rv[K25_M_E2E], rn[K25_M_E2E], method, &e2e);
         for (int m = 0; m < K25_M_NMETRICS; m++)
             free(rv[m]);
         int64_t done = 0, out_tok = 0, ok = 0;
@@ -265,4 +288,92 @@ out:
         free(v[m]);
     free(busy);
     return rc;
+}
+
+/* ------------------------------------------------- chosen percentiles */
+
+int k25_bench_percentiles(const struct k25_bench_run *run, const struct k25_pctl_spec *spec,
+                          struct k25_pctl_table *tab, struct k25_error *err)
+{
+    double *v[K25_M_NMETRICS] = {0};
+    size_t n[K25_M_NMETRICS];
+    int rc = K25_OK;
+    memset(tab, 0, sizeof(*tab));
+    tab->spec = *spec;
+    if (collect_samples(run, -1, v, n) != 0) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out_free;
+    }
+    for (int i = 0; i < spec->n_metrics; i++) {
+        int m = spec->metric[i];
+        K25_ASSERT(m >= 0 && m < K25_M_NMETRICS);
+        qsort(v[m], n[m], sizeof(double), cmp_double);
+        tab->row[i].n = (int64_t)n[m];
+        for (int k = 0; k < spec->n_q; k++)
+            tab->row[i].value[k] = k25_stats_supported(n[m], spec->q[k])
+                                       ? k25_stats_quantile(v[m], n[m], spec->q[k], spec->method)
+                                       : NAN;
+    }
+out_free:
+    for (int m = 0; m < K25_M_NMETRICS; m++)
+        free(v[m]);
+    return rc;
+}
+
+json_t *k25_pctl_table_json(const struct k25_pctl_table *tab)
+{
+    const struct k25_pctl_spec *sp = &tab->spec;
+    json_t *o = json_object(), *qs = json_array();
+    if (!o || !qs)
+        goto out_nomem;
+    json_object_set_new(o, "method", json_string(k25_pctl_method_name(sp->method)));
+    for (int k = 0; k < sp->n_q; k++)
+        json_array_append_new(qs, json_real(sp->q[k] * 100.0));
+    json_object_set_new(o, "percentiles", qs);
+    qs = NULL;
+    for (int i = 0; i < sp->n_metrics; i++) {
+        json_t *r = json_object();
+        if (!r)
+            goto out_nomem;
+        json_object_set_new(r, "n", json_integer(tab->row[i].n));
+        for (int k = 0; k < sp->n_q; k++) {
+            char key[32];
+            k25_pctl_label(sp->q[k], key, sizeof(key));
+            double x = tab->row[i].value[k];
+            json_object_set_new(r, key, isnan(x) ? json_null() : json_real(x));
+        }
+        json_object_set_new(o, k25_metric_names[sp->metric[i]], r);
+    }
+    return o;
+out_nomem:
+    json_decref(qs);
+    json_decref(o);
+    return NULL;
+}
+
+void k25_pctl_table_print(FILE *out, const struct k25_pctl_table *tab)
+{
+    const struct k25_pctl_spec *sp = &tab->spec;
+    fprintf(out, "percentiles (%s):\n",
+            sp->method == K25_PCTL_LINEAR ? "linear interpolation, as numpy's default"
+                                          : "nearest rank, an observed value");
+    fprintf(out, "  %-13s %7s", "metric", "n");
+    for (int k = 0; k < sp->n_q; k++) {
+        char key[32];
+        k25_pctl_label(sp->q[k], key, sizeof(key));
+        key[0] = 'P';
+        fprintf(out, " %9s", key);
+    }
+    fputc('\n', out);
+    for (int i = 0; i < sp->n_metrics; i++) {
+        fprintf(out, "  %-13s %7lld", k25_metric_names[sp->metric[i]], (long long)tab->row[i].n);
+        for (int k = 0; k < sp->n_q; k++) {
+            double x = tab->row[i].value[k];
+            if (isnan(x))
+                fprintf(out, " %9s", "n/a*");
+            else
+                fprintf(out, " %9.2f", x);
+        }
+        fputc('\n', out);
+    }
 }

@@ -246,6 +246,8 @@ int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outco
     d->sla = sla;
     d->plots = pl->plots;
     d->n_plots = pl->n;
+    d->skipped = (const char(*)[256])pl->skipped;
+    d->n_skipped = pl->n_skipped;
     d->outcome = &oc;
     k25_utc_now(d->generated_utc);
     if (o->title && *o->title)
@@ -265,9 +267,23 @@ int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outco
     for (int c = 0; c < d->n_cols; c++) {
         for (int i = 0; i < sla->n_lines; i++)
             k25_sla_eval(&sla->lines[i], d->col_runs[c], d->col_nruns[c], &d->sla_res[i][c]);
-        for (int h = 0; h < sla->n_health; h++)
-            k25_health_eval(&sla->health[h], k25_health_value(&sla->health[h], d->col_runs[c], d->col_nruns[c]),
-                            &d->health_res[h][c]);
+        for (int h = 0; h < sla->n_health; h++) {
+            struct k25_health_result *hr = &d->health_res[h][c];
+            char why[64];
+            if (!k25_health_applies(&sla->health[h], d->col_runs[c], d->col_nruns[c], why, sizeof(why))) {
+                memset(hr, 0, sizeof(*hr));
+                hr->level = K25_HEALTH_NA;
+                hr->value = k25_health_value(&sla->health[h], d->col_runs[c], d->col_nruns[c]);
+                char v[64];
+                k25_report_fmt(hr->value, v, sizeof(v));
+                k25_report_sfmt(hr->note, sizeof(hr->note),
+                         "(%s): measured %s, but a closed loop keeps the engine saturated (busy near 1 by "
+                         "construction); the check applies to open-loop runs at a target rate",
+                         why, v);
+                continue;
+            }
+            k25_health_eval(&sla->health[h], k25_health_value(&sla->health[h], d->col_runs[c], d->col_nruns[c]), hr);
+        }
     }
     if (d->n_cols) { /* the verdict is the last column's: the only run, or the candidate */
         int c = d->n_cols - 1;

@@ -12,7 +12,7 @@
  *                    external gnuplot program (fork/exec, script on stdin)
  *   report_sla.c     sla.yaml: parsing (errors name file and line) and
  *                    evaluating each line against measured requests
- *   report_health.c  the DESIGN.md §6 health checks, overridable
+ *   report_health.c  the health checks (docs/reports.md), overridable
  *   report_md.c      report.md
  *   report_html.c    report.html, self-contained (images base64-embedded)
  *   report.c         k25_report_generate: the whole report, start to end
@@ -73,6 +73,8 @@ struct k25_report_point {
     char label[512];
     char value[K25_REPORT_MAX_AXES][128]; /* effective value per axis, as text */
     const json_t *metrics, *ci;           /* borrowed from the sweep's summary */
+    const json_t *obj_by_rep;             /* objective per repetition (borrowed; may be NULL) */
+    const json_t *vs_ref;                 /* paired ratio to the reference (borrowed; may be NULL) */
     bool feasible, pareto, reference;
     int reps;
     char violations[512];
@@ -88,6 +90,9 @@ struct k25_report_sweep {
     struct k25_report_point *pts;        /* [n_pts], owned */
     int n_pts;
     int best, reference;                 /* indices into pts, -1 when none */
+    bool significant;                    /* summary.json names a best point (it beat the reference) */
+    double confidence;                   /* the analysis's family-wise level (0.95) */
+    int comparisons;                     /* points it compared with the reference (Bonferroni) */
     bool has_fidelity;                   /* some point measured fidelity_kl_mean */
     struct k25_report_run *best_runs;    /* the best point's repetitions (owned), may be 0 */
     int n_best_runs;
@@ -154,7 +159,7 @@ struct k25_sla_line {
     struct k25_sla_cond cond[K25_SLA_MAX_COND];
 };
 
-/* Health checks (DESIGN.md §6): levels around a metric; NaN = no bound. */
+/* Health checks (docs/reports.md, "Health checks"): levels around a metric; NaN = no bound. */
 struct k25_health_check {
     char metric[64];
     bool enabled;
@@ -216,7 +221,8 @@ void k25_sla_eval_samples(const struct k25_sla_line *l, double *v, size_t n, str
 /* A scalar figure of a run's summary by SLA/sweep metric name (NaN: not measured). */
 double k25_report_scalar(const json_t *summary, const char *metric);
 
-enum k25_health_level { K25_HEALTH_OK, K25_HEALTH_WARN, K25_HEALTH_FAIL, K25_HEALTH_NOT_MEASURED };
+/* NA: the check does not apply to the run's mode (busy fraction of a closed loop). */
+enum k25_health_level { K25_HEALTH_OK, K25_HEALTH_WARN, K25_HEALTH_FAIL, K25_HEALTH_NOT_MEASURED, K25_HEALTH_NA };
 const char *k25_health_level_name(enum k25_health_level l);
 
 struct k25_health_result {
@@ -225,10 +231,18 @@ struct k25_health_result {
     char note[256];
 };
 
-/* The default checks of DESIGN.md §6 (fills h[], returns how many). */
+/* The default checks (docs/reports.md; fills h[], returns how many). */
 int k25_health_defaults(struct k25_health_check *h, int max);
 /* Evaluates one check on a measured value (NaN: not measured). */
 void k25_health_eval(const struct k25_health_check *c, double value, struct k25_health_result *out);
+/*
+ * Whether check c applies to runs[0..n_runs): the busy-fraction checks do
+ * not apply to closed-loop runs (a closed loop keeps the engine saturated,
+ * busy near 1 by construction).  When not, why[] says so in a few words
+ * ("closed loop").
+ */
+bool k25_health_applies(const struct k25_health_check *c, const struct k25_report_run *runs, int n_runs, char *why,
+                        size_t n);
 /* The value a health check reads from a run (NaN when the run did not measure it). */
 double k25_health_value(const struct k25_health_check *c, const struct k25_report_run *runs, int n_runs);
 /* "busy P95 between 0.75 and 0.85" */
@@ -287,10 +301,13 @@ int k25_plot_render_all(const char *gnuplot, const char *tmpl_dir, const char *p
 /* --------------------------------------------------------- data files */
 
 /* Writes data files under plot_dir/data and appends the plot jobs they feed. */
+#define K25_REPORT_MAX_SKIPPED 16
 struct k25_plot_list {
     struct k25_plot_job jobs[K25_REPORT_MAX_PLOTS];
     struct k25_report_plot plots[K25_REPORT_MAX_PLOTS];
     int n;
+    char skipped[K25_REPORT_MAX_SKIPPED][256]; /* plots a reader would expect, and why they are not drawn */
+    int n_skipped;
 };
 
 int k25_report_data_run(const struct k25_report_run *r, const char *plot_dir, const char *prefix,
@@ -343,6 +360,8 @@ struct k25_report_doc {
     struct k25_health_result health_res[K25_HEALTH_MAX][K25_REPORT_MAX_COLS];
     const struct k25_report_plot *plots;
     int n_plots;
+    const char (*skipped)[256];  /* why an expected plot is missing ([n_skipped]) */
+    int n_skipped;
     struct k25_report_outcome *outcome;
 };
 

@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -255,6 +256,222 @@ static void set_dist_vars(struct k25_plot_job *j, const char *pfx, const struct 
     k25_plot_set(j, key, "%s", q);
 }
 
+/* Input-length bucket of n tokens: the smallest power of two >= n (at least 128), as its log2. */
+static int len_bucket(int n)
+{
+    int b = 7;
+    while (b < 30 && (1 << b) < n)
+        b++;
+    return b;
+}
+
+/* "<= 2048" / "<= 32k" for a bucket's label. */
+static void bucket_label(int b, char *buf, size_t n)
+{
+    if (b >= 10)
+        snprintf(buf, n, "<= %dk", 1 << (b - 10));
+    else
+        snprintf(buf, n, "<= %d", 1 << b);
+}
+
+static double median_of(double *v, size_t n)
+{
+    if (!n)
+        return NAN;
+    qsort(v, n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/*
+ * Throughput against context length (the "throughput decay" curve): per
+ * completed request, prefill tokens/s (input tokens over admission to
+ * first token) and decode tokens/s (tokens after the first over first
+ * token to finish), and the median of each per input-length bucket.
+ * Block 0: requests (input, prefill tok/s, decode tok/s); block 1: bucket
+ * medians (bucket's median input, prefill, decode, requests).
+ */
+static int data_tput_len(const struct k25_bench_run *r, const char *plot_dir, const char *prefix,
+                         const char *heading, struct k25_plot_list *pl, struct k25_error *err)
+{
+    char path[PATH_MAX + 256], name[128], stem[96], title[200];
+    snprintf(name, sizeof(name), "%stput_len.tsv", prefix);
+    FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
+    if (!f)
+        return K25_EIO;
+    double *pf = malloc(sizeof(double) * (r->n_reqs + 1) * 3);
+    if (!pf) {
+        fclose(f);
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    }
+    double *dc = pf + r->n_reqs + 1, *ln = dc + r->n_reqs + 1;
+    size_t k = 0;
+    double xmin = INFINITY, xmax = -INFINITY;
+    for (size_t i = 0; i < r->n_reqs; i++) {
+        const struct k25_bench_req *q = &r->reqs[i];
+        if (q->state != K25_REQ_COMPLETED || q->first_ns < 0 || q->admit_ns < 0 || q->first_ns <= q->admit_ns)
+            continue;
+        double p = q->n_input / ((double)(q->first_ns - q->admit_ns) / 1e9);
+        double d = q->n_output > 1 && q->finish_ns > q->first_ns
+                       ? (q->n_output - 1) / ((double)(q->finish_ns - q->first_ns) / 1e9)
+                       : NAN;
+        fprintf(f, "%d\t", q->n_input);
+        num(f, p);
+        fputc('\t', f);
+        num(f, d);
+        fputc('\n', f);
+        pf[k] = p;
+        dc[k] = d;
+        ln[k] = q->n_input;
+        xmin = q->n_input < xmin ? q->n_input : xmin;
+        xmax = q->n_input > xmax ? q->n_input : xmax;
+        k++;
+    }
+    if (!k)
+        fputs("nan\tnan\tnan\n", f);
+    fputs("\n\n", f);
+    /* bucket medians, buckets ascending */
+    int nb = 0;
+    for (int b = 7; b <= 30; b++) {
+        double xs[1024], ps[1024], ds[1024];
+        size_t m = 0, md = 0;
+        for (size_t i = 0; i < k && m < 1024; i++)
+            if (len_bucket((int)ln[i]) == b) {
+                xs[m] = ln[i];
+                ps[m++] = pf[i];
+                if (!isnan(dc[i]))
+                    ds[md++] = dc[i];
+            }
+        if (!m)
+            continue;
+        size_t nreq = m;
+        double mx = median_of(xs, m), mp = median_of(ps, m), mdc = median_of(ds, md);
+        num(f, mx);
+        fputc('\t', f);
+        num(f, mp);
+        fputc('\t', f);
+        num(f, mdc);
+        fprintf(f, "\t%zu\n", nreq);
+        nb++;
+    }
+    if (!nb)
+        fputs("nan\tnan\tnan\t0\n", f);
+    free(pf);
+    int rc = dclose(f, path, err);
+    if (rc || !k)
+        return rc;
+    snprintf(stem, sizeof(stem), "%srun_tput_len", prefix);
+    snprintf(title, sizeof(title), "%s: throughput against context length", heading);
+    struct k25_plot_job *j =
+        add(pl, "run_tput_len", stem, "run", title,
+            "Throughput decay: each dot is a request; prefill tokens/s is its input over admission to first token, "
+            "decode tokens/s its later tokens over first token to finish; the line joins the medians per "
+            "input-length bucket (powers of two). Concurrent requests share the engine, so these are the rates a "
+            "request saw, not the engine's total.");
+    k25_plot_set(j, "DATA", "'data/%s'", name);
+    k25_plot_set(j, "LOGX", "%d", wide_range(xmin, xmax, 7.9) ? 1 : 0);
+    k25_plot_set(j, "HEIGHT", "680");
+    return K25_OK;
+}
+
+/*
+ * Memory jitter: the spread of tracked memory over the timeline, per
+ * input-length bucket.  A window counts for a bucket when a request of
+ * that bucket was in the engine (admitted, not finished) during it; the
+ * warm-up is left out: the --warmup requests never reach the timeline,
+ * and each repetition's windows before its first token (the first
+ * allocation of activations and KV) are skipped.  Rows: bucket label,
+ * windows, mean, stdev, max - min, min, max (MiB); the last row is all
+ * windows after warm-up.
+ */
+static int data_mem_jitter(const struct k25_bench_run *r, const char *plot_dir, const char *prefix,
+                           const char *heading, struct k25_plot_list *pl, struct k25_error *err)
+{
+    char path[PATH_MAX + 256], name[128], stem[96], title[200];
+    if (r->n_win == 0)
+        return K25_OK;
+    uint32_t *mask = calloc(r->n_win, sizeof(uint32_t)); /* [window] bit b-7: a request of bucket b ran */
+    double *v = malloc(sizeof(double) * r->n_win);
+    if (!mask || !v) {
+        free(mask);
+        free(v);
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    }
+    int64_t first_tok[K25_BENCH_MAX_REPEAT];
+    for (int k = 0; k < K25_BENCH_MAX_REPEAT; k++)
+        first_tok[k] = INT64_MAX;
+    for (size_t i = 0; i < r->n_reqs; i++) {
+        const struct k25_bench_req *q = &r->reqs[i];
+        if (q->first_ns >= 0 && q->rep >= 0 && q->rep < K25_BENCH_MAX_REPEAT && q->first_ns < first_tok[q->rep])
+            first_tok[q->rep] = q->first_ns;
+        if (q->admit_ns < 0)
+            continue;
+        int64_t end = q->finish_ns > q->admit_ns ? q->finish_ns : q->admit_ns;
+        size_t w0 = (size_t)(q->admit_ns / K25_BENCH_WINDOW_NS), w1 = (size_t)(end / K25_BENCH_WINDOW_NS);
+        for (size_t w = w0; w <= w1 && w < r->n_win; w++)
+            mask[w] |= 1u << (len_bucket(q->n_input) - 7);
+    }
+    snprintf(name, sizeof(name), "%smem_jitter.tsv", prefix);
+    FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
+    if (!f) {
+        free(mask);
+        free(v);
+        return K25_EIO;
+    }
+    int rows = 0;
+    double ymax = 0;
+    for (int b = 7; b <= 31; b++) { /* 31: every window after warm-up */
+        size_t n = 0;
+        for (size_t w = 0; w < r->n_win; w++) {
+            const struct k25_bench_window *x = &r->win[w];
+            /* after warm-up: windows that start at or after the repetition's first token */
+            bool warm = x->rep >= 0 && x->rep < K25_BENCH_MAX_REPEAT && x->t_ns >= first_tok[x->rep];
+            if (x->n_waiting < 0 || !warm)
+                continue;
+            if (b < 31 && !(mask[w] & (1u << (b - 7))))
+                continue;
+            v[n++] = (double)x->mem_bytes / 1048576.0;
+        }
+        if (!n)
+            continue;
+        struct k25_dist d;
+        k25_stats_describe(v, n, &d);
+        char lab[32];
+        if (b < 31)
+            bucket_label(b, lab, sizeof(lab));
+        else
+            snprintf(lab, sizeof(lab), "all");
+        ymax = fmax(ymax, d.max - d.min);
+        fprintf(f, "%s\t%zu\t", lab, n);
+        num(f, d.mean);
+        fputc('\t', f);
+        num(f, n >= 2 ? d.stdev : 0);
+        fputc('\t', f);
+        num(f, d.max - d.min);
+        fputc('\t', f);
+        num(f, d.min);
+        fputc('\t', f);
+        num(f, d.max);
+        fputc('\n', f);
+        rows++;
+    }
+    free(mask);
+    free(v);
+    int rc = dclose(f, path, err);
+    if (rc || !rows)
+        return rc;
+    snprintf(stem, sizeof(stem), "%srun_mem_jitter", prefix);
+    snprintf(title, sizeof(title), "%s: memory jitter per input length", heading);
+    struct k25_plot_job *j =
+        add(pl, "run_mem_jitter", stem, "run", title,
+            "Spread of tracked engine memory over the 100 ms windows after warm-up (from each repetition's first "
+            "token), per input-length bucket: a window counts for a bucket when one of its requests was in the "
+            "engine. Bars: standard deviation and max - min; 'all' is every window.");
+    k25_plot_set(j, "DATA", "'data/%s'", name);
+    k25_plot_set(j, "N", "%d", rows);
+    k25_plot_set(j, "YMAX", "%.6g", ymax > 0 ? ymax * 1.25 : 1); /* all flat: a 0..1 MiB axis, not an empty one */
+    return K25_OK;
+}
+
 int k25_report_data_run(const struct k25_report_run *run, const char *plot_dir, const char *prefix,
                         const char *heading, struct k25_plot_list *pl, struct k25_error *err)
 {
@@ -400,6 +617,8 @@ int k25_report_data_run(const struct k25_report_run *run, const char *plot_dir, 
         k25_plot_set(j, "FIT_NOTE", "%s", q);
         k25_plot_set(j, "LOGX", "%d", wide_range(xmin, xmax, 30) ? 1 : 0);
     }
+    if ((rc = data_tput_len(r, plot_dir, prefix, heading, pl, err)))
+        goto out;
 
 timeline:
     /* --- timeline */
@@ -410,9 +629,24 @@ timeline:
             rc = K25_EIO;
             goto out;
         }
+        /* the offered load beside the queue: arrivals per window, as requests/s */
+        int64_t *arr = calloc(r->n_win + 1, sizeof(int64_t));
+        if (!arr) {
+            fclose(f);
+            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            goto out;
+        }
+        bool queue = false; /* schema 3: the elastic queue was sampled */
+        for (size_t i = 0; i < r->n_reqs; i++) {
+            int64_t a = r->reqs[i].arrival_ns;
+            if (a >= 0 && (size_t)(a / K25_BENCH_WINDOW_NS) < r->n_win)
+                arr[a / K25_BENCH_WINDOW_NS]++;
+        }
+        for (size_t w = 0; w < r->n_win; w++)
+            queue = queue || r->win[w].n_waiting_memory >= 0;
         for (size_t w = 0; w < r->n_win; w++) {
             const struct k25_bench_window *x = &r->win[w];
-            bool st = x->n_waiting >= 0;
+            bool st = x->n_waiting >= 0, qs = x->n_waiting_memory >= 0;
             num(f, (double)x->t_ns / 1e9);
             fputc('\t', f);
             num(f, st ? x->n_waiting : NAN);
@@ -425,17 +659,32 @@ timeline:
             num(f, bf > 1 ? 1 : bf);
             fputc('\t', f);
             num(f, st ? (double)x->mem_bytes / 1048576.0 : NAN);
+            fputc('\t', f);
+            num(f, x->len_ns > 0 ? (double)arr[w] * 1e9 / (double)K25_BENCH_WINDOW_NS : NAN);
+            fputc('\t', f);
+            num(f, qs ? x->n_waiting_memory : NAN);
+            fputc('\t', f);
+            num(f, qs ? x->n_waiting_spill : NAN);
+            fputc('\t', f);
+            num(f, qs ? x->breaker_open : NAN);
             fputc('\n', f);
         }
+        free(arr);
         if ((rc = dclose(f, path, err)))
             goto out;
         snprintf(stem, sizeof(stem), "%srun_timeline", prefix);
         snprintf(title, sizeof(title), "%s: engine timeline (100 ms windows)", heading);
         struct k25_plot_job *j = add(pl, "run_timeline", stem, "run", title,
-                                     "Requests waiting and running, KV blocks in use with tracked memory, and the "
-                                     "engine's busy fraction; the shaded band is the healthy 0.75-0.85.");
+                                     "Requests waiting and running, KV blocks in use with tracked memory, the "
+                                     "engine's busy fraction (the shaded band is the healthy 0.75-0.85), and the "
+                                     "request rate against the elastic queue: memory and spill queue depths and "
+                                     "the circuit breaker (shaded while open).");
         k25_plot_set(j, "DATA", "'data/%s'", name);
-        k25_plot_set(j, "HEIGHT", "760");
+        k25_plot_set(j, "QUEUE", "%d", queue ? 1 : 0);
+        k25_plot_set(j, "WIDTH", "1040");
+        k25_plot_set(j, "HEIGHT", "960");
+        if ((rc = data_mem_jitter(r, plot_dir, prefix, heading, pl, err)))
+            goto out;
     }
 out:
     free(ttft);
@@ -509,54 +758,95 @@ int k25_report_data_compare(const struct k25_report_run *runs, int n, const char
     k25_plot_set(j, "E2E_LOGX", "%d", logx[1]);
     set_labels(j, "LABELS", labels, n);
 
-    /* headline ratios to the first run */
+    /* headline ratios to the first run, each with its 95% interval where the run has one */
     static const struct {
-        const char *label, *metric;
+        const char *label, *metric, *ci; /* ci: the interval's key beside the figure, NULL: none */
+        bool lower_better;
     } heads[] = {
-        {"TTFT P50", "ttft_ms.p50"}, {"TTFT P90", "ttft_ms.p90"}, {"E2E P50", "e2e_ms.p50"},
-        {"TPOT P50", "tpot_ms.p50"}, {"ITL P50", "itl_ms.p50"},   {"ITL P99", "itl_ms.p99"},
-        {"output tok/s", "output_tok_per_s"}, {"requests/s", "requests_per_s"},
-        {"peak memory", "memory.peak_tracked_bytes"},
+        {"TTFT P50", "ttft_ms.p50", "p50_ci95", true},   {"TTFT P90", "ttft_ms.p90", "p90_ci95", true},
+        {"E2E P50", "e2e_ms.p50", "p50_ci95", true},     {"TPOT P50", "tpot_ms.p50", "p50_ci95", true},
+        {"ITL P50", "itl_ms.p50", "p50_ci95", true},     {"ITL P99", "itl_ms.p99", "p99_ci95", true},
+        {"peak memory", "memory.peak_tracked_bytes", NULL, true},
+        {"output tok/s", "output_tok_per_s", NULL, false}, {"requests/s", "requests_per_s", NULL, false},
     };
+    enum { NH = sizeof(heads) / sizeof(heads[0]) };
+    int n_lower = 0;
+    for (int h = 0; h < NH; h++)
+        n_lower += heads[h].lower_better;
     snprintf(name, sizeof(name), "%scmp_ratio.tsv", prefix);
     FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
     if (!f)
         return K25_EIO;
-    for (size_t h = 0; h < sizeof(heads) / sizeof(heads[0]); h++) {
+    /* one row per (figure, run >= 2): x position, ratio, lo, hi, better (1) / worse (-1) / same (0), label */
+    double ymax = 1.2;
+    for (int h = 0; h < NH; h++) {
         double base = NAN;
-        fprintf(f, "%s", heads[h].label);
         for (int i = 0; i < n; i++) {
             const json_t *s = json_object_get(runs[i].summary, "summary");
             if (!s)
                 s = runs[i].summary;
-            char key[64];
-            snprintf(key, sizeof(key), "%s", heads[h].metric);
-            char *dot = strchr(key, '.');
-            const json_t *v = s;
-            if (dot) {
-                *dot = 0;
-                v = json_object_get(json_object_get(s, key), dot + 1);
-            } else {
-                v = json_object_get(s, key);
+            const json_t *v = k25_json_path(s, heads[h].metric);
+            double x = json_is_number(v) ? json_number_value(v) : NAN, lo = NAN, hi = NAN;
+            if (heads[h].ci) {
+                char key[64];
+                snprintf(key, sizeof(key), "%s", heads[h].metric);
+                char *dot = strchr(key, '.');
+                if (dot)
+                    snprintf(dot + 1, sizeof(key) - (size_t)(dot + 1 - key), "%s", heads[h].ci);
+                const json_t *ci = k25_json_path(s, key);
+                if (json_is_number(json_array_get(ci, 0)) && json_is_number(json_array_get(ci, 1))) {
+                    lo = json_number_value(json_array_get(ci, 0));
+                    hi = json_number_value(json_array_get(ci, 1));
+                }
             }
-            double x = json_is_number(v) ? json_number_value(v) : NAN;
-            if (i == 0)
+            if (i == 0) {
                 base = x;
+                continue;
+            }
+            double r = base > 0 ? x / base : NAN, rlo = base > 0 ? lo / base : NAN, rhi = base > 0 ? hi / base : NAN;
+            /* better / worse: which side of 1, and whether the run's own interval leaves 1 out */
+            int side = isnan(r) || r == 1 ? 0 : ((r < 1) == heads[h].lower_better ? 1 : -1);
+            if (!isnan(rlo) && !isnan(rhi) && rlo <= 1 && rhi >= 1)
+                side = 0;
+            double width = 0.8 / (n - 1);
+            fprintf(f, "%.6g\t", h + (h >= n_lower ? 0.6 : 0) - 0.4 + width * (i - 0.5));
+            num(f, r);
             fputc('\t', f);
-            num(f, base > 0 ? x / base : NAN);
+            num(f, rlo);
+            fputc('\t', f);
+            num(f, rhi);
+            fprintf(f, "\t%d\t%d\t%.6g\n", side, i, width * 0.9);
+            if (isfinite(r))
+                ymax = fmax(ymax, r * 1.15);
+            if (isfinite(rhi))
+                ymax = fmax(ymax, fmin(rhi, r * 3) * 1.05);
         }
-        fputc('\n', f);
     }
     if ((rc = dclose(f, path, err)))
         return rc;
     snprintf(stem, sizeof(stem), "%scmp_ratio", prefix);
     snprintf(title, sizeof(title), "%s: headline figures relative to %s", heading, runs[0].label);
     j = add(pl, "cmp_ratio", stem, "comparison", title,
-            "Each run's figure divided by the first run's: for latency and memory below 1 is better, for "
-            "throughput above 1 is better. Missing bars: the figure is unsupported for that run's sample.");
+            "Each run's figure divided by the first run's. Left of the divider lower is better (latency, memory), "
+            "right of it higher is better (throughput). Green: better, red: worse, grey: the run's own 95% interval "
+            "(error bar, percentiles only) holds 1, so no difference is shown. Missing bars: the figure is "
+            "unsupported for that run's sample.");
     k25_plot_set(j, "DATA", "'data/%s'", name);
     k25_plot_set(j, "N", "%d", n);
     set_labels(j, "LABELS", labels, n);
+    {
+        char t[1024];
+        size_t u = (size_t)snprintf(t, sizeof(t), "(");
+        for (int h = 0; h < NH && u < sizeof(t); h++)
+            u += (size_t)snprintf(t + u, sizeof(t) - u, "%s'%s' %.3g", h ? ", " : "", heads[h].label,
+                                  h + (h >= n_lower ? 0.6 : 0));
+        if (u < sizeof(t))
+            snprintf(t + u, sizeof(t) - u, ")");
+        k25_plot_set(j, "XTICS", "%s", t);
+    }
+    k25_plot_set(j, "DIVIDER", "%.3g", n_lower - 0.2);
+    k25_plot_set(j, "XMAX", "%.3g", NH - 1 + 0.6 + 0.6);
+    k25_plot_set(j, "YMAX", "%.4g", ymax);
     return K25_OK;
 }
 
@@ -625,14 +915,96 @@ static void tics(char vals[][128], int n, char *buf, size_t bn)
         snprintf(buf + u, bn - u, ")");
 }
 
-/* Do p and the best point agree on every axis but the listed ones? */
-static bool others_at_best(const struct k25_report_sweep *s, const struct k25_report_point *p, int a, int b)
+/* Do p and the point at index `at` agree on every axis but the listed ones? */
+static bool others_at(const struct k25_report_sweep *s, int at, const struct k25_report_point *p, int a, int b)
 {
-    const struct k25_report_point *best = &s->pts[s->best];
+    const struct k25_report_point *o = &s->pts[at];
     for (int k = 0; k < s->n_axes; k++)
-        if (k != a && k != b && strcmp(p->value[k], best->value[k]) != 0)
+        if (k != a && k != b && strcmp(p->value[k], o->value[k]) != 0)
             return false;
     return true;
+}
+
+static bool others_at_best(const struct k25_report_sweep *s, const struct k25_report_point *p, int a, int b)
+{
+    return others_at(s, s->best, p, a, b);
+}
+
+/* Points with a measured objective on the line along axis a through point `at`. */
+static int line_points(const struct k25_report_sweep *s, int at, int a)
+{
+    int n = 0;
+    for (int i = 0; i < s->n_pts; i++)
+        n += others_at(s, at, &s->pts[i], a, a) && !isnan(metric(&s->pts[i], s->objective));
+    return n;
+}
+
+/* Says why a plot the reader expects is not drawn (listed under the section's plots). */
+static void skip_note(struct k25_plot_list *pl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void skip_note(struct k25_plot_list *pl, const char *fmt, ...)
+{
+    if (pl->n_skipped >= K25_REPORT_MAX_SKIPPED)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pl->skipped[pl->n_skipped++], sizeof(pl->skipped[0]), fmt, ap);
+    va_end(ap);
+}
+
+/*
+ * Can p be told apart from the anchor (best) point?  The sweep analysis's
+ * own rule (docs/sweeps.md), applied to p against the anchor instead of
+ * the reference: rep k of one against rep k of the other (the same
+ * interleaved round), Student-t interval of the mean log ratio (of the
+ * difference when a value is <= 0) at the analysis's family-wise level.
+ * True when the interval holds "no change", or with fewer than two pairs
+ * (nothing tells them apart then).
+ */
+static bool same_as_best(const struct k25_report_sweep *s, const struct k25_report_point *p,
+                         const struct k25_report_point *best)
+{
+    double x[64], y[64], d[64];
+    int n = 0;
+    bool positive = true;
+    for (size_t k = 0; k < json_array_size(p->obj_by_rep) && n < 64; k++) {
+        const json_t *a = json_array_get(p->obj_by_rep, k), *b = json_array_get(best->obj_by_rep, k);
+        if (!json_is_number(a) || !json_is_number(b))
+            continue;
+        x[n] = json_number_value(a);
+        y[n] = json_number_value(b);
+        positive = positive && x[n] > 0 && y[n] > 0;
+        n++;
+    }
+    for (int i = 0; i < n; i++)
+        d[i] = positive ? log(x[i] / y[i]) : x[i] - y[i];
+    if (n < 2)
+        return true;
+    double mean = 0, ss = 0;
+    for (int i = 0; i < n; i++)
+        mean += d[i] / n;
+    for (int i = 0; i < n; i++)
+        ss += (d[i] - mean) * (d[i] - mean);
+    double alpha = (1 - s->confidence) / (s->comparisons > 0 ? s->comparisons : 1);
+    double half = k25_stats_t_quantile(n - 1, 1 - alpha / 2) * sqrt(ss / (n - 1)) / sqrt(n);
+    return mean - half <= 0 && mean + half >= 0;
+}
+
+/* p's paired ratio to the reference and its interval (NaN when not compared; 1 for the reference). */
+static void ref_ratio(const struct k25_report_point *p, double *r, double *lo, double *hi)
+{
+    *r = *lo = *hi = NAN;
+    if (p->reference) {
+        *r = 1;
+        return;
+    }
+    const json_t *ci = json_object_get(p->vs_ref, "ratio_ci");
+    const json_t *x = json_object_get(p->vs_ref, "ratio");
+    if (json_is_number(x))
+        *r = json_number_value(x);
+    if (json_is_number(json_array_get(ci, 0)) && json_is_number(json_array_get(ci, 1))) {
+        *lo = json_number_value(json_array_get(ci, 0));
+        *hi = json_number_value(json_array_get(ci, 1));
+    }
 }
 
 int k25_report_data_sweep(const struct k25_report_sweep *s, const char *plot_dir, struct k25_plot_list *pl,
@@ -670,17 +1042,27 @@ int k25_report_data_sweep(const struct k25_report_sweep *s, const char *plot_dir
             FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
             if (!f)
                 return K25_EIO;
-            double lo = INFINITY, hi = -INFINITY;
+            /* colour: the paired ratio to the reference, on a log scale symmetric around 1 that spans
+               at least +-25%, so a few percent inside the noise stays pale */
+            double span = 1.25;
             int cells = 0;
             for (int i = 0; i < s->n_pts; i++) {
                 const struct k25_report_point *p = &s->pts[i];
-                double v = metric(p, s->objective);
+                double v = metric(p, s->objective), r, rlo, rhi;
                 if (!others_at_best(s, p, a, b) || isnan(v))
                     continue;
-                lo = v < lo ? v : lo;
-                hi = v > hi ? v : hi;
-                fprintf(f, "%d\t%d\t%.9g\t%d\n", index_of(vals[0], na, p->value[a]),
-                        index_of(vals[1], nb, p->value[b]), v, p->feasible ? 1 : 0);
+                ref_ratio(p, &r, &rlo, &rhi);
+                if (r > 0 && isfinite(r))
+                    span = fmax(span, r >= 1 ? r : 1 / r);
+                bool same = i != s->best && same_as_best(s, p, &s->pts[s->best]);
+                fprintf(f, "%d\t%d\t%.9g\t%d\t", index_of(vals[0], na, p->value[a]), index_of(vals[1], nb, p->value[b]),
+                        v, p->feasible ? 1 : 0);
+                num(f, r);
+                fputc('\t', f);
+                num(f, rlo);
+                fputc('\t', f);
+                num(f, rhi);
+                fprintf(f, "\t%d\t%d\t%d\n", same ? 1 : 0, p->reference ? 1 : 0, i == s->best ? 1 : 0);
                 cells++;
             }
             if ((rc = dclose(f, path, err)))
@@ -689,10 +1071,13 @@ int k25_report_data_sweep(const struct k25_report_sweep *s, const char *plot_dir
                 continue;
             snprintf(stem, sizeof(stem), "sweep_heatmap_%d_%d", a, b);
             k25_report_sfmt(title, sizeof(title), "%s over %s x %s", s->objective, s->axis[a], s->axis[b]);
-            char note[256];
+            char note[512];
             snprintf(note, sizeof(note),
-                     "Each cell is a grid point with the other axes at the best point's values; the best point "
-                     "is framed, infeasible points are marked, blank cells were not run.");
+                     "Each cell is a grid point with the other axes at the %s point's values. Colour: the paired "
+                     "ratio to the reference (the defaults), green better, red worse, pale within +-%.0f%%; the cell "
+                     "gives the objective and that ratio with its interval. Hatched cells cannot be told apart from "
+                     "the %s point (the sweep's paired rule, docs/sweeps.md). Grey: not compared; blank: not run.",
+                     s->significant ? "best" : "leading", 100 * (span - 1), s->significant ? "best" : "leading");
             struct k25_plot_job *j = add(pl, "sweep_heatmap", stem, "sweep", title, note);
             k25_plot_set(j, "DATA", "'data/%s'", name);
             char t[1536], al[160];
@@ -708,15 +1093,18 @@ int k25_report_data_sweep(const struct k25_report_sweep *s, const char *plot_dir
             axis_label(s->axis[b], al, sizeof(al));
             k25_plot_quote(al, q, sizeof(q));
             k25_plot_set(j, "YLABEL", "%s", q);
-            k25_plot_quote(ol, q, sizeof(q));
+            char cbl[200];
+            k25_report_sfmt(cbl, sizeof(cbl), "%s / reference (paired ratio, log scale)", s->objective);
+            k25_plot_quote(cbl, q, sizeof(q));
             k25_plot_set(j, "CBLABEL", "%s", q);
+            k25_plot_set(j, "SPAN", "%.6g", span);
             k25_plot_set(j, "BEST_X", "%d", index_of(vals[0], na, s->pts[s->best].value[a]));
             k25_plot_set(j, "BEST_Y", "%d", index_of(vals[1], nb, s->pts[s->best].value[b]));
+            k25_plot_set(j, "BEST_NAME", "'%s'", s->significant ? "best" : "best mean (not significant)");
             /* green = better, whichever way the objective goes */
             k25_plot_set(j, "PALETTE", "%s",
-                         s->maximize ? "(0 '#d73027', 0.5 '#fee08b', 1 '#1a9850')"
-                                     : "(0 '#1a9850', 0.5 '#fee08b', 1 '#d73027')");
-            k25_plot_set(j, "CBLOG", "%d", wide_range(lo, hi, 30));
+                         s->maximize ? "(0 '#d73027', 0.5 '#f7f7f7', 1 '#1a9850')"
+                                     : "(0 '#1a9850', 0.5 '#f7f7f7', 1 '#d73027')");
         }
 
     /* --- Pareto front: objective against fidelity KL (else peak memory), size by memory */
@@ -789,6 +1177,10 @@ int k25_report_data_sweep(const struct k25_report_sweep *s, const char *plot_dir
                                     : "Fidelity was not measured in this sweep, so the front is the objective against "
                                       "peak memory (marker size grows with memory too).");
             k25_plot_set(j, "DATA", "'data/pareto.tsv'");
+            int n_infeas = 0;
+            for (int i = 0; i < s->n_pts; i++)
+                n_infeas += !s->pts[i].feasible && !isnan(metric(&s->pts[i], xm)) && !isnan(metric(&s->pts[i], s->objective));
+            k25_plot_set(j, "N_INFEAS", "%d", n_infeas);
             char al[160];
             k25_report_metric_label(xm, al, sizeof(al));
             k25_plot_quote(al, q, sizeof(q));
@@ -804,21 +1196,36 @@ int k25_report_data_sweep(const struct k25_report_sweep *s, const char *plot_dir
         }
     }
 
-    /* --- one line per axis through the best point */
+    /* --- one line per axis through the best point; where that line holds one point (the best is
+       the reference, off the grid), through the grid point with the most neighbours along the axis */
     for (int a = 0; a < s->n_axes && pl->n < K25_REPORT_MAX_PLOTS - 1; a++) {
         int na = axis_values(s, a, vals[0], 64, &numeric[0]);
-        if (na < 2)
+        if (na < 2) {
+            skip_note(pl, "%s: no plot along this axis: the sweep ran one value of it (%s)", s->axis[a], vals[0][0]);
             continue;
+        }
+        int at = s->best, most = line_points(s, s->best, a);
+        for (int i = 0; i < s->n_pts && most < 2; i++) {
+            int m = line_points(s, i, a);
+            if (m > most) {
+                most = m;
+                at = i;
+            }
+        }
+        if (most < 2) {
+            skip_note(pl, "%s: no plot along this axis: no two measured points differ in it alone", s->axis[a]);
+            continue;
+        }
         snprintf(name, sizeof(name), "axis_%d.tsv", a);
         FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
         if (!f)
             return K25_EIO;
         double xlo = INFINITY, xhi = -INFINITY;
-        int rows = 0;
+        int rows = 0, n_infeas = 0, n_best = 0, n_ci = 0;
         for (int k = 0; k < na; k++)
             for (int i = 0; i < s->n_pts; i++) {
                 const struct k25_report_point *p = &s->pts[i];
-                if (strcmp(p->value[a], vals[0][k]) != 0 || !others_at_best(s, p, a, a))
+                if (strcmp(p->value[a], vals[0][k]) != 0 || !others_at(s, at, p, a, a))
                     continue;
                 double x = numeric[0] ? strtod(vals[0][k], NULL) : k, y = metric(p, s->objective);
                 if (isnan(y))
@@ -830,6 +1237,9 @@ int k25_report_data_sweep(const struct k25_report_sweep *s, const char *plot_dir
                 fputc('\t', f);
                 num(f, metric_ci(p, s->objective, 1));
                 fprintf(f, "\t%d\t%d\n", p->feasible ? 1 : 0, i == s->best ? 1 : 0);
+                n_infeas += !p->feasible;
+                n_ci += !isnan(metric_ci(p, s->objective, 0)) && !isnan(metric_ci(p, s->objective, 1));
+                n_best += i == s->best;
                 rows++;
             }
         if ((rc = dclose(f, path, err)))
@@ -837,12 +1247,27 @@ int k25_report_data_sweep(const struct k25_report_sweep *s, const char *plot_dir
         if (rows < 2)
             continue;
         snprintf(stem, sizeof(stem), "sweep_axis_%d", a);
-        k25_report_sfmt(title, sizeof(title), "%s along %s (other axes at the best point)", s->objective, s->axis[a]);
+        if (at == s->best || s->n_axes < 2) {
+            k25_report_sfmt(title, sizeof(title), "%s along %s (other axes at the %s point)", s->objective, s->axis[a],
+                            s->significant ? "best" : "best-mean");
+        } else {
+            char others[200] = "";
+            size_t u = 0;
+            for (int k = 0; k < s->n_axes && u < sizeof(others); k++)
+                if (k != a)
+                    u += (size_t)snprintf(others + u, sizeof(others) - u, "%s%s=%s", u ? ", " : "", s->axis[k],
+                                          s->pts[at].value[k]);
+            k25_report_sfmt(title, sizeof(title), "%s along %s (at %s: the %s point has no neighbour on this axis)",
+                            s->objective, s->axis[a], others, s->significant ? "best" : "best-mean");
+        }
         struct k25_plot_job *j = add(pl, "sweep_axis", stem, "sweep", title,
                                      "The objective as one axis moves and the others stay at the best point; "
                                      "error bars are 95% intervals over repetitions (none with one repetition); "
                                      "hollow markers are infeasible points, the star is the best.");
         k25_plot_set(j, "DATA", "'data/%s'", name);
+        k25_plot_set(j, "N_INFEAS", "%d", n_infeas);
+        k25_plot_set(j, "N_BEST", "%d", n_best);
+        k25_plot_set(j, "N_CI", "%d", n_ci);
         char al[160], t[1536];
         axis_label(s->axis[a], al, sizeof(al));
         k25_plot_quote(al, q, sizeof(q));

@@ -5,7 +5,8 @@
  *   verdict       the sign-off verdict against the SLA (and health summary)
  *   headline      the figures a reader wants first, per run / sweep / benchmark
  *   SLA           one row per SLA line: verdict, measured figure, margin
- *   health        the DESIGN.md §6 checks: level, value, what to do
+ *   health        the health checks: level, value, what to do; n/a where a check
+ *                 does not apply to the run's mode; the unmeasured ones listed once
  *   best setting  (sweeps) the best point, its YAML, the infeasible points
  *   plots         grouped by section, each with what to read in it
  *   provenance    build, machine, dataset, config: what makes it reproducible
@@ -260,29 +261,52 @@ static void sla_section(const struct k25_report_doc *d, struct k25_doc_out *o)
                "distribution-free (order statistics).");
 }
 
+/* Is check h "not measured" in every column? */
+static bool health_unmeasured(const struct k25_report_doc *d, int h)
+{
+    for (int k = 0; k < d->n_cols; k++)
+        if (d->health_res[h][k].level != K25_HEALTH_NOT_MEASURED)
+            return false;
+    return true;
+}
+
+/*
+ * The health checks: one row per check the runs measured (level, value,
+ * advice; "n/a (closed loop)" where a check does not apply to the run's
+ * mode), then the checks no run measured, named once in a sentence.
+ */
 static void health_section(const struct k25_report_doc *d, struct k25_doc_out *o)
 {
     if (d->in->kind == K25_REPORT_ATTN)
         return;
     o->heading(o, 2, "Health checks");
-    o->para(o, d->sla->path[0] ? "Defaults from field practice (DESIGN.md §6), with the SLA file's `health:` overrides."
-                               : "Defaults from field practice (DESIGN.md §6); an SLA file's `health:` section "
-                                 "overrides them.");
+    o->para(o, d->sla->path[0] ? "Defaults from field practice (docs/reports.md, \"Health checks\"), with the SLA "
+                                 "file's `health:` overrides."
+                               : "Defaults from field practice (docs/reports.md, \"Health checks\"); an SLA file's "
+                                 "`health:` section overrides them.");
+    if (d->n_cols == 0) {
+        o->para(o, "Not evaluated: no run trace was found for the best point.");
+        return;
+    }
     const char *head[3 + K25_REPORT_MAX_COLS];
     int nh = 0;
     head[nh++] = "check";
     head[nh++] = "healthy";
     for (int c = 0; c < d->n_cols; c++)
         head[nh++] = d->col_label[c];
-    o->table_begin(o, nh, head);
     char cells[3 + K25_REPORT_MAX_COLS][320];
     const char *cp[3 + K25_REPORT_MAX_COLS];
     for (int i = 0; i < 3 + K25_REPORT_MAX_COLS; i++)
         cp[i] = cells[i];
+    bool table = false;
     for (int h = 0; h < d->sla->n_health; h++) {
         const struct k25_health_check *c = &d->sla->health[h];
-        if (!c->enabled)
+        if (!c->enabled || health_unmeasured(d, h))
             continue;
+        if (!table) {
+            o->table_begin(o, nh, head);
+            table = true;
+        }
         snprintf(cells[0], sizeof(cells[0]), "%s", c->metric);
         k25_health_describe(c, cells[1], sizeof(cells[1]));
         for (int k = 0; k < d->n_cols; k++) {
@@ -291,13 +315,28 @@ static void health_section(const struct k25_report_doc *d, struct k25_doc_out *o
             k25_report_fmt(r->value, v, sizeof(v));
             if (r->level == K25_HEALTH_NOT_MEASURED)
                 snprintf(cells[2 + k], sizeof(cells[0]), "not measured");
+            else if (r->level == K25_HEALTH_NA)
+                snprintf(cells[2 + k], sizeof(cells[0]), "n/a %s", r->note);
             else
                 snprintf(cells[2 + k], sizeof(cells[0]), "%s %s%s%s", k25_health_level_name(r->level), v,
                          *r->note ? ": " : "", r->note);
         }
         o->table_row(o, nh, cp);
     }
-    o->table_end(o);
+    if (table)
+        o->table_end(o);
+    char t[1024];
+    size_t u = 0;
+    int nm = 0;
+    for (int h = 0; h < d->sla->n_health; h++)
+        if (d->sla->health[h].enabled && health_unmeasured(d, h) && u < sizeof(t))
+            u += (size_t)snprintf(t + u, sizeof(t) - u, "%s`%s`", nm++ ? ", " : "", d->sla->health[h].metric);
+    if (nm) {
+        char p[1200];
+        snprintf(p, sizeof(p), "Not measured by %s, so not checked: %s (the run reports no such figure; it is never "
+                               "estimated).", d->n_cols > 1 ? "these runs" : "this run", t);
+        o->para(o, p);
+    }
     int off = 0;
     for (int h = 0; h < d->sla->n_health; h++)
         off += !d->sla->health[h].enabled;
@@ -690,6 +729,15 @@ static void plots_section(const struct k25_report_doc *d, struct k25_doc_out *o)
                 any = true;
             }
             o->image(o, &d->plots[i]);
+        }
+        if (!strcmp(order[s].section, "sweep") && d->n_skipped) { /* a missing plot is said, not left out silently */
+            if (!any)
+                o->heading(o, 2, order[s].heading);
+            for (int k = 0; k < d->n_skipped; k++) {
+                char t[300];
+                snprintf(t, sizeof(t), "Not drawn: %s.", d->skipped[k]);
+                o->para(o, t);
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 /*
- * report_health.c - the health checks every report applies (DESIGN.md §6,
- * from field practice), each a metric with up to four bounds:
+ * report_health.c - the health checks every report applies (from field
+ * practice; docs/reports.md, "Health checks"), each a metric with up to
+ * four bounds:
  *
  *   kv_cache_hit_rate         >= 0.92 ok, below 0.92 warn, below 0.90 fail
  *   busy_p95                  0.75 .. 0.85 ok, outside warn, above 0.90 fail
@@ -9,7 +10,8 @@
  *
  * A value equal to a bound is within it.  The SLA file's `health:`
  * section overrides bounds or turns a check off.  A metric the run did
- * not measure is reported as "not measured", never guessed.
+ * not measure is reported as "not measured", never guessed; a check that
+ * does not apply to the run's mode (busy fraction, closed loop) is "n/a".
  */
 #include "report.h"
 
@@ -23,6 +25,7 @@ const char *k25_health_level_name(enum k25_health_level l)
     case K25_HEALTH_WARN: return "WARN";
     case K25_HEALTH_FAIL: return "FAIL";
     case K25_HEALTH_NOT_MEASURED: return "not measured";
+    case K25_HEALTH_NA: return "n/a";
     }
     return "?";
 }
@@ -100,6 +103,22 @@ void k25_health_eval(const struct k25_health_check *c, double v, struct k25_heal
         r->level = K25_HEALTH_WARN;
         snprintf(r->note, sizeof(r->note), "above %g: %s", c->warn_above, c->advice_high);
     }
+}
+
+bool k25_health_applies(const struct k25_health_check *c, const struct k25_report_run *runs, int n_runs, char *why,
+                        size_t n)
+{
+    if (n)
+        why[0] = 0;
+    if (strncmp(c->metric, "busy_", 5) != 0 || n_runs <= 0)
+        return true;
+    for (int i = 0; i < n_runs; i++) {
+        const char *mode = json_string_value(json_object_get(runs[i].workload, "mode"));
+        if (!mode || strcmp(mode, "closed") != 0)
+            return true; /* an open loop (or an unknown mode): the check applies */
+    }
+    snprintf(why, n, "closed loop");
+    return false;
 }
 
 double k25_health_value(const struct k25_health_check *c, const struct k25_report_run *runs, int n_runs)

@@ -292,6 +292,8 @@ static int sweep_load(const char *dir, struct k25_report_sweep **out, struct k25
         p->feasible = json_is_true(json_object_get(pj, "feasible"));
         p->reference = json_is_true(json_object_get(pj, "reference"));
         p->reps = (int)json_integer_value(json_object_get(pj, "repetitions"));
+        p->obj_by_rep = json_object_get(pj, "objective_by_repetition");
+        p->vs_ref = json_object_get(pj, "vs_reference");
         size_t k;
         const json_t *f;
         json_array_foreach(front, k, f)
@@ -303,6 +305,13 @@ static int sweep_load(const char *dir, struct k25_report_sweep **out, struct k25
             s->reference = i;
         if (json_is_number(json_object_get(p->metrics, "fidelity_kl_mean")))
             s->has_fidelity = true;
+    }
+    s->significant = s->best >= 0;
+    {
+        const json_t *sig = json_object_get(root, "significance");
+        const json_t *c = json_object_get(sig, "confidence"), *k = json_object_get(sig, "comparisons");
+        s->confidence = json_is_number(c) ? json_number_value(c) : 0.95;
+        s->comparisons = json_is_integer(k) && json_integer_value(k) > 0 ? (int)json_integer_value(k) : 1;
     }
     if (s->best >= 0 && (rc = load_point_runs(dir, s->pts[s->best].id, "best", &s->best_runs, &s->n_best_runs, err)))
         goto out;

@@ -9,6 +9,12 @@
  * it is reported as unsupported (NaN here, null in JSON) rather than as
  * the maximum in disguise.
  *
+ * The method is selectable (k25_stats_quantile): nearest rank as above,
+ * or linear interpolation between order statistics, numpy's default
+ * (h = (n - 1) q, x_(floor h) + frac(h) (x_(floor h + 1) - x_(floor h)),
+ * 0-based), so figures can be compared with numpy-based tools.  The
+ * support rule and the confidence intervals are the same for both.
+ *
  * Confidence intervals of a percentile are distribution-free: the number
  * of samples below the true quantile xi_q is Binomial(n, q), so
  * [x_(l), x_(u)] covers xi_q with probability P(l <= B < u) whatever the
@@ -19,6 +25,7 @@
  * interval, mean +- t(0.975, K-1) s / sqrt(K).
  */
 #include "bench.h"
+#include "harness.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -97,7 +104,142 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+const char *k25_pctl_method_name(enum k25_pctl_method m)
+{
+    return m == K25_PCTL_LINEAR ? "linear" : "nearest-rank";
+}
+
+int k25_pctl_method_parse(const char *s, enum k25_pctl_method *out, struct k25_error *err)
+{
+    if (!strcmp(s, "nearest-rank") || !strcmp(s, "nearest_rank"))
+        *out = K25_PCTL_NEAREST_RANK;
+    else if (!strcmp(s, "linear"))
+        *out = K25_PCTL_LINEAR;
+    else
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--percentile-method",
+                             "unknown choice '%s' (nearest-rank, linear)", s);
+    return K25_OK;
+}
+
+double k25_stats_quantile(const double *sorted, size_t n, double q, enum k25_pctl_method m)
+{
+    if (n == 0)
+        return NAN;
+    if (m == K25_PCTL_NEAREST_RANK)
+        return sorted[k25_stats_rank(n, q) - 1];
+    /* numpy 'linear': h = (n - 1) q on 0-based ranks, interpolate between floor(h) and floor(h) + 1 */
+    double h = (double)(n - 1) * q;
+    if (h <= 0)
+        return sorted[0];
+    size_t lo = (size_t)floor(h);
+    if (lo >= n - 1)
+        return sorted[n - 1];
+    double frac = h - (double)lo;
+    /* a + frac (b - a), written so equal neighbours give exactly their value */
+    return frac == 0 ? sorted[lo] : sorted[lo] + frac * (sorted[lo + 1] - sorted[lo]);
+}
+
+void k25_pctl_spec_init(struct k25_pctl_spec *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->method = K25_PCTL_NEAREST_RANK;
+    s->n_q = K25_NPCTL;
+    for (int i = 0; i < K25_NPCTL; i++)
+        s->q[i] = k25_pctl_q[i];
+    s->n_metrics = K25_M_NMETRICS;
+    for (int m = 0; m < K25_M_NMETRICS; m++)
+        s->metric[m] = m;
+}
+
+int k25_pctl_spec_parse_list(struct k25_pctl_spec *s, const char *list, struct k25_error *err)
+{
+    double q[K25_PCTL_MAX];
+    int n = 0;
+    const char *p = list;
+    for (;;) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || (*end && *end != ',') || !(v > 0 && v < 100) || n == K25_PCTL_MAX)
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--metric-percentiles",
+                                 "expected up to %d comma-separated percentiles in (0, 100), e.g. 50,90,99; "
+                                 "bad item at column %d of \"%s\"",
+                                 K25_PCTL_MAX, (int)(p - list) + 1, list);
+        /* insert sorted; a repeated percentile is kept once */
+        double x = v / 100.0;
+        int at = 0;
+        while (at < n && q[at] < x)
+            at++;
+        if (!(at < n && q[at] == x)) {
+            memmove(q + at + 1, q + at, sizeof(double) * (size_t)(n - at));
+            q[at] = x;
+            n++;
+        }
+        if (!*end)
+            break;
+        p = end + 1;
+    }
+    s->n_q = n;
+    memcpy(s->q, q, sizeof(double) * (size_t)n);
+    return K25_OK;
+}
+
+int k25_pctl_spec_parse_metrics(struct k25_pctl_spec *s, const char *list, struct k25_error *err)
+{
+    /* vLLM's names first, then k25's own (k25_metric_names) */
+    static const struct {
+        const char *name;
+        int metric;
+    } alias[] = {{"ttft", K25_M_TTFT}, {"tpot", K25_M_TPOT}, {"itl", K25_M_ITL},       {"e2el", K25_M_E2E},
+                 {"e2e", K25_M_E2E},   {"queue", K25_M_QUEUE}, {"sched_lag", K25_M_LAG}};
+    int metric[K25_PCTL_MAX_METRICS], n = 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int m = -1;
+        for (size_t i = 0; i < sizeof(alias) / sizeof(alias[0]) && m < 0; i++)
+            if (!strcmp(tok, alias[i].name))
+                m = alias[i].metric;
+        for (int i = 0; i < K25_M_NMETRICS && m < 0; i++)
+            if (!strcmp(tok, k25_metric_names[i]))
+                m = i;
+        if (m < 0)
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--percentile-metrics",
+                                 "unknown metric '%s' (ttft, tpot, itl, e2el, queue, sched_lag, or ttft_ms, "
+                                 "tpot_ms, itl_ms, e2e_ms, queue_ms, sched_lag_ms)",
+                                 tok);
+        bool dup = false;
+        for (int i = 0; i < n; i++)
+            dup |= metric[i] == m;
+        if (!dup && n < K25_PCTL_MAX_METRICS)
+            metric[n++] = m;
+    }
+    if (n == 0)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--percentile-metrics", "empty list");
+    s->n_metrics = n;
+    memcpy(s->metric, metric, sizeof(int) * (size_t)n);
+    return K25_OK;
+}
+
+void k25_pctl_label(double q, char *buf, size_t n)
+{
+    /* shortest decimal that reads back: p50, p99.9, p99.99 */
+    snprintf(buf, n, "p%.10g", q * 100.0);
+    char tmp[32];
+    for (int d = 0; d <= 6; d++) {
+        snprintf(tmp, sizeof(tmp), "%.*f", d, q * 100.0);
+        if (fabs(strtod(tmp, NULL) - q * 100.0) < 1e-9) {
+            snprintf(buf, n, "p%s", tmp);
+            return;
+        }
+    }
+}
+
 void k25_stats_describe(double *v, size_t n, struct k25_dist *out)
+{
+    k25_stats_describe_method(v, n, K25_PCTL_NEAREST_RANK, out);
+}
+
+void k25_stats_describe_method(double *v, size_t n, enum k25_pctl_method method, struct k25_dist *out)
 {
     memset(out, 0, sizeof(*out));
     out->n = (int64_t)n;
@@ -127,7 +269,7 @@ void k25_stats_describe(double *v, size_t n, struct k25_dist *out)
         if (!k25_stats_supported(n, p->q))
             continue;
         p->supported = true;
-        p->value = v[k25_stats_rank(n, p->q) - 1];
+        p->value = k25_stats_quantile(v, n, p->q, method);
         size_t lo, hi;
         k25_stats_quantile_ci(n, p->q, 0.95, &lo, &hi, &p->coverage);
         p->ci_lo = lo >= 1 ? v[lo - 1] : NAN;

@@ -9,7 +9,11 @@
  *               request (margin: the token-identity rule's top-1 margins,
  *               schema 2; absent in schema 1 files, read as NULL)
  *   /prefill    offsets[n+1], start_ns[], end_ns[]: the prefill chunks
- *   /timeline   compound table, one row per 100 ms window
+ *               (schema 3 adds priority, spilled, replayed, degraded,
+ *               timed_out, ttft_sla_ms: the elastic queue)
+ *   /timeline   compound table, one row per 100 ms window (schema 3 adds
+ *               the memory/spill queue depths, breaker state and the
+ *               breaker's busy fraction)
  *   /summary    attributes (summary JSON, headline figures), tables
  *               percentiles and moments, arrays rep_start_ns/rep_end_ns
  *
@@ -36,6 +40,10 @@ struct req_row {
     int32_t n_input, n_output, max_new, n_chunks;
     int64_t arrival_ns, submit_ns, admit_ns, first_token_ns, finish_ns;
     double queue_ms, ttft_ms, tpot_ms, e2e_ms, sched_lag_ms, output_tok_s;
+    /* schema 3 */
+    char priority[16];
+    uint8_t spilled, replayed, degraded, timed_out;
+    int32_t ttft_sla_ms;
 };
 
 #define RC(name, type, member, len) {name, type, offsetof(struct req_row, member), len}
@@ -62,8 +70,16 @@ static const struct k25_h5_col req_cols[] = {
     RC("e2e_ms", K25_H5_F64, e2e_ms, 0),
     RC("sched_lag_ms", K25_H5_F64, sched_lag_ms, 0),
     RC("output_tok_s", K25_H5_F64, output_tok_s, 0),
+    /* schema 3: the elastic queue (absent from older traces: standard, false) */
+    RC("priority", K25_H5_STR, priority, 16),
+    RC("spilled", K25_H5_U8, spilled, 0),
+    RC("replayed", K25_H5_U8, replayed, 0),
+    RC("degraded", K25_H5_U8, degraded, 0),
+    RC("timed_out", K25_H5_U8, timed_out, 0),
+    RC("ttft_sla_ms", K25_H5_I32, ttft_sla_ms, 0),
 };
 #define N_REQ_COLS ((int)(sizeof(req_cols) / sizeof(req_cols[0])))
+#define N_REQ_COLS_V2 (N_REQ_COLS - 6) /* the columns of schema 1 and 2 */
 
 /* One /timeline row. */
 struct win_row {
@@ -72,6 +88,9 @@ struct win_row {
     double busy_fraction, busy_ns;
     int32_t n_waiting, n_running;
     int64_t kv_blocks, mem_bytes;
+    /* schema 3 */
+    int32_t n_waiting_memory, n_waiting_spill, breaker_open;
+    double breaker_busy_fraction;
 };
 #define WC(name, type, member) {name, type, offsetof(struct win_row, member), 0}
 static const struct k25_h5_col win_cols[] = {
@@ -84,8 +103,14 @@ static const struct k25_h5_col win_cols[] = {
     WC("n_running", K25_H5_I32, n_running),
     WC("kv_blocks", K25_H5_I64, kv_blocks),
     WC("mem_bytes", K25_H5_I64, mem_bytes),
+    /* schema 3 (absent from older traces: -1, NaN) */
+    WC("n_waiting_memory", K25_H5_I32, n_waiting_memory),
+    WC("n_waiting_spill", K25_H5_I32, n_waiting_spill),
+    WC("breaker_open", K25_H5_I32, breaker_open),
+    WC("breaker_busy_fraction", K25_H5_F64, breaker_busy_fraction),
 };
 #define N_WIN_COLS ((int)(sizeof(win_cols) / sizeof(win_cols[0])))
+#define N_WIN_COLS_V2 (N_WIN_COLS - 4)
 
 struct pctl_row {
     char metric[24];
@@ -118,7 +143,7 @@ static const struct k25_h5_col mom_cols[] = {
 
 static int state_parse(const char *s)
 {
-    for (int k = K25_REQ_WAITING; k <= K25_REQ_REJECTED; k++)
+    for (int k = K25_REQ_WAITING; k <= K25_REQ_TIMED_OUT; k++)
         if (!strcmp(s, k25_req_state_name(k)))
             return k;
     return -1;
@@ -185,6 +210,7 @@ static int write_summary(struct k25_h5 *h, const struct k25_bench_run *run, cons
         {"busy_fraction_p95", s->busy.p[2].value},
         {"overhead_per_request_us", s->overhead_per_request_us},
         {"overhead_per_token_us", s->overhead_per_token_us},
+        {"degraded_requests_ratio", s->degraded_requests_ratio}, /* schema 3 */
     };
     int64_t rs[K25_BENCH_MAX_REPEAT], re[K25_BENCH_MAX_REPEAT];
     for (int k = 0; k < run->n_reps; k++) {
@@ -198,6 +224,8 @@ static int write_summary(struct k25_h5 *h, const struct k25_bench_run *run, cons
             goto out;
     if ((rc = k25_h5_attr_i64(g, "requests_total", s->n_total, err)) != K25_OK ||
         (rc = k25_h5_attr_i64(g, "requests_completed", s->n_completed, err)) != K25_OK ||
+        (rc = k25_h5_attr_i64(g, "spilled_requests", s->n_spilled, err)) != K25_OK ||
+        (rc = k25_h5_attr_i64(g, "timed_out_requests", s->n_timed_out, err)) != K25_OK ||
         (rc = k25_h5_attr_i64(g, "repetitions", run->n_reps, err)) != K25_OK ||
         (rc = k25_h5_write_table(g, "percentiles", pctl_cols, 7, sizeof(struct pctl_row), pr, np, err)) != K25_OK ||
         (rc = k25_h5_write_table(g, "moments", mom_cols, 6, sizeof(struct mom_row), mr, K25_M_NMETRICS + 1, err)) !=
@@ -310,6 +338,12 @@ int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const str
         r->e2e_ms = k25_bench_req_e2e_ms(q);
         r->sched_lag_ms = k25_bench_req_lag_ms(q);
         r->output_tok_s = k25_bench_req_out_tps(q);
+        snprintf(r->priority, sizeof(r->priority), "%s", k25_priority_name(q->priority));
+        r->spilled = q->spilled;
+        r->replayed = q->replayed;
+        r->degraded = q->degraded;
+        r->timed_out = q->state == K25_REQ_TIMED_OUT;
+        r->ttft_sla_ms = q->ttft_sla_ms;
         for (int t = 0; t < q->n_output; t++, kt++) {
             tns[kt] = q->token_ns[t];
             tid[kt] = q->token_ids[t];
@@ -325,7 +359,9 @@ int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const str
     for (size_t w = 0; w < run->n_win; w++) {
         const struct k25_bench_window *x = &run->win[w];
         wrows[w] = (struct win_row){x->t_ns, x->len_ns, x->rep, x->len_ns > 0 ? x->busy_ns / (double)x->len_ns : NAN,
-                                    x->busy_ns, x->n_waiting, x->n_running, x->kv_blocks, x->mem_bytes};
+                                    x->busy_ns, x->n_waiting, x->n_running, x->kv_blocks, x->mem_bytes,
+                                    x->n_waiting_memory, x->n_waiting_spill, x->breaker_open,
+                                    x->breaker_busy_fraction};
     }
 
     if ((rc = k25_h5_attr_str(h->meta, "provenance", provenance_json, err)) != K25_OK ||
@@ -434,14 +470,15 @@ static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t,
         (rc = k25_h5_get_attr_str(h.meta, "config", &t->config_json, err)) != K25_OK ||
         (rc = k25_h5_get_attr_str(h.meta, "workload", &t->workload_json, err)) != K25_OK)
         goto out;
-    if ((rc = k25_h5_read_table(h.file, "/requests", req_cols, N_REQ_COLS, sizeof(struct req_row),
+    bool v3 = h.schema_version >= 3; /* the elastic queue's columns */
+    if ((rc = k25_h5_read_table(h.file, "/requests", req_cols, v3 ? N_REQ_COLS : N_REQ_COLS_V2, sizeof(struct req_row),
                                 K25_H5_ANY_COUNT, (void **)&rows, &n, err)) != K25_OK ||
         (rc = read_ragged(&h, "/tokens", "time_ns", K25_H5_I64, (void **)&tns, "token_id", K25_H5_I32,
                           (void **)&tid, &toff, n, err)) != K25_OK ||
         (rc = read_margins(&h, (size_t)toff[n], &tmg, err)) != K25_OK ||
         (rc = read_ragged(&h, "/prefill", "start_ns", K25_H5_I64, (void **)&cs, "end_ns", K25_H5_I64, (void **)&ce,
                           &coff, n, err)) != K25_OK ||
-        (rc = k25_h5_read_table(h.file, "/timeline", win_cols, N_WIN_COLS, sizeof(struct win_row),
+        (rc = k25_h5_read_table(h.file, "/timeline", win_cols, v3 ? N_WIN_COLS : N_WIN_COLS_V2, sizeof(struct win_row),
                                 K25_H5_ANY_COUNT, (void **)&wrows, &nw, err)) != K25_OK)
         goto out;
     if ((g = k25_h5_group(&h, "/summary", err)) < 0) {
@@ -501,6 +538,22 @@ static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t,
         q->admit_ns = r->admit_ns;
         q->first_ns = r->first_token_ns;
         q->finish_ns = r->finish_ns;
+        if (v3) {
+            char pn[17];
+            memcpy(pn, r->priority, 16);
+            pn[16] = '\0';
+            enum k25_priority pr;
+            struct k25_error perr;
+            if (k25_priority_parse(pn, &pr, &perr) != K25_OK) {
+                rc = k25_error_set(err, K25_EFORMAT, path, 0, "/requests", "row %zu: unknown priority '%s'", i, pn);
+                goto out;
+            }
+            q->priority = pr;
+            q->spilled = r->spilled != 0;
+            q->replayed = r->replayed != 0;
+            q->degraded = r->degraded != 0;
+            q->ttft_sla_ms = r->ttft_sla_ms;
+        }
         if (toff[i + 1] - toff[i] != r->n_output || coff[i + 1] - coff[i] != r->n_chunks || r->n_output < 0 ||
             r->n_chunks < 0) {
             rc = k25_error_set(err, K25_EFORMAT, path, 0, "/requests",
@@ -532,7 +585,9 @@ static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t,
     for (size_t w = 0; w < nw; w++) {
         const struct win_row *x = &wrows[w];
         run->win[w] = (struct k25_bench_window){x->t_ns, x->len_ns, x->busy_ns, x->rep, x->n_waiting,
-                                                x->n_running, x->kv_blocks, x->mem_bytes};
+                                                x->n_running, x->kv_blocks, x->mem_bytes,
+                                                v3 ? x->n_waiting_memory : -1, v3 ? x->n_waiting_spill : -1,
+                                                v3 ? x->breaker_open : -1, v3 ? x->breaker_busy_fraction : NAN};
     }
     run->n_win = nw;
 out:

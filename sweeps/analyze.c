@@ -214,7 +214,7 @@ int k25_sweep_reference_index(const struct k25_sweep_spec *spec, const struct k2
             return i;
     /* a grid point equal to the defaults serves as the reference */
     for (int i = 0; i < n; i++)
-        if (!memcmp(&d, &pts[i].cfg, sizeof(d)))
+        if (!memcmp(&d, &pts[i].cfg, sizeof(d)) && k25_sweep_point_client_default(spec, &pts[i]))
             return i;
     return -1;
 }

@@ -96,6 +96,8 @@ static void arg(struct k25_sweep_argv *a, const char *fmt, ...)
 }
 
 /*
+ * The point's workload is the spec's with its client axes applied; a
+ * server target (o->endpoint, or the spec's endpoint:) adds --endpoint.
  * Open loop (rate > 0) passes --concurrency only when the spec gives one:
  * there it caps requests in flight, and a default cap of 1 would turn the
  * open loop into one request at a time.
@@ -104,11 +106,18 @@ void k25_sweep_bench_argv(struct k25_sweep_argv *a, const struct k25_sweep_spec 
                           const struct k25_sweep_opts *o, const struct k25_sweep_point *p, int rep,
                           const char *prefix, double rate, int threads)
 {
-    const struct k25_sweep_workload *w = &spec->wl;
+    struct k25_sweep_workload wl; /* the spec's, with the point's client axes (concurrency, rate) */
+    k25_sweep_point_workload(spec, p, &wl);
+    const struct k25_sweep_workload *w = &wl;
+    const char *endpoint = o->endpoint ? o->endpoint : spec->endpoint[0] ? spec->endpoint : NULL;
     a->argc = 0;
     a->used = 0;
     arg(a, "%s", o->k25_path);
     arg(a, "bench");
+    if (endpoint) {
+        arg(a, "--endpoint");
+        arg(a, "%s", endpoint);
+    }
     arg(a, "--dataset");
     arg(a, "%s", spec->dataset);
     if (spec->filter[0]) {

@@ -102,6 +102,10 @@ int k25_sweep_slurm_script(const struct k25_sweep_spec *spec, const char *out, c
         fputs(" --only ", f);
         shell_quote(f, only);
     }
+    if (spec->endpoint[0]) {
+        fputs(" --endpoint ", f);
+        shell_quote(f, spec->endpoint);
+    }
     fprintf(f, " --merge\n"
                "# (it lists any task that is missing or failed; resubmit those with sbatch --array=I,J THIS_FILE).\n"
                "# Tasks may share a node (each cleans only its own run's leftovers), and then their timings\n"
@@ -133,6 +137,10 @@ int k25_sweep_slurm_script(const struct k25_sweep_spec *spec, const char *out, c
     if (only) {
         fputs(" --only ", f);
         shell_quote(f, only);
+    }
+    if (spec->endpoint[0]) { /* the server the ids were computed for (also when --endpoint gave it) */
+        fputs(" --endpoint ", f);
+        shell_quote(f, spec->endpoint);
     }
     fputs(" --quiet\n", f);
     if (fflush(f) != 0 || ferror(f))

@@ -58,16 +58,23 @@ static json_t *point_json(const struct k25_sweep_spec *spec, const struct k25_sw
     for (int a = 0; a < spec->n_axes; a++) {
         char buf[128];
         const json_t *v = json_object_get(cfg, spec->axes[a].key);
-        if (p->idx[a] >= 0)
+        struct k25_sweep_workload w;
+        if (p->idx[a] >= 0) {
             snprintf(buf, sizeof(buf), "%s", spec->axes[a].values[p->idx[a]]);
-        else if (json_is_string(v))
+        } else if (spec->axes[a].client) { /* the reference's load: the spec workload's */
+            k25_sweep_point_workload(spec, p, &w);
+            if (!strcmp(spec->axes[a].key, "concurrency"))
+                snprintf(buf, sizeof(buf), "%d", w.concurrency);
+            else
+                k25_fmt_double(w.rate_rps, buf, sizeof(buf));
+        } else if (json_is_string(v))
             snprintf(buf, sizeof(buf), "%s", json_string_value(v));
         else if (json_is_boolean(v))
             snprintf(buf, sizeof(buf), "%s", json_is_true(v) ? "true" : "false");
         else if (json_is_integer(v))
             snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
         else
-            snprintf(buf, sizeof(buf), "%.17g", json_number_value(v));
+            k25_fmt_double(json_number_value(v), buf, sizeof(buf)); /* 0.85, not 0.84999999999999998 */
         json_object_set_new(axes, spec->axes[a].key, json_string(buf));
     }
     json_decref(cfg);
@@ -135,6 +142,11 @@ int k25_sweep_write_results(const struct k25_sweep_spec *spec, const char *out, 
     }
     json_object_set_new(root, "name", json_string(spec->name));
     json_object_set_new(root, "spec", json_string(spec->path));
+    /* what was measured: the in-process engine, a running server, or a server started per point */
+    json_object_set_new(root, "target",
+                        spec->launch[0]     ? json_pack("{s:s, s:s}", "kind", "launch", "launch", spec->launch)
+                        : spec->endpoint[0] ? json_pack("{s:s, s:s}", "kind", "endpoint", "endpoint", spec->endpoint)
+                                            : json_pack("{s:s}", "kind", "engine"));
     json_object_set_new(root, "objective", json_pack("{s:s, s:s}", spec->maximize ? "maximize" : "minimize",
                                                      spec->objective, "metric", spec->objective));
     json_t *cons = json_array();

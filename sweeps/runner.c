@@ -355,12 +355,16 @@ static int launch(struct sched *S, int s, int t, struct k25_error *err)
         snprintf(prefix, sizeof(prefix), "%s/.filler/slot-%d", o->out, s);
     snprintf(log, sizeof(log), "%s.log", prefix);
     pid_t pid;
-    if (t >= 0 && spec->wl.search) {
+    struct k25_sweep_workload w;
+    k25_sweep_point_workload(spec, p, &w); /* the spec's, with the point's client axes */
+    if (spec->launch[0]) {
+        pid = k25_sweep_spawn_launch(spec, o, p, tk->rep, prefix, log, c0, S->per_job, S->threads, slow);
+    } else if (t >= 0 && spec->wl.search) {
         pid = k25_sweep_spawn_search(spec, o, p, tk->rep, log, c0, S->per_job, S->threads, slow);
     } else {
         struct k25_sweep_argv a;
-        k25_sweep_bench_argv(&a, spec, o, p, tk->rep, prefix, spec->wl.search ? spec->wl.rate_lo : spec->wl.rate_rps,
-                   S->threads);
+        k25_sweep_bench_argv(&a, spec, o, p, tk->rep, prefix, spec->wl.search ? spec->wl.rate_lo : w.rate_rps,
+                             S->threads);
         pid = k25_sweep_spawn(a.argv, log, c0, S->per_job, slow);
     }
     if (pid < 0)

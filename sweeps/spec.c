@@ -99,6 +99,187 @@ static int check_config_value(const char *path, int line, const char *key, const
     return k25_config_set(&scratch, key, value, path, line, err);
 }
 
+bool k25_sweep_axis_is_client(const char *key)
+{
+    return !strcmp(key, "concurrency") || !strcmp(key, "rate");
+}
+
+/* A client axis value: concurrency an integer in 1..100000, rate a number > 0 (requests/s). */
+static int check_client_value(const char *path, int line, const char *key, const char *value, struct k25_error *err)
+{
+    char *end;
+    errno = 0;
+    if (!strcmp(key, "concurrency")) {
+        long long v = strtoll(value, &end, 10);
+        if (end == value || *end || errno || v < 1 || v > 100000)
+            return k25_error_set(err, K25_EINVAL, path, line, key, "expected an integer in 1..100000, got \"%s\"",
+                                 value);
+    } else {
+        double v = strtod(value, &end);
+        if (end == value || *end || errno || !(v > 0) || !isfinite(v))
+            return k25_error_set(err, K25_EINVAL, path, line, key,
+                                 "expected a positive request rate (requests/s), got \"%s\"", value);
+    }
+    return K25_OK;
+}
+
+void k25_sweep_point_workload(const struct k25_sweep_spec *s, const struct k25_sweep_point *p,
+                              struct k25_sweep_workload *w)
+{
+    *w = s->wl;
+    for (int a = 0; a < s->n_axes; a++) {
+        if (!s->axes[a].client || p->reference || p->idx[a] < 0)
+            continue;
+        const char *v = s->axes[a].values[p->idx[a]];
+        if (!strcmp(s->axes[a].key, "concurrency")) {
+            w->concurrency = atoi(v);
+            w->concurrency_set = true;
+        } else {
+            w->rate_rps = strtod(v, NULL);
+        }
+    }
+}
+
+/* Concurrency as the run uses it: open loop without a given cap means none (0). */
+static int effective_concurrency(const struct k25_sweep_workload *w)
+{
+    bool open = w->search || w->rate_rps > 0;
+    return open && !w->concurrency_set ? 0 : w->concurrency;
+}
+
+bool k25_sweep_point_client_default(const struct k25_sweep_spec *s, const struct k25_sweep_point *p)
+{
+    struct k25_sweep_workload w;
+    k25_sweep_point_workload(s, p, &w);
+    return w.rate_rps == s->wl.rate_rps && effective_concurrency(&w) == effective_concurrency(&s->wl);
+}
+
+/* ---------------------------------------------------- target: endpoint, launch */
+
+/* The config key a {name} hole of a launch command names (port and k25 are the runner's). */
+static bool launch_hole_known(const char *name)
+{
+    if (!strcmp(name, "port") || !strcmp(name, "k25"))
+        return true;
+    for (int i = 0; i < k25_config_key_count(); i++)
+        if (!strcmp(k25_config_key(i)->key, name))
+            return true;
+    return false;
+}
+
+/* Does the launch command have the hole {key}? */
+static bool launch_has_hole(const char *cmd, const char *key)
+{
+    char hole[80];
+    snprintf(hole, sizeof(hole), "{%s}", key);
+    return strstr(cmd, hole) != NULL;
+}
+
+/*
+ * What the target allows.  A launch: command must take {port}, name only
+ * known holes, and pass every engine axis and fixed key to the server
+ * (else the sweep would vary a setting the server never sees).  A fixed
+ * endpoint allows client axes only.  Neither measures fidelity.
+ */
+static int check_target(const struct k25_sweep_spec *s, struct k25_error *err)
+{
+    if (!s->endpoint[0] && !s->launch[0])
+        return K25_OK;
+    if (s->endpoint[0] && s->launch[0])
+        return k25_error_set(err, K25_EINVAL, s->path, s->launch_line, "launch",
+                             "give endpoint: (a running server) or launch: (a server per point), not both");
+    int line = s->launch[0] ? s->launch_line : s->endpoint_line;
+    if (s->fidelity)
+        return k25_error_set(err, K25_EINVAL, s->path, line, "fidelity",
+                             "fidelity compares the in-process engine with the exact one: not with a server");
+    if (s->launch[0]) {
+        if (!launch_has_hole(s->launch, "port"))
+            return k25_error_set(err, K25_EINVAL, s->path, s->launch_line, "launch",
+                                 "the command must take the port the runner picks: {port}");
+        for (const char *p = strchr(s->launch, '{'); p; p = strchr(p + 1, '{')) {
+            const char *e = strchr(p, '}');
+            char name[64];
+            if (!e || (size_t)(e - p - 1) >= sizeof(name))
+                return k25_error_set(err, K25_EINVAL, s->path, s->launch_line, "launch",
+                                     "unterminated or overlong {hole} at column %d", (int)(p - s->launch) + 1);
+            snprintf(name, sizeof(name), "%.*s", (int)(e - p - 1), p + 1);
+            if (!launch_hole_known(name))
+                return k25_error_set(err, K25_EINVAL, s->path, s->launch_line, "launch",
+                                     "unknown hole {%s}: {port}, {k25} or a config key (k25 config --keys)", name);
+        }
+    }
+    for (int a = 0; a < s->n_axes; a++) {
+        if (s->axes[a].client)
+            continue;
+        if (!s->launch[0])
+            return k25_error_set(err, K25_EINVAL, s->path, s->axes[a].line, s->axes[a].key,
+                                 "'%s' is an engine setting: against a fixed endpoint only the client axes "
+                                 "(concurrency, rate) can vary; sweep it with the in-process engine or a launch: "
+                                 "command that starts the server per point with {%s}",
+                                 s->axes[a].key, s->axes[a].key);
+        if (!launch_has_hole(s->launch, s->axes[a].key))
+            return k25_error_set(err, K25_EINVAL, s->path, s->axes[a].line, s->axes[a].key,
+                                 "the launch: command never passes this axis to the server: add {%s} to it",
+                                 s->axes[a].key);
+    }
+    for (int f = 0; f < s->n_fixed; f++) {
+        if (!s->launch[0])
+            return k25_error_set(err, K25_EINVAL, s->path, 0, s->fixed_key[f],
+                                 "fixed: '%s' is an engine setting a fixed endpoint does not take from us: "
+                                 "configure the server, or use a launch: command with {%s}",
+                                 s->fixed_key[f], s->fixed_key[f]);
+        if (!launch_has_hole(s->launch, s->fixed_key[f]))
+            return k25_error_set(err, K25_EINVAL, s->path, 0, s->fixed_key[f],
+                                 "fixed: the launch: command never passes '%s' to the server: add {%s} to it",
+                                 s->fixed_key[f], s->fixed_key[f]);
+    }
+    return K25_OK;
+}
+
+int k25_sweep_spec_set_endpoint(struct k25_sweep_spec *s, const char *url, struct k25_error *err)
+{
+    if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--endpoint",
+                             "expected an http:// or https:// URL, got \"%s\"", url);
+    if ((size_t)snprintf(s->endpoint, sizeof(s->endpoint), "%s", url) >= sizeof(s->endpoint))
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--endpoint", "URL too long");
+    s->endpoint_line = 0;
+    s->launch[0] = '\0'; /* the command line's server replaces the spec's */
+    return check_target(s, err);
+}
+
+static int parse_launch(struct k25_sweep_spec *s, yaml_document_t *doc, yaml_node_t *n, struct k25_error *err)
+{
+    s->launch_line = LINE(n);
+    const char *cmd = scalar(n);
+    if (cmd) {
+        snprintf(s->launch, sizeof(s->launch), "%s", cmd);
+        return K25_OK;
+    }
+    if (n->type != YAML_MAPPING_NODE)
+        return k25_error_set(err, K25_EINVAL, s->path, LINE(n), "launch",
+                             "expected a command, or {command: ..., health_timeout_s: S, stop_grace_s: S}");
+    int rc = K25_OK;
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !rc; p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key), *v = yaml_document_get_node(doc, p->value);
+        const char *key = scalar(k), *sv;
+        if (key && !strcmp(key, "command")) {
+            if (!(rc = expect_scalar(s->path, v, key, &sv, err)))
+                snprintf(s->launch, sizeof(s->launch), "%s", sv);
+        } else if (key && !strcmp(key, "health_timeout_s")) {
+            rc = parse_double(s->path, v, key, 0.1, &s->launch_timeout_s, err);
+        } else if (key && !strcmp(key, "stop_grace_s")) {
+            rc = parse_double(s->path, v, key, 0.0, &s->launch_grace_s, err);
+        } else {
+            return k25_error_set(err, K25_ENOTFOUND, s->path, LINE(k), key ? key : "launch",
+                                 "unknown launch key (command, health_timeout_s, stop_grace_s)");
+        }
+    }
+    if (!rc && !s->launch[0])
+        rc = k25_error_set(err, K25_EINVAL, s->path, LINE(n), "launch", "needs a command");
+    return rc;
+}
+
 static int parse_workload(struct k25_sweep_spec *s, yaml_document_t *doc, yaml_node_t *n, struct k25_error *err)
 {
     struct k25_sweep_workload *w = &s->wl;
@@ -199,6 +380,7 @@ static int parse_axes(struct k25_sweep_spec *s, yaml_document_t *doc, yaml_node_
         struct k25_sweep_axis *a = &s->axes[s->n_axes];
         snprintf(a->key, sizeof(a->key), "%s", key);
         a->line = LINE(k);
+        a->client = k25_sweep_axis_is_client(key);
         if (v->type != YAML_SEQUENCE_NODE)
             return k25_error_set(err, K25_EINVAL, s->path, LINE(v), key, "expected a list of values, e.g. [512, 1024]");
         for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
@@ -209,7 +391,8 @@ static int parse_axes(struct k25_sweep_spec *s, yaml_document_t *doc, yaml_node_
             if (a->n == K25_SWEEP_MAX_VALUES)
                 return k25_error_set(err, K25_ERANGE, s->path, LINE(e), key, "more than %d values",
                                      K25_SWEEP_MAX_VALUES);
-            int rc = check_config_value(s->path, LINE(e), key, val, err);
+            int rc = a->client ? check_client_value(s->path, LINE(e), key, val, err)
+                               : check_config_value(s->path, LINE(e), key, val, err);
             if (rc)
                 return rc;
             for (int i = 0; i < a->n; i++)
@@ -366,6 +549,8 @@ int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_e
     s->wl.concurrency = 1;
     s->wl.burstiness = 1.0;
     s->wl.precision = 0.05;
+    s->launch_timeout_s = 120;
+    s->launch_grace_s = 10;
     snprintf(s->objective, sizeof(s->objective), "%s", "");
     yaml_document_t doc;
     int rc = k25_yaml_load(path, &doc, err);
@@ -419,6 +604,15 @@ int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_e
             rc = parse_fixed(s, &doc, v, err);
         } else if (!strcmp(key, "fidelity")) {
             rc = parse_bool(path, v, key, &s->fidelity, err);
+        } else if (!strcmp(key, "endpoint")) {
+            if (!(rc = expect_scalar(path, v, key, &sv, err))) {
+                snprintf(s->endpoint, sizeof(s->endpoint), "%s", sv);
+                s->endpoint_line = LINE(v);
+                if (strncmp(sv, "http://", 7) != 0 && strncmp(sv, "https://", 8) != 0)
+                    rc = k25_error_set(err, K25_EINVAL, path, LINE(v), key, "expected an http:// or https:// URL");
+            }
+        } else if (!strcmp(key, "launch")) {
+            rc = parse_launch(s, &doc, v, err);
         } else if (!strcmp(key, "objective")) {
             objective_line = LINE(k);
             s->objective_line = objective_line;
@@ -426,7 +620,7 @@ int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_e
         } else {
             rc = k25_error_set(err, K25_ENOTFOUND, path, LINE(k), key,
                                "unknown key (name, model, dataset, filter, workload, repeats, seed, axes, fixed, "
-                               "fidelity, objective)");
+                               "fidelity, objective, endpoint, launch)");
         }
     }
     if (rc)
@@ -485,6 +679,14 @@ int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_e
         }
     }
 
+    if ((rc = check_target(s, err)))
+        goto out_doc;
+    for (int a = 0; a < s->n_axes; a++)
+        if (s->axes[a].client && !strcmp(s->axes[a].key, "rate") && s->wl.search) {
+            rc = k25_error_set(err, K25_EINVAL, path, s->axes[a].line, "rate",
+                               "a rate axis and search: max_rate both set the rate: keep one");
+            goto out_doc;
+        }
     rc = check_percentiles(s, err);
 
 out_doc:
@@ -505,8 +707,8 @@ static int point_config(const struct k25_sweep_spec *s, const int *idx, struct k
             return rc;
     }
     for (int a = 0; a < s->n_axes; a++) {
-        if (idx[a] < 0)
-            continue; /* reference point: the default */
+        if (idx[a] < 0 || s->axes[a].client)
+            continue; /* reference point: the default; a client axis is the workload's */
         int rc = k25_config_set(cfg, s->axes[a].key, s->axes[a].values[idx[a]], s->path, s->axes[a].line, err);
         if (rc)
             return rc;
@@ -514,22 +716,28 @@ static int point_config(const struct k25_sweep_spec *s, const int *idx, struct k
     return k25_config_validate(cfg, err);
 }
 
-/* Stable id: SHA-256 of (config JSON, workload, repeats-independent dataset hash, filter, fidelity). */
-static int point_id(const struct k25_sweep_spec *s, const struct k25_config *cfg, char id[17])
+/*
+ * Stable id: SHA-256 of (config JSON, the point's workload, repeats-independent dataset hash, filter,
+ * fidelity, and the target when it is a server: points of an endpoint or launch: sweep never share
+ * an id with the in-process engine's).
+ */
+static int point_id(const struct k25_sweep_spec *s, const struct k25_sweep_point *p, char id[17])
 {
-    char *cj = k25_config_to_json(cfg);
+    char *cj = k25_config_to_json(&p->cfg);
     if (!cj)
         return K25_ENOMEM;
     char *buf = NULL;
-    const struct k25_sweep_workload *w = &s->wl;
+    struct k25_sweep_workload wl;
+    k25_sweep_point_workload(s, p, &wl);
+    const struct k25_sweep_workload *w = &wl;
     /* open loop: concurrency is a cap on requests in flight, none unless the spec gives one */
-    bool open = w->search || w->rate_rps > 0;
-    int conc = open && !w->concurrency_set ? 0 : w->concurrency;
+    int conc = effective_concurrency(w);
     int n = asprintf(&buf, "%s|c=%d r=%lld d=%.17g rate=%.17g b=%.17g wu=%lld slo=%s search=%d:%s:%.17g:%.17g:%.17g:%.17g"
-                           "|ds=%s|f=%s|fid=%d",
+                           "|ds=%s|f=%s|fid=%d%s%s%s%s",
                      cj, conc, (long long)w->requests, w->duration_s, w->rate_rps, w->burstiness,
                      (long long)w->warmup, w->slo, w->search, w->search_metric, w->search_limit, w->rate_lo,
-                     w->rate_hi, w->precision, s->dataset_sha256, s->filter, s->fidelity);
+                     w->rate_hi, w->precision, s->dataset_sha256, s->filter, s->fidelity,
+                     s->endpoint[0] ? "|endpoint=" : "", s->endpoint, s->launch[0] ? "|launch=" : "", s->launch);
     free(cj);
     if (n < 0)
         return K25_ENOMEM;
@@ -570,9 +778,9 @@ int k25_sweep_expand(const struct k25_sweep_spec *s, struct k25_sweep_point **po
             p[n].idx[a] = (int)(r % s->axes[a].n);
             r /= s->axes[a].n;
         }
-        if ((rc = point_config(s, p[n].idx, &p[n].cfg, err)) || (rc = point_id(s, &p[n].cfg, p[n].id)))
+        if ((rc = point_config(s, p[n].idx, &p[n].cfg, err)) || (rc = point_id(s, &p[n], p[n].id)))
             goto out_fail;
-        if (!memcmp(&p[n].cfg, &defaults, sizeof(defaults)))
+        if (!memcmp(&p[n].cfg, &defaults, sizeof(defaults)) && k25_sweep_point_client_default(s, &p[n]))
             grid_has_defaults = true;
         n++;
     }
@@ -580,7 +788,7 @@ int k25_sweep_expand(const struct k25_sweep_spec *s, struct k25_sweep_point **po
         memcpy(p[n].idx, none, sizeof(none));
         p[n].reference = true;
         p[n].cfg = defaults;
-        if ((rc = point_id(s, &p[n].cfg, p[n].id)))
+        if ((rc = point_id(s, &p[n], p[n].id)))
             goto out_fail;
         n++;
     }

@@ -32,6 +32,7 @@
 struct k25_sweep_axis {
     char key[64];
     int line;                                 /* spec line of the axis */
+    bool client;                              /* a workload axis (concurrency, rate): the load, not the engine */
     int n;
     char values[K25_SWEEP_MAX_VALUES][128];   /* as written, validated */
 };
@@ -88,6 +89,13 @@ struct k25_sweep_spec {
     struct k25_sweep_constraint cons[K25_SWEEP_MAX_CONS];
     char dataset_sha256[65];
     int repeats_line, objective_line;
+    /* the system measured: the in-process engine (both empty), a running server (endpoint), or a
+     * server the runner starts per point (launch: its command with {port} and {config_key} holes) */
+    char endpoint[1024];      /* base URL every run's `k25 bench --endpoint` gets */
+    char launch[2048];        /* command template, as written */
+    int endpoint_line, launch_line;
+    double launch_timeout_s;  /* how long GET /health may take to answer 200 (default 120) */
+    double launch_grace_s;    /* SIGTERM, then SIGKILL after this long (default 10) */
 };
 
 /*
@@ -158,6 +166,24 @@ bool k25_sweep_metric_lower_better(const char *name);
 int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *spec, struct k25_error *err);
 
 /*
+ * Points the sweep at a running server (`k25 sweep --endpoint URL`,
+ * overriding the spec's endpoint:) and checks what that allows: client
+ * axes (concurrency, rate) only; an engine axis or fixed key needs the
+ * in-process engine or a launch: command, and the error names it.
+ */
+int k25_sweep_spec_set_endpoint(struct k25_sweep_spec *spec, const char *url, struct k25_error *err);
+
+/* Whether key is a client-side (workload) axis: concurrency, rate. */
+bool k25_sweep_axis_is_client(const char *key);
+
+/* The workload point p runs: the spec's, with p's client axis values applied. */
+void k25_sweep_point_workload(const struct k25_sweep_spec *spec, const struct k25_sweep_point *p,
+                              struct k25_sweep_workload *w);
+
+/* Whether p's client axes (if any) are at the spec workload's own values (the reference's load). */
+bool k25_sweep_point_client_default(const struct k25_sweep_spec *spec, const struct k25_sweep_point *p);
+
+/*
  * Expands the grid (axes in spec order, the last varying fastest), plus a
  * reference point with every axis at its default when the grid lacks it.
  * *points is malloc'd; caller frees with k25_sweep_points_free.
@@ -198,6 +224,7 @@ struct k25_sweep_opts {
     bool quiet;
     const char *k25_path;     /* binary to run points with (default /proc/self/exe) */
     int task;                 /* >= 0: run only this task index (cluster array), then stop */
+    const char *endpoint;     /* URL the runs go to, overriding spec->endpoint (a launch: point's server); NULL */
 };
 
 /* One run: repetition `rep` of point `point`. */

@@ -43,7 +43,8 @@ struct k25_sweep_argv {
 /*
  * argv of one bench run of point p with repetition rep's seed, writing
  * PREFIX.h5 and PREFIX.json, at open-loop rate (0: closed loop), with
- * --threads threads (0: bench's default).
+ * --threads threads (0: bench's default); --endpoint when o->endpoint or
+ * spec->endpoint is set.
  */
 void k25_sweep_bench_argv(struct k25_sweep_argv *a, const struct k25_sweep_spec *spec,
                           const struct k25_sweep_opts *o, const struct k25_sweep_point *p, int rep,
@@ -60,6 +61,30 @@ pid_t k25_sweep_spawn(char *const argv[], const char *logpath, int c0, int nc,
                       const struct k25_sweep_slow_rule *slow);
 /* Spawns and waits: the exit status (128 + signal when killed), -1 when it could not run. */
 int k25_sweep_run_wait(char *const argv[], const char *logpath, int c0, int nc);
+
+/* ------------------------------------------------ launch: a server per point (launch.c) */
+
+/*
+ * Runs repetition rep of point p against a server of its own, in a child
+ * of ours (the supervisor; its output at logpath): picks a free loopback
+ * port, starts spec->launch with its holes filled ({port}, {k25}, config
+ * keys from p's config) in its own process group (output at
+ * PREFIX.server.log), waits for GET /health to answer 200
+ * (spec->launch_timeout_s), runs the point's bench run (or rate search)
+ * against it, then stops it: SIGTERM to the group, SIGKILL after
+ * spec->launch_grace_s.  PREFIX.launch.json records the command, the port
+ * and, on failure, why and the server's output tail (also printed to the
+ * log).  The supervisor exits with the run's status (1 when the server
+ * never became healthy).
+ */
+pid_t k25_sweep_spawn_launch(const struct k25_sweep_spec *spec, const struct k25_sweep_opts *o,
+                             const struct k25_sweep_point *p, int rep, const char *prefix, const char *logpath,
+                             int c0, int nc, int threads, const struct k25_sweep_slow_rule *slow);
+
+/* The launch command of p with its holes filled (port, this k25 binary, p's config); malloc'd, NULL when
+ * out of memory. */
+char *k25_sweep_launch_command(const struct k25_sweep_spec *spec, const struct k25_sweep_point *p, int port,
+                               const char *k25_path);
 
 /* ------------------------------------------------ rate search (search.c) */
 

@@ -67,6 +67,7 @@ static void tiny_engine(k25_model_t **m, k25_engine_t **e, struct k25_bench_inpu
     assert_int_equal(k25_model_load(&cfg, m, &err), K25_OK);
     assert_int_equal(k25_engine_create(&cfg, *m, e, &err), K25_OK);
     for (int i = 0; i < n; i++) {
+        memset(&in[i], 0, sizeof(in[i])); /* fields added later (priority, ...) at their defaults */
         snprintf(in[i].id, sizeof(in[i].id), "r%d", i);
         in[i].ids = malloc(sizeof(int32_t) * (size_t)n_ids);
         for (int t = 0; t < n_ids; t++)

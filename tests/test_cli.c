@@ -177,6 +177,63 @@ static void test_bad_inputs(void **state)
     expect_fail(args, 1, "cannot open the log");
 }
 
+
+/*
+ * The shared option parser (harness/cliopt.c) behind every command but
+ * bench and serve: --key=value everywhere, "did you mean", errors naming
+ * the option, --help generated from the table.
+ */
+static void test_shared_parser(void **state)
+{
+    (void)state;
+    char *out;
+    /* --key=value is accepted by every converted command */
+    json_t *j = run_json("--prompt=abc --max-tokens=3 --prompt-len=10");
+    assert_int_equal(json_array_size(json_object_get(j, "output_ids")), 3);
+    assert_int_equal(json_integer_value(json_object_get(j, "input_tokens")), 10);
+    json_decref(j);
+    assert_int_equal(k25("mem --model tiny --context=4k --batch=2 --json", &out), 0);
+    assert_non_null(strstr(out, "\"context\": 4096"));
+    assert_non_null(strstr(out, "\"batch\": 2"));
+    free(out);
+    /* did you mean: the command's own options and the engine flags */
+    expect_fail("run --model tiny --promt a", 2, "'--promt': unknown option (did you mean '--prompt'?)");
+    expect_fail("run --model tiny --prompt a --prefil-chunk-size 5", 2, "did you mean '--prefill-chunk-size'?");
+    expect_fail("gate --baseline a --candidate b --polcy p", 2, "did you mean '--policy'?");
+    expect_fail("sweep sweeps/ci-smoke.yaml --dry-rn", 2, "did you mean '--dry-run'?");
+    expect_fail("logs x.log --cout", 2, "did you mean '--count'?");
+    expect_fail("inspect x.h5 --jsn", 2, "did you mean '--json'?");
+    expect_fail("report x.h5 --out d --titel T", 2, "did you mean '--title'?");
+    expect_fail("gold validate x.jsonl --sanitise strip", 2, "did you mean '--sanitize'?");
+    expect_fail("attn-bench --head 4", 2, "did you mean '--heads'?");
+    expect_fail("config --jsno", 2, "unknown option '--jsno' (did you mean '--json'?)");
+    /* ranges, choices and missing values name the option */
+    expect_fail("gate --ab a b --rounds 40", 2, "'--rounds': expected an integer in 2..32, got 40");
+    expect_fail("sweep sweeps/ci-smoke.yaml --jobs=0", 2, "'--jobs': expected a positive integer up to 100000");
+    expect_fail("report x.h5 --out d --format gif", 2, "'--format': unknown choice 'gif' (png, svg, pdf)");
+    expect_fail("mem --model tiny --context 12q", 2, "'--context': expected a positive count");
+    expect_fail("attn-bench --repeat", 2, "'--repeat': missing value");
+    expect_fail("logs --tag", 2, "'--tag': missing value");
+    expect_fail("gold generate --count 0", 2, "'--count': bad count '0'");
+    /* --help from the table: usage, every option with its default and range */
+    assert_int_equal(k25("gate --help", &out), 0);
+    assert_non_null(strstr(out, "usage: k25 gate"));
+    assert_non_null(strstr(out, "--rounds N"));
+    assert_non_null(strstr(out, "(2..32; default: 5)"));
+    free(out);
+    assert_int_equal(k25("report --help", &out), 0);
+    assert_non_null(strstr(out, "--format png|svg|pdf"));
+    assert_non_null(strstr(out, "--quiet, -q"));
+    free(out);
+    assert_int_equal(k25("mem --help", &out), 0);
+    assert_non_null(strstr(out, "--context N"));
+    assert_non_null(strstr(out, "--kv-cache-dtype")); /* engine flags listed */
+    free(out);
+    assert_int_equal(k25("logs --help", &out), 0);
+    assert_non_null(strstr(out, "--stats FIELD"));
+    free(out);
+}
+
 /* Installed alias names dispatch on argv[0]. */
 static void test_alias(void **state)
 {
@@ -206,6 +263,7 @@ int main(void)
         cmocka_unit_test(test_input_ids),
         cmocka_unit_test(test_log_lines),
         cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_shared_parser),
         cmocka_unit_test(test_alias),
     };
     return cmocka_run_group_tests_name("cli", tests, tu_group_setup, tu_group_teardown);

@@ -112,7 +112,8 @@ static void test_key_table(void **state)
 {
     (void)state;
     int n = k25_config_key_count();
-    assert_int_equal(n, 26); /* + kv_quant_group, kv_quant_residual, kv_sink_tokens, kv_recent_tokens, backend */
+    assert_int_equal(n, 39); /* + kv_quant_*, kv_sink/recent_tokens, backend, the queue and breaker keys,
+                               * weight_dtype, quantize_weights, weight_quant_group, cpu_kernels */
     assert_null(k25_config_key(-1));
     assert_null(k25_config_key(n));
     struct k25_config def, c;

@@ -423,6 +423,37 @@ static void with_calibration(const char *name, const char *trials, double median
 }
 
 /*
+ * degraded_requests_ratio (issue 17) is checked exactly by the default
+ * policy and the CI one: a candidate that degraded requests when its
+ * baseline did not fails; a baseline written before the field existed
+ * (such as baselines/results/ci-smoke) reports it "not in the baseline"
+ * and passes.
+ */
+static void test_degraded_ratio(void **state)
+{
+    (void)state;
+    char cmd[2048], *out = NULL;
+    base_variant("deg0", ".");
+    base_variant("deg_missing", "del(.summary.degraded_requests_ratio)");
+    base_variant("deg_some", ".summary.degraded_requests_ratio = 0.004");
+    static const char *const policies[] = {"ci/gate-policy.yaml", "ci/gate-policy-ci.yaml"};
+    for (int p = 0; p < 2; p++) {
+        snprintf(cmd, sizeof(cmd), "%s gate --baseline %s/deg_missing.json --candidate %s/deg0.json --policy %s",
+                 tu_k25(), tu_dir, tu_dir, policies[p]);
+        int st = run(cmd, &out);
+        if (st != 0 || !strstr(out, "degraded_requests_ratio") || !strstr(out, "not in the baseline"))
+            fail_msg("%s: exit %d\n%s", cmd, st, out);
+        free(out);
+        snprintf(cmd, sizeof(cmd), "%s gate --baseline %s/deg0.json --candidate %s/deg_some.json --policy %s",
+                 tu_k25(), tu_dir, tu_dir, policies[p]);
+        st = run(cmd, &out);
+        if (st != 1 || !strstr(out, "degraded_requests_ratio") || !strstr(out, "differs in 1 of 1 runs"))
+            fail_msg("%s: exit %d (want 1: a regression)\n%s", cmd, st, out);
+        free(out);
+    }
+}
+
+/*
  * Normalization is stated: the same timings on a "machine" whose calibration
  * took twice as long come out 2x faster after normalizing, and the row says
  * so (factor 2.00, raw change +0.0%), in the table and the JSON.  A
@@ -558,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_stored_baseline),
         cmocka_unit_test(test_lossy_and_mismatch),
         cmocka_unit_test(test_calibration_note),
+        cmocka_unit_test(test_degraded_ratio),
         cmocka_unit_test(test_interrupted_and_json_file),
         cmocka_unit_test(test_ci_timing_gate_fallback),
         cmocka_unit_test(test_ci_timing_gate),

@@ -196,6 +196,11 @@ BAD_CASE(hint_unknown,
          "{\"id\":\"x\",\"text\":\"t\",\"expected_output_length\":3,\"block_pattern_hint\":\"legal\"}", 2,
          "field 'block_pattern_hint': unknown value 'legal' (auto, legal_doc or plain_text)",
          "block_pattern_hint")
+BAD_CASE(priority_unknown,
+         "{\"id\":\"x\",\"text\":\"t\",\"expected_output_length\":3,\"priority\":\"urgent\"}", 2,
+         "field 'priority': unknown value 'urgent' (high, standard or low)", "priority")
+BAD_CASE(priority_mistyped, "{\"id\":\"x\",\"text\":\"t\",\"expected_output_length\":3,\"priority\":1}", 2,
+         "field 'priority': must be a string, found an integer", "priority")
 BAD_CASE(meta_mistyped, "{\"id\":\"x\",\"text\":\"t\",\"expected_output_length\":3,\"meta\":[1]}", 2,
          "field 'meta': must be an object, found an array", "meta")
 
@@ -283,6 +288,39 @@ static void test_unknown_field_kept(void **state)
     free(buf);
     k25_gold_set_free(&set);
     rm_tmp(path);
+}
+
+/* The elastic queue's priority field: each value parses, absent is standard, and writing a request
+ * back keeps it (standard is left out, as absent). */
+static void test_priority_field(void **state)
+{
+    (void)state;
+    const char *content = "{\"id\":\"h\",\"text\":\"a\",\"expected_output_length\":1,\"priority\":\"high\"}\n"
+                          "{\"id\":\"s\",\"text\":\"b\",\"expected_output_length\":1,\"priority\":\"standard\"}\n"
+                          "{\"id\":\"l\",\"text\":\"c\",\"expected_output_length\":1,\"priority\":\"low\"}\n"
+                          "{\"id\":\"n\",\"text\":\"d\",\"expected_output_length\":1}\n";
+    struct diags d;
+    struct k25_gold_set set;
+    struct k25_error err;
+    assert_int_equal(load_text(content, NULL, &d, &set, &err, NULL), 0);
+    assert_int_equal(d.n_err + d.n_warn, 0); /* a known field: no "unknown field" warning */
+    assert_int_equal(set.n, 4);
+    assert_int_equal(set.reqs[0].priority, K25_PRIORITY_HIGH);
+    assert_int_equal(set.reqs[1].priority, K25_PRIORITY_STANDARD);
+    assert_int_equal(set.reqs[2].priority, K25_PRIORITY_LOW);
+    assert_int_equal(set.reqs[3].priority, K25_PRIORITY_STANDARD);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    assert_non_null(m);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(k25_gold_request_write(m, &set.reqs[i], &err), 0);
+    fclose(m);
+    assert_non_null(strstr(buf, "\"id\":\"h\",\"text\":\"a\",\"expected_output_length\":1,\"priority\":\"high\"}"));
+    assert_non_null(strstr(buf, "\"id\":\"l\",\"text\":\"c\",\"expected_output_length\":1,\"priority\":\"low\"}"));
+    assert_null(strstr(buf, "\"standard\""));
+    free(buf);
+    k25_gold_set_free(&set);
 }
 
 /* All schema fields, text and input_ids, prompt joining, CRLF and no final newline. */
@@ -1293,6 +1331,9 @@ int main(void)
         cmocka_unit_test(test_bad_prompt_mistyped),
         cmocka_unit_test(test_bad_prompt_with_ids),
         cmocka_unit_test(test_bad_hint_unknown),
+        cmocka_unit_test(test_bad_priority_unknown),
+        cmocka_unit_test(test_bad_priority_mistyped),
+        cmocka_unit_test(test_priority_field),
         cmocka_unit_test(test_bad_meta_mistyped),
         cmocka_unit_test(test_bad_line_too_long),
         cmocka_unit_test(test_bad_every_error_listed),

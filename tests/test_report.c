@@ -10,12 +10,19 @@
  * attention benchmark (fixtures under tests/data/):
  * every expected file, non-empty, PNG signatures valid, SVG output, HTML
  * with no external reference; a missing gnuplot and bad inputs give clear
- * errors.
+ * errors.  Every plot of every report is drawn again from its kept script
+ * with gnuplot's stderr captured: exit 0 and no warning at all, a picture
+ * of a sane size, every key placed explicitly outside the plot area.  The
+ * HTML is opened in headless Chromium with the network cut off (skipped,
+ * saying so, where Chromium is not installed).  Also: the health check
+ * that does not apply to a closed loop, a sweep axis whose line through
+ * the best point holds one point, and the shortest round-trip decimal.
  */
 #include "testutil.h"
 
 #include "report.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <sys/stat.h>
 
@@ -267,7 +274,56 @@ static void test_health(void **state)
     assert_true(k25_health_value(&h[0], &run, 1) == 0.97);
     assert_true(k25_health_value(&h[1], &run, 1) == 0.8);
     assert_true(isnan(k25_health_value(&h[2], &run, 1)));
+    /* the busy check does not apply to a closed loop (busy near 1 by construction); others do */
+    char why[64];
+    run.workload = json_pack("{s:s}", "mode", "closed");
+    assert_false(k25_health_applies(&h[1], &run, 1, why, sizeof(why)));
+    assert_string_equal(why, "closed loop");
+    assert_true(k25_health_applies(&h[0], &run, 1, why, sizeof(why)));
+    json_decref(run.workload);
+    run.workload = json_pack("{s:s}", "mode", "open");
+    assert_true(k25_health_applies(&h[1], &run, 1, why, sizeof(why)));
+    assert_string_equal(k25_health_level_name(K25_HEALTH_NA), "n/a");
+    json_decref(run.workload);
     json_decref(run.summary);
+}
+
+/* The shortest decimal that reads back as the same double (--print-best YAML, config.yaml values). */
+static void test_fmt_double(void **state)
+{
+    (void)state;
+    char b[64];
+    k25_fmt_double(0.85, b, sizeof(b));
+    assert_string_equal(b, "0.85");
+    k25_fmt_double(0.1 + 0.2, b, sizeof(b));
+    assert_string_equal(b, "0.30000000000000004");
+    k25_fmt_double(4096, b, sizeof(b));
+    assert_string_equal(b, "4096");
+    k25_fmt_double(-2.5e-7, b, sizeof(b));
+    assert_string_equal(b, "-2.5e-07");
+    k25_fmt_double(NAN, b, sizeof(b));
+    assert_string_equal(b, ".nan");
+    /* every value round-trips, and one digit fewer would not */
+    unsigned long long x = 88172645463325252ULL;
+    for (int i = 0; i < 20000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        double v;
+        memcpy(&v, &x, sizeof(v));
+        if (!isfinite(v))
+            continue;
+        k25_fmt_double(v, b, sizeof(b));
+        if (strtod(b, NULL) != v)
+            fail_msg("%s does not read back as %.17g", b, v);
+        char shorter[400];
+        int digits = 0;
+        for (const char *c = b; *c && *c != 'e'; c++)
+            digits += *c >= '0' && *c <= '9';
+        if (digits > 1) {
+            snprintf(shorter, sizeof(shorter), "%.*g", digits - 1, v);
+            if (strtod(shorter, NULL) == v && strlen(shorter) < strlen(b))
+                fail_msg("%s is not the shortest: %s reads back too", b, shorter);
+        }
+    }
 }
 
 /* ------------------------------------------------------ process level */
@@ -299,6 +355,128 @@ static char *slurp(const char *p)
     snprintf(cmd, sizeof(cmd), "cat '%s'", p);
     assert_int_equal(tu_run(cmd, &out), 0);
     return out;
+}
+
+/* Width and height from a PNG's IHDR chunk; false when it is not a PNG. */
+static bool png_size(const char *p, unsigned *w, unsigned *h)
+{
+    FILE *f = fopen(p, "rb");
+    unsigned char b[24] = {0};
+    bool ok = f && fread(b, 1, 24, f) == 24 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8) && !memcmp(b + 12, "IHDR", 4);
+    if (f)
+        fclose(f);
+    *w = (unsigned)b[16] << 24 | (unsigned)b[17] << 16 | (unsigned)b[18] << 8 | b[19];
+    *h = (unsigned)b[20] << 24 | (unsigned)b[21] << 16 | (unsigned)b[22] << 8 | b[23];
+    return ok;
+}
+
+/*
+ * Every key placed explicitly outside the plot area: each `set key` line
+ * of the script (the preamble's `set key noautotitle` aside) names a
+ * margin, `outside`, or screen coordinates.  A key left inside the plot
+ * hides data (the timeline's did).
+ */
+static void keys_outside(const char *gp)
+{
+    char *s = slurp(gp);
+    int placed = 0;
+    for (char *l = s; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        char line[512];
+        size_t n = strcspn(l, "\n");
+        snprintf(line, sizeof(line), "%.*s", (int)(n < sizeof(line) ? n : sizeof(line) - 1), l);
+        char *k = strstr(line, "set key");
+        if (!k || strstr(line, "noautotitle") || strchr(line, '#') == line)
+            continue;
+        if (!strstr(k, "outside") && !strstr(k, "margin") && !strstr(k, "at screen"))
+            fail_msg("%s: a key inside the plot area: %s", gp, line);
+        placed++;
+    }
+    if (!placed && strstr(s, " title ") && !strstr(s, "unset key"))
+        fail_msg("%s: titled series but no explicit key placement", gp);
+    free(s);
+}
+
+/*
+ * Draws every plot of the report folder again from its kept script
+ * (plots/NAME.gp, as a user would) with gnuplot's stderr captured: it
+ * must exit 0 and print nothing (a warning such as "empty x range" or
+ * "Skipping data file with no valid points" fails), the picture must be
+ * a PNG of a sane size (at least 600 x 400, at most 2000 x 2000, 10 KiB
+ * or more: not blank), and its keys placed outside the plot area.
+ * Returns the number of plots checked.
+ */
+static int render_check(const char *out)
+{
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/plots", out);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 4 || strcmp(e->d_name + l - 3, ".gp") != 0)
+            continue;
+        char stem[256], cmd[2048], p[1400], *o = NULL;
+        snprintf(stem, sizeof(stem), "%.*s", (int)(l - 3), e->d_name);
+        snprintf(cmd, sizeof(cmd), "cd '%s' && gnuplot '%s.gp' 2>&1 >/dev/null", dir, stem);
+        int st = tu_run(cmd, &o);
+        if (st != 0 || (o && *o))
+            fail_msg("%s/%s.gp: gnuplot exit %d, stderr:\n%s", dir, stem, st, o ? o : "");
+        free(o);
+        snprintf(p, sizeof(p), "%s/%s.png", dir, stem);
+        unsigned w = 0, h = 0;
+        if (fsize(p) > 0) { /* svg / pdf reports are checked by report_ok */
+            if (!png_size(p, &w, &h))
+                fail_msg("%s: not a PNG", p);
+            if (w < 600 || h < 400 || w > 2000 || h > 2000 || fsize(p) < 10240)
+                fail_msg("%s: %u x %u, %ld bytes: not a sane picture", p, w, h, fsize(p));
+        }
+        snprintf(p, sizeof(p), "%s/%s.gp", dir, stem);
+        keys_outside(p);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/*
+ * Opens report.html in headless Chromium with every host unresolvable
+ * and no proxy reachable, and takes a screenshot: the page renders
+ * offline.  Skipped, saying why, where Chromium is not installed (it is
+ * not a dependency of k25bench).
+ */
+static void browser_check(const char *out)
+{
+    const char *br = NULL;
+    static const char *const names[] = {"chromium", "chromium-browser", "google-chrome"};
+    char cmd[4096], *o = NULL;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !br; i++) {
+        snprintf(cmd, sizeof(cmd), "command -v %s >/dev/null", names[i]);
+        if (tu_run(cmd, NULL) == 0)
+            br = names[i];
+    }
+    if (!br) {
+        fprintf(stderr, "[  SKIP    ] the headless-browser check of %s/report.html: chromium is not installed "
+                        "(apt-get install chromium to run it)\n", out);
+        return;
+    }
+    char abs[PATH_MAX], shot[PATH_MAX + 32];
+    char *cmdl = NULL;
+    assert_non_null(realpath(out, abs));
+    snprintf(shot, sizeof(shot), "%s/../shot-%d.png", abs, (int)getpid());
+    assert_true(asprintf(&cmdl,
+                         "timeout 120 %s --headless --no-sandbox --disable-gpu --no-first-run "
+                         "--proxy-server=127.0.0.1:9 --host-resolver-rules='MAP * ~NOTFOUND' --window-size=1200,2400 "
+                         "--screenshot='%s' 'file://%s/report.html' 2>&1",
+                         br, shot, abs) > 0);
+    int st = tu_run(cmdl, &o);
+    unsigned w = 0, h = 0;
+    if (st != 0 || !png_size(shot, &w, &h) || w != 1200 || fsize(shot) < 20000)
+        fail_msg("%s: exit %d, screenshot %u x %u, %ld bytes\n%s", cmdl, st, w, h, fsize(shot), o ? o : "");
+    free(o);
+    free(cmdl);
+    unlink(shot);
 }
 
 /* Runs k25 report and checks the files every report has. */
@@ -355,7 +533,12 @@ static void report_ok(const char *args, const char *out, const char *const *plot
             fail_msg("report.md lacks %s", want);
     }
     assert_non_null(strstr(md, "## Provenance"));
+    assert_null(strstr(md, "DESIGN.md")); /* users do not have it: docs/ only */
     free(md);
+    if (!strcmp(ext, "png")) {
+        assert_true(render_check(out) >= n);
+        browser_check(out);
+    }
 }
 
 static char g_run[600], g_run2[600], g_attn[600], g_sweep[600];
@@ -401,7 +584,8 @@ static void test_report_run(void **state)
     char args[2048], out[700], *o;
     const char *sla = write_sla("sla:\n  - \"ttft_p50_ms <= 100000\"\n  - \"ttft_p99_ms <= 100000\"\n"
                                 "  - \"output_tok_per_s >= 1000000\"\n");
-    static const char *const plots[] = {"run_cdf", "run_itl_hist", "run_ttft_len", "run_timeline", NULL};
+    static const char *const plots[] = {"run_cdf",      "run_itl_hist",   "run_ttft_len", "run_timeline",
+                                        "run_tput_len", "run_mem_jitter", NULL};
     snprintf(args, sizeof(args), "%s --sla %s --title 'box `7` it''s'", g_run, sla);
     snprintf(out, sizeof(out), "%s/rep-run", tu_dir);
     report_ok(args, out, plots, "png");
@@ -414,6 +598,19 @@ static void test_report_run(void **state)
     if (tu_run(cmd, &o) != 0)
         fail_msg("%s\n%s", cmd, o);
     free(o);
+    /* a closed loop: busy_p95 is n/a, not FAIL; the unmeasured checks are named once, not as rows */
+    snprintf(cmd, sizeof(cmd), "jq -e '[.health[] | select(.check == \"busy_p95\") | .results[0].level] == [\"n/a\"]' "
+                               "%s/verdict.json", out);
+    if (tu_run(cmd, &o) != 0)
+        fail_msg("%s\n%s", cmd, o);
+    free(o);
+    char mdp[800];
+    snprintf(mdp, sizeof(mdp), "%s/report.md", out);
+    char *md = slurp(mdp);
+    assert_non_null(strstr(md, "n/a (closed loop)"));
+    assert_null(strstr(md, "| not measured"));
+    assert_non_null(strstr(md, "Not measured by this run, so not checked: `kv_cache_hit_rate`"));
+    free(md);
     /* --check turns a FAIL into exit 1 */
     snprintf(cmd, sizeof(cmd), "%s report %s --sla %s --out %s/rep-check --check --quiet", tu_k25(), g_run, sla, tu_dir);
     assert_int_equal(tu_run(cmd, NULL), 1);
@@ -444,6 +641,24 @@ static void test_report_sweep(void **state)
     assert_non_null(strstr(md, "## Best setting"));
     assert_non_null(strstr(md, "prefill_chunk_size: ")); /* the YAML to paste */
     free(md);
+
+    /* the best mean at the reference, off the grid: the line along prefill_chunk_size through it holds
+       one point, so that axis is drawn through the grid point with the most neighbours, and says so */
+    char cmd[2400], *o;
+    snprintf(cmd, sizeof(cmd),
+             "rm -rf %s/sw-ref && cp -r %s %s/sw-ref && jq '.best = null | .all_points |= map(if .reference then "
+             ".metrics.ttft_p50_ms = 1 else . end)' %s/summary.json > %s/sw-ref/summary.json",
+             tu_dir, g_sweep, tu_dir, g_sweep, tu_dir);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    static const char *const plots2[] = {"sweep_heatmap_0_1", "sweep_axis_0", "sweep_axis_1", NULL};
+    snprintf(cmd, sizeof(cmd), "%s/sw-ref", tu_dir);
+    snprintf(out, sizeof(out), "%s/rep-sweep-ref", tu_dir);
+    report_ok(cmd, out, plots2, "png");
+    snprintf(p, sizeof(p), "%s/report.md", out);
+    md = slurp(p);
+    assert_non_null(strstr(md, "has no neighbour on this axis"));
+    free(md);
+    (void)o;
 }
 
 static void test_report_attn_and_compare(void **state)
@@ -512,6 +727,7 @@ int main(void)
         cmocka_unit_test(test_sla_file),
         cmocka_unit_test(test_sla_eval),
         cmocka_unit_test(test_health),
+        cmocka_unit_test(test_fmt_double),
         cmocka_unit_test(test_report_run),
         cmocka_unit_test(test_report_sweep),
         cmocka_unit_test(test_report_attn_and_compare),

@@ -4,11 +4,14 @@
  * intervals (against a brute-force binomial reference, textbook values and
  * a coverage simulation), Student-t intervals, the open-loop schedule
  * (deterministic, asked mean rate, burstiness), the request order, SLO
- * parsing and the summary of a hand-built run.
+ * parsing and the summary of a hand-built run; the percentile method
+ * (nearest rank, and numpy's default 'linear' on vectors worked by hand)
+ * and the chosen percentile list of a run.
  */
 #include "testutil.h"
 
 #include "bench.h"
+#include "harness.h"
 
 #include <math.h>
 
@@ -313,6 +316,198 @@ static void test_summary_of_known_run(void **state)
     k25_bench_run_free(&run);
 }
 
+
+/*
+ * numpy.percentile(x, 100 q) with the default method='linear' (Hyndman &
+ * Fan type 7): h = (n - 1) q on 0-based sorted ranks, x[floor h] +
+ * (h - floor h) (x[floor h + 1] - x[floor h]).  Each expected value below is
+ * that formula worked by hand (and what numpy prints for it).
+ */
+static void test_linear_matches_numpy(void **state)
+{
+    (void)state;
+    const double a[] = {1, 2, 3, 4};
+    /* q .5: h 1.5 -> 2 + .5 = 2.5; q .9: h 2.7 -> 3 + .7 = 3.7; q .25: h .75 -> 1.75 */
+    assert_float_equal(k25_stats_quantile(a, 4, 0.5, K25_PCTL_LINEAR), 2.5, 1e-12);
+    assert_float_equal(k25_stats_quantile(a, 4, 0.9, K25_PCTL_LINEAR), 3.7, 1e-12);
+    assert_float_equal(k25_stats_quantile(a, 4, 0.25, K25_PCTL_LINEAR), 1.75, 1e-12);
+    assert_float_equal(k25_stats_quantile(a, 4, 0.5, K25_PCTL_NEAREST_RANK), 2, 0); /* x_(ceil 2) */
+    const double b[] = {15, 20, 35, 40, 50};
+    /* np.percentile([15,20,35,40,50], [40, 50, 90, 99]) = [29, 35, 46, 49.6]:
+     * h 1.6 -> 20 + .6*15; h 2 -> 35; h 3.6 -> 40 + .6*10; h 3.96 -> 40 + .96*10 */
+    assert_float_equal(k25_stats_quantile(b, 5, 0.40, K25_PCTL_LINEAR), 29, 1e-12);
+    assert_float_equal(k25_stats_quantile(b, 5, 0.50, K25_PCTL_LINEAR), 35, 1e-12);
+    assert_float_equal(k25_stats_quantile(b, 5, 0.90, K25_PCTL_LINEAR), 46, 1e-12);
+    assert_float_equal(k25_stats_quantile(b, 5, 0.99, K25_PCTL_LINEAR), 49.6, 1e-12);
+    assert_float_equal(k25_stats_quantile(b, 5, 0.40, K25_PCTL_NEAREST_RANK), 20, 0); /* x_(2) */
+    double c[100];
+    for (int i = 0; i < 100; i++)
+        c[i] = i + 1; /* 1..100 */
+    /* np.percentile(np.arange(1, 101), [50, 90, 95, 99, 99.9]) = [50.5, 90.1, 95.05, 99.01, 99.901] */
+    assert_float_equal(k25_stats_quantile(c, 100, 0.50, K25_PCTL_LINEAR), 50.5, 1e-9);
+    assert_float_equal(k25_stats_quantile(c, 100, 0.90, K25_PCTL_LINEAR), 90.1, 1e-9);
+    assert_float_equal(k25_stats_quantile(c, 100, 0.95, K25_PCTL_LINEAR), 95.05, 1e-9);
+    assert_float_equal(k25_stats_quantile(c, 100, 0.99, K25_PCTL_LINEAR), 99.01, 1e-9);
+    assert_float_equal(k25_stats_quantile(c, 100, 0.999, K25_PCTL_LINEAR), 99.901, 1e-9);
+    assert_float_equal(k25_stats_quantile(c, 100, 0.99, K25_PCTL_NEAREST_RANK), 99, 0);
+    /* one sample: every quantile is it; ties stay exact; none: NaN */
+    const double one[] = {7.25}, tie[] = {2, 2, 2};
+    assert_float_equal(k25_stats_quantile(one, 1, 0.99, K25_PCTL_LINEAR), 7.25, 0);
+    assert_true(k25_stats_quantile(tie, 3, 0.3, K25_PCTL_LINEAR) == 2.0);
+    assert_true(isnan(k25_stats_quantile(NULL, 0, 0.5, K25_PCTL_LINEAR)));
+
+    /* describe: same moments and intervals, the percentile read by the method */
+    double v1[100], v2[100];
+    for (int i = 0; i < 100; i++)
+        v1[i] = v2[i] = 100 - i; /* unsorted: describe sorts */
+    struct k25_dist nr, li;
+    k25_stats_describe(v1, 100, &nr);
+    k25_stats_describe_method(v2, 100, K25_PCTL_LINEAR, &li);
+    assert_float_equal(nr.p[0].value, 50, 0);
+    assert_float_equal(li.p[0].value, 50.5, 1e-9);
+    assert_float_equal(li.p[3].value, 99.01, 1e-9);
+    assert_float_equal(li.mean, nr.mean, 0);
+    assert_float_equal(li.p[3].ci_lo, nr.p[3].ci_lo, 0);
+    assert_float_equal(li.p[3].ci_hi, nr.p[3].ci_hi, 0);
+    /* the support rule is the method's too: P99 of 99 samples is not reported */
+    k25_stats_describe_method(v2, 99, K25_PCTL_LINEAR, &li);
+    assert_false(li.p[3].supported);
+    assert_true(isnan(li.p[3].value));
+}
+
+static void test_pctl_spec_parse(void **state)
+{
+    (void)state;
+    struct k25_pctl_spec s;
+    struct k25_error err;
+    k25_pctl_spec_init(&s);
+    assert_int_equal(s.method, K25_PCTL_NEAREST_RANK); /* today's behaviour is the default */
+    assert_int_equal(s.n_q, 4);
+    assert_float_equal(s.q[3], 0.99, 0);
+    assert_int_equal(s.n_metrics, K25_M_NMETRICS);
+    enum k25_pctl_method m;
+    assert_int_equal(k25_pctl_method_parse("linear", &m, &err), 0);
+    assert_int_equal(m, K25_PCTL_LINEAR);
+    assert_int_equal(k25_pctl_method_parse("nearest-rank", &m, &err), 0);
+    assert_int_equal(m, K25_PCTL_NEAREST_RANK);
+    assert_int_equal(k25_pctl_method_parse("midpoint", &m, &err), K25_EINVAL);
+    assert_string_equal(err.msg, "command line: '--percentile-method': unknown choice 'midpoint' (nearest-rank, linear)");
+    assert_string_equal(k25_pctl_method_name(K25_PCTL_LINEAR), "linear");
+
+    assert_int_equal(k25_pctl_spec_parse_list(&s, "99,50,99.9,99", &err), 0); /* sorted, once each */
+    assert_int_equal(s.n_q, 3);
+    assert_float_equal(s.q[0], 0.50, 1e-15);
+    assert_float_equal(s.q[1], 0.99, 1e-15);
+    assert_float_equal(s.q[2], 0.999, 1e-15);
+    char lab[32];
+    k25_pctl_label(s.q[2], lab, sizeof(lab));
+    assert_string_equal(lab, "p99.9");
+    k25_pctl_label(s.q[0], lab, sizeof(lab));
+    assert_string_equal(lab, "p50");
+    const char *bad[] = {"", "0", "100", "abc", "50,", "50;90", "-5", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (k25_pctl_spec_parse_list(&s, bad[i], &err) != K25_EINVAL)
+            fail_msg("--metric-percentiles '%s' accepted", bad[i]);
+        assert_non_null(strstr(err.msg, "'--metric-percentiles'"));
+    }
+    assert_int_equal(s.n_q, 3); /* unchanged by the failures */
+
+    assert_int_equal(k25_pctl_spec_parse_metrics(&s, "ttft,tpot,itl,e2el", &err), 0);
+    assert_int_equal(s.n_metrics, 4);
+    assert_int_equal(s.metric[0], K25_M_TTFT);
+    assert_int_equal(s.metric[3], K25_M_E2E);
+    assert_int_equal(k25_pctl_spec_parse_metrics(&s, "queue_ms,e2e_ms,e2el", &err), 0);
+    assert_int_equal(s.n_metrics, 2);
+    assert_int_equal(k25_pctl_spec_parse_metrics(&s, "ttft,goodput", &err), K25_EINVAL);
+    assert_non_null(strstr(err.msg, "unknown metric 'goodput'"));
+}
+
+/* Four requests: TTFT 10, 20, 30, 40 ms; three tokens each, ITL 4 and 6 ms. */
+static void known_run(struct k25_bench_run *run)
+{
+    memset(run, 0, sizeof(*run));
+    enum { N = 4 };
+    const int64_t MS = 1000000;
+    run->reqs = calloc(N, sizeof(*run->reqs));
+    run->n_reqs = N;
+    run->n_reps = 1;
+    for (int i = 0; i < N; i++) {
+        struct k25_bench_req *q = &run->reqs[i];
+        q->state = K25_REQ_COMPLETED;
+        q->arrival_ns = i * 100 * MS;
+        q->submit_ns = q->arrival_ns + MS;
+        q->admit_ns = q->arrival_ns + 2 * MS;
+        q->n_input = 10;
+        q->n_output = 3;
+        q->token_ns = malloc(sizeof(int64_t) * 3);
+        q->token_ids = calloc(3, sizeof(int32_t));
+        q->token_ns[0] = q->arrival_ns + (10 + 10 * i) * MS;
+        q->token_ns[1] = q->token_ns[0] + 4 * MS;
+        q->token_ns[2] = q->token_ns[1] + 6 * MS;
+        q->first_ns = q->token_ns[0];
+        q->finish_ns = q->token_ns[2];
+    }
+    run->rep_end_ns[0] = run->reqs[N - 1].finish_ns;
+    run->output_tokens = 3 * N;
+}
+
+static void test_run_percentiles(void **state)
+{
+    (void)state;
+    struct k25_bench_run run;
+    known_run(&run);
+    struct k25_pctl_spec sp;
+    struct k25_error err;
+    k25_pctl_spec_init(&sp);
+    assert_int_equal(k25_pctl_spec_parse_list(&sp, "50,75,90", &err), 0);
+    assert_int_equal(k25_pctl_spec_parse_metrics(&sp, "ttft,itl", &err), 0);
+    struct k25_pctl_table t;
+    assert_int_equal(k25_bench_percentiles(&run, &sp, &t, &err), 0);
+    /* nearest rank: TTFT [10,20,30,40] P50 = x_(2) = 20, P75 = x_(3) = 30, P90 unsupported (n < 10);
+     * ITL [4,4,4,4,6,6,6,6]: P50 = x_(4) = 4, P75 = x_(6) = 6 */
+    assert_int_equal(t.row[0].n, 4);
+    assert_float_equal(t.row[0].value[0], 20, 0);
+    assert_float_equal(t.row[0].value[1], 30, 0);
+    assert_true(isnan(t.row[0].value[2]));
+    assert_int_equal(t.row[1].n, 8);
+    assert_float_equal(t.row[1].value[0], 4, 0);
+    assert_float_equal(t.row[1].value[1], 6, 0);
+    /* linear (numpy): TTFT P50 h 1.5 -> 25, P75 h 2.25 -> 32.5; ITL P50 h 3.5 -> 5, P75 h 5.25 -> 6 */
+    sp.method = K25_PCTL_LINEAR;
+    assert_int_equal(k25_bench_percentiles(&run, &sp, &t, &err), 0);
+    assert_float_equal(t.row[0].value[0], 25, 1e-9);
+    assert_float_equal(t.row[0].value[1], 32.5, 1e-9);
+    assert_float_equal(t.row[1].value[0], 5, 1e-9);
+    assert_float_equal(t.row[1].value[1], 6, 1e-9);
+    /* the JSON says which method, and null for the unsupported one */
+    json_t *j = k25_pctl_table_json(&t);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "method")), "linear");
+    assert_int_equal(json_array_size(json_object_get(j, "percentiles")), 3);
+    assert_float_equal(json_real_value(json_object_get(json_object_get(j, "ttft_ms"), "p50")), 25, 1e-9);
+    assert_true(json_is_null(json_object_get(json_object_get(j, "ttft_ms"), "p90")));
+    assert_null(json_object_get(j, "e2e_ms")); /* not chosen */
+    json_decref(j);
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&txt, &len);
+    k25_pctl_table_print(f, &t);
+    fclose(f);
+    assert_non_null(strstr(txt, "percentiles (linear interpolation, as numpy's default):"));
+    assert_non_null(strstr(txt, "P75"));
+    assert_non_null(strstr(txt, "n/a*"));
+    free(txt);
+    /* the whole summary by method: the default stays nearest rank */
+    struct k25_bench_slo none = {0};
+    struct k25_bench_summary s;
+    assert_int_equal(k25_bench_summarize_method(&run, &none, K25_PCTL_LINEAR, &s, &err), 0);
+    assert_float_equal(s.d[K25_M_TTFT].p[0].value, 25, 1e-9);
+    assert_float_equal(s.head[0][K25_H_TTFT_P50], 25, 1e-9);
+    assert_int_equal(k25_bench_summarize(&run, &none, &s, &err), 0);
+    assert_float_equal(s.d[K25_M_TTFT].p[0].value, 20, 0);
+    k25_bench_run_free(&run);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -325,6 +520,9 @@ int main(void)
         cmocka_unit_test(test_order),
         cmocka_unit_test(test_slo_parse),
         cmocka_unit_test(test_summary_of_known_run),
+        cmocka_unit_test(test_linear_matches_numpy),
+        cmocka_unit_test(test_pctl_spec_parse),
+        cmocka_unit_test(test_run_percentiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -69,7 +69,8 @@ static void make_run(struct k25_bench_run *run)
     run->win = calloc(3, sizeof(*run->win));
     for (int w = 0; w < 3; w++)
         run->win[w] = (struct k25_bench_window){w * K25_BENCH_WINDOW_NS, w == 2 ? 7000 : K25_BENCH_WINDOW_NS,
-                                                0.25 * w * K25_BENCH_WINDOW_NS, w >= 1, w, 2 - w, 10 + w, 1 << 20};
+                                                0.25 * w * K25_BENCH_WINDOW_NS, w >= 1, w, 2 - w, 10 + w, 1 << 20,
+                                                0, 0, 0, 0.0};
 }
 
 static int write_run(const char *path, struct k25_bench_run *run, struct k25_error *err)
@@ -393,6 +394,101 @@ static struct k25_gate_row tokens_row(const char *dir, const char *b, const char
 }
 
 /*
+ * The elastic queue's columns (schema 3): a timed-out request (final,
+ * with its reason), priority, degraded, spilled, replayed, its SLA, and the
+ * timeline's queue depths and breaker survive a round trip; the summary
+ * counts them; a schema-2 trace reads as standard / not degraded / -1.
+ */
+static void test_elastic_queue_fields(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir();
+    struct k25_bench_run run;
+    struct k25_error err;
+    struct k25_trace t;
+    char path[600];
+    make_run(&run);
+    struct k25_bench_req *q = &run.reqs[2];
+    q->state = K25_REQ_TIMED_OUT;
+    snprintf(q->reason, sizeof(q->reason), "waited 31000 ms > queue_timeout_ms 30000");
+    run.reqs[1].priority = K25_PRIORITY_HIGH;
+    run.reqs[3].priority = K25_PRIORITY_LOW;
+    run.reqs[3].spilled = run.reqs[3].replayed = true;
+    run.reqs[3].ttft_sla_ms = 1500;
+    run.reqs[4].degraded = true;
+    run.reqs[4].ttft_sla_ms = 1200;
+    for (size_t w = 0; w < run.n_win; w++) {
+        run.win[w].n_waiting_memory = 128 - (int)w;
+        run.win[w].n_waiting_spill = 3 * (int)w;
+        run.win[w].breaker_open = w == 1;
+        run.win[w].breaker_busy_fraction = 0.5 + 0.25 * (double)w;
+    }
+    struct k25_bench_summary s;
+    struct k25_bench_slo slo = {0};
+    assert_int_equal(k25_bench_summarize(&run, &slo, &s, NULL), K25_OK);
+    assert_int_equal(s.n_timed_out, 1);
+    assert_int_equal(s.n_rejected, 1);
+    assert_int_equal(s.n_completed, 5);
+    assert_int_equal(s.n_lost, 0);
+    assert_int_equal(s.n_degraded, 1);
+    assert_int_equal(s.n_spilled, 1);
+    assert_true(fabs(s.degraded_requests_ratio - 1.0 / 6.0) < 1e-12); /* degraded / accepted (7 - 1 rejected) */
+    json_t *sj = k25_bench_summary_json(&s);
+    assert_int_equal(json_integer_value(json_object_get(sj, "timed_out_requests")), 1);
+    assert_int_equal(json_integer_value(json_object_get(sj, "spilled_requests")), 1);
+    assert_true(fabs(json_real_value(json_object_get(sj, "degraded_requests_ratio")) - 1.0 / 6.0) < 1e-12);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(sj, "requests"), "lost")), 0);
+    json_decref(sj);
+
+    write_as(dir, "queue", &run, K25_H5_SCHEMA_VERSION);
+    snprintf(path, sizeof(path), "%s/queue.h5", dir);
+    if (k25_trace_read(path, &t, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(t.schema_version, 3);
+    for (size_t i = 0; i < run.n_reqs; i++) {
+        const struct k25_bench_req *a = &run.reqs[i], *b = &t.run.reqs[i];
+        assert_int_equal(a->state, b->state);
+        assert_string_equal(a->reason, b->reason);
+        assert_int_equal(a->priority, b->priority);
+        assert_int_equal(a->spilled, b->spilled);
+        assert_int_equal(a->replayed, b->replayed);
+        assert_int_equal(a->degraded, b->degraded);
+        assert_int_equal(a->ttft_sla_ms, b->ttft_sla_ms);
+    }
+    for (size_t w = 0; w < run.n_win; w++) {
+        assert_int_equal(t.run.win[w].n_waiting_memory, run.win[w].n_waiting_memory);
+        assert_int_equal(t.run.win[w].n_waiting_spill, run.win[w].n_waiting_spill);
+        assert_int_equal(t.run.win[w].breaker_open, run.win[w].breaker_open);
+        assert_true(t.run.win[w].breaker_busy_fraction == run.win[w].breaker_busy_fraction);
+    }
+    k25_trace_free(&t);
+    /* the summary attributes h5dump readers see */
+    char cmd[1400], *out;
+    snprintf(cmd, sizeof(cmd), "h5dump -a /summary/timed_out_requests -a /summary/degraded_requests_ratio %s", path);
+    int st = tu_run(cmd, &out);
+    if (st != 0 || !strstr(out, "timed_out_requests") || !strstr(out, "0.16666"))
+        fail_msg("%s: exit %d\n%s", cmd, st, out);
+    free(out);
+
+    /* a schema-2 trace: the queue's columns are not read (an older writer had none) */
+    write_as(dir, "v2", &run, 2);
+    snprintf(path, sizeof(path), "%s/v2.h5", dir);
+    if (k25_trace_read(path, &t, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(t.schema_version, 2);
+    assert_int_equal(t.run.reqs[2].state, K25_REQ_TIMED_OUT); /* a state name, read by any version */
+    assert_int_equal(t.run.reqs[1].priority, K25_PRIORITY_STANDARD);
+    assert_false(t.run.reqs[4].degraded);
+    assert_int_equal(t.run.win[0].n_waiting_memory, -1);
+    assert_true(isnan(t.run.win[0].breaker_busy_fraction));
+    k25_trace_free(&t);
+    k25_bench_run_free(&run);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    free(dir);
+}
+
+/*
  * Token margins: written beside the tokens (/tokens/margin, NaN kept) and
  * read back; a schema-1 trace reads without them.  The gate's token check
  * applies the token-identity rule: identical passes; a divergence at a
@@ -414,7 +510,7 @@ static void test_token_margins_and_gate_rule(void **state)
     snprintf(path, sizeof(path), "%s/base.h5", dir);
     if (k25_trace_read(path, &t, &err) != K25_OK)
         fail_msg("%s", err.msg);
-    assert_int_equal(t.schema_version, 2);
+    assert_int_equal(t.schema_version, K25_H5_SCHEMA_VERSION);
     for (size_t i = 0; i < run.n_reqs; i++) {
         const struct k25_bench_req *a = &run.reqs[i], *b = &t.run.reqs[i];
         assert_non_null(b->token_margins);
@@ -486,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_refuses_other_files),
         cmocka_unit_test(test_provenance_fields),
         cmocka_unit_test(test_token_margins_and_gate_rule),
+        cmocka_unit_test(test_elastic_queue_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,6 @@ set format x '%g'
 set format y '%g'
 if (@LOGX@) { set logscale x 2 }
 if (@LOGY@) { set logscale y }
-set key top left font ',9'
+set key outside right top vertical Left reverse font ',9'
 set offsets graph 0.03, graph 0.03, graph 0.05, graph 0.05
 plot for [k=1:@N@] @DATA@ index (k-1) using 1:5 with linespoints ls ((k-1)%8+1) title L[k]

@@ -9,7 +9,7 @@ set format x '%g'
 set format y '%g'
 if (@LOGX@) { set logscale x 2 }
 if (@LOGY@) { set logscale y }
-set key top left font ',9'
+set key outside right top vertical Left reverse font ',9'
 set offsets graph 0.03, graph 0.03, graph 0.05, graph 0.05
 plot for [k=1:@N@] @DATA@ index (k-1) using 1:2 with linespoints ls ((k-1)%8+1) title L[k], \
      for [k=1:@N@] @DATA@ index (k-1) using 1:2:3:4 with yerrorbars ls ((k-1)%8+1) pt 0

@@ -2,7 +2,7 @@
 # in the order of @LABELS@, the first being the baseline).
 @LABELS@
 set multiplot layout 1,2 title @TITLE@ font ',12'
-set key bottom right font ',9'
+set key tmargin horizontal center font ',9' samplen 2.5
 set yrange [0:1.02]
 set ylabel 'fraction of requests'
 set format x '%g'

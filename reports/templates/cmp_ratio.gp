@@ -1,14 +1,26 @@
 # cmp_ratio.gp - headline figures of runs 2..N divided by run 1's.
-# @DATA@: figure name, then one ratio column per run (run 1 is all 1).
+# @DATA@ rows: x position, ratio, 95% lo, hi (NaN: no interval), side
+# (1 better, -1 worse, 0 not shown different), run index, bar width.
+# Lower-is-better figures sit left of the divider, higher-is-better right.
 @LABELS@
 set title @TITLE@
-set style data histogram
-set style histogram clustered gap 1
-set style fill solid 0.8 border -1
-set boxwidth 0.9
+set xtics @XTICS@ rotate by 30 right font ',9' nomirror
+set xrange [-0.6:@XMAX@]
+set yrange [0:@YMAX@]
 set ylabel 'ratio to ' . L[1] . ' (1 = same)'
-set xtics rotate by -20 font ',9' nomirror
-set yrange [0:*]
-set key top left
+set style fill solid 0.75 border -1
+set grid noxtics
 set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lw 1.5 lc rgb '#404040' front
-plot for [k=2:@N@] @DATA@ using (column(k+1)):xtic(1) ls ((k-1)%8+1) title L[k]
+set arrow from @DIVIDER@, graph 0 to @DIVIDER@, graph 1 nohead lw 1 lc rgb '#808080'
+set label 'lower is better' at @DIVIDER@, graph 0.97 right offset -1,0 font ',9' tc rgb '#404040'
+set label 'higher is better' at @DIVIDER@, graph 0.97 left offset 1,0 font ',9' tc rgb '#404040'
+set key outside right top vertical Left reverse font ',9'
+col(s) = s > 0 ? 0x1a9850 : (s < 0 ? 0xd73027 : 0x9e9e9e)
+plot @DATA@ using 1:2:7:(col($5)) with boxes lc rgb variable notitle, \
+     '' using 1:2:3:4 with yerrorbars pt 0 lw 1.2 lc rgb '#202020' notitle, \
+     '' using 1:2:(sprintf('%d', $6 + 1)) with labels offset 0,-0.8 font ',8' notitle, \
+     keyentry with boxes fs solid 0.75 lc rgb '#1a9850' title 'better', \
+     keyentry with boxes fs solid 0.75 lc rgb '#d73027' title 'worse', \
+     keyentry with boxes fs solid 0.75 lc rgb '#9e9e9e' title 'interval holds 1', \
+     keyentry with yerrorbars pt 0 lc rgb '#202020' title '95% interval', \
+     for [k=2:@N@] keyentry with points pt -1 title sprintf('%d: %s', k, L[k])

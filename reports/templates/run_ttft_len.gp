@@ -10,7 +10,7 @@ set ylabel 'time to first token (ms)'
 set format x '%g'
 if (@LOGX@) { set logscale x }
 set offsets graph 0.03, graph 0.03, graph 0.05, graph 0.05
-set key top left
+set key outside right top vertical Left reverse font ',9'
 set samples 400
 if (ok(b)) {
     plot @DATA@ using 1:2 with points ls 1 title 'requests', f(x) with lines ls 2 title 'least-squares fit'

@@ -7,9 +7,11 @@ set ylabel @YLABEL@
 set format x '%g'
 if (@LOGX@) { set logscale x }
 set offsets graph 0.06, graph 0.06, graph 0.08, graph 0.08
-set key below horizontal font ',9'
-plot @DATA@ index 0 using 1:2:3 with points pt 6 ps variable lc rgb '#7f7f7f' title 'sweep points', \
-     '' index 0 using 1:($4 == 0 ? $2 : NaN) with points pt 2 ps 1.6 lw 2 lc rgb '#d62728' title 'infeasible', \
+set key outside right top vertical Left reverse font ',9'
+# a series with no point would make gnuplot warn: infeasible points only when there are some
+p = "plot @DATA@ index 0 using 1:2:3 with points pt 6 ps variable lc rgb '#7f7f7f' title 'sweep points'"
+if (@N_INFEAS@ > 0) { p = p . ", '' index 0 using 1:($4 == 0 ? $2 : NaN) with points pt 2 ps 1.6 lw 2 lc rgb '#d62728' title 'infeasible'" }
+eval p . ", \
      '' index 1 using 1:2 with lines ls 1 title 'Pareto front', \
      '' index 1 using 1:2:3 with points ls 1 pt 7 ps variable, \
-     '' index 2 using 1:2 with points pt 3 ps 3 lw 2 lc rgb '#ff7f0e' title 'best feasible'
+     '' index 2 using 1:2 with points pt 3 ps 3 lw 2 lc rgb '#ff7f0e' title 'best feasible'"

@@ -1,0 +1,833 @@
+/*
+ * serve.c - `k25 serve`: the reference engine behind an OpenAI-compatible
+ * HTTP API on libmicrohttpd (docs/serve.md).
+ *
+ * Threads and ownership:
+ *   - libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION).
+ *     These threads read the body, validate it (serve_api.c:
+ *     k25_serve_parse), and put a `struct sreq` on the pending queue.  They never call the engine.
+ *   - One engine thread (engine_main) owns the engine: it submits pending
+ *     requests, runs k25_engine_step, cancels requests whose client went
+ *     away, and publishes tokens, finishes and statistics.
+ *   - One mutex (S->mu) guards the queue, every sreq's shared fields and the
+ *     metrics; cv_work wakes the engine thread, cv_out wakes the HTTP
+ *     threads waiting for tokens.  The engine's event callback only buffers
+ *     events (engine thread, no lock); they are applied under the mutex
+ *     once per step, so a step takes the lock once.
+ *   - A sreq is reference counted (engine side + HTTP side), freed by
+ *     whoever drops the last reference, under the mutex.
+ *
+ * Streaming: one SSE chunk per generated token, with the token's text
+ * (bytes repaired to valid UTF-8, sse.c) and its id in the extension field
+ * "token_ids".  Tokens that may be the start of a stop sequence are held
+ * back until it is clear, and a matched stop sequence is never sent
+ * (OpenAI semantics); usage counts every generated token.  A stream that
+ * waits (queued, long prefill) gets an SSE comment every second, which is
+ * also how a vanished client is noticed before its first token.  When the
+ * connection closes before the stream ended, the request is cancelled and
+ * its KV blocks are freed.
+ */
+#include "serve_int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define SERVE_KEEPALIVE_NS 1000000000ULL
+
+void k25_serve_opts_init(struct k25_serve_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->host = "127.0.0.1";
+    o->max_body_bytes = 8u << 20;
+    o->max_waiting = 256;
+    o->max_connections = 512;
+}
+
+/* ------------------------------------------------------------ metrics */
+
+static const double ttft_le[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double itl_le[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
+
+static void hist_add(struct hist *h, double v)
+{
+    int i = 0;
+    while (i < h->n && v > h->le[i])
+        i++;
+    if (i < h->n)
+        h->count[i]++;
+    h->total++;
+    h->sum += v;
+}
+
+/* ------------------------------------------------------------ requests */
+
+/* Drops one reference (S->mu held); frees the request with the last one. */
+static void sreq_unref(struct sreq *r)
+{
+    if (--r->refs > 0)
+        return;
+    free(r->ids);
+    free(r->out);
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->obuf);
+    free(r);
+}
+
+/* ------------------------------------------------------- engine thread */
+
+static void on_event(const struct k25_event *ev, void *user)
+{
+    struct k25_serve *S = user;
+    if (ev->type != K25_EV_TOKEN && ev->type != K25_EV_FINISH)
+        return;
+    if (S->n_evs == S->cap_evs) {
+        int nc = S->cap_evs ? 2 * S->cap_evs : 256;
+        struct sev *ne = realloc(S->evs, sizeof(*ne) * (size_t)nc);
+        if (!ne) {
+            S->ev_oom = true;
+            return;
+        }
+        S->evs = ne;
+        S->cap_evs = nc;
+    }
+    S->evs[S->n_evs++] = (struct sev){ev->type, ev->handle, ev->token_id, ev->t_ns};
+}
+
+static void count_code(struct k25_serve *S, int code)
+{
+    for (int i = 0; i < SERVE_N_CODES; i++)
+        if (k25_serve_http_codes[i] == code)
+            S->http[i]++;
+}
+
+/* Removes r from the active list (engine thread). */
+static void drop_active(struct k25_serve *S, struct sreq *r)
+{
+    for (int i = 0; i < S->n_active; i++)
+        if (S->active[i] == r) {
+            S->active[i] = S->active[--S->n_active];
+            return;
+        }
+}
+
+/* Applies the buffered events (S->mu held, engine thread). */
+static void apply_events(struct k25_serve *S)
+{
+    for (int i = 0; i < S->n_evs; i++) {
+        const struct sev *ev = &S->evs[i];
+        struct sreq *r = ev->handle < S->cap_handle ? S->by_handle[ev->handle] : NULL;
+        if (!r && ev->type == K25_EV_FINISH) {
+            /* a request replayed from the spill log at start: no client waits for it; it ran to
+             * its end so the log marks it done (docs/serve.md "Elastic queue") */
+            const struct k25_result *res = k25_engine_result(S->eng, ev->handle);
+            if (res) {
+                fprintf(stderr, "k25 serve: replayed request %s ended %s%s%s\n", res->id,
+                        k25_req_state_name(res->state), res->reason[0] ? ": " : "", res->reason);
+                S->replayed_finished++;
+                k25_engine_release(S->eng, ev->handle);
+            }
+            continue;
+        }
+        if (!r)
+            continue;
+        if (ev->type == K25_EV_TOKEN) {
+            if (r->n_out == r->cap_out) {
+                int nc = r->cap_out ? 2 * r->cap_out : 64;
+                int32_t *no = realloc(r->out, sizeof(int32_t) * (size_t)nc);
+                if (!no) {
+                    r->gone = true; /* cancelled below; the client gets an error */
+                    r->err_status = 500;
+                    snprintf(r->err_msg, sizeof(r->err_msg), "out of memory");
+                    continue;
+                }
+                r->out = no;
+                r->cap_out = nc;
+            }
+            r->out[r->n_out++] = ev->tok;
+            double dt = (double)(ev->t_ns - (r->n_out == 1 ? r->arrival_ns : r->last_t_ns)) / 1e9;
+            hist_add(r->n_out == 1 ? &S->ttft : &S->itl, dt);
+            r->last_t_ns = ev->t_ns;
+            S->gen_tokens++;
+        } else { /* K25_EV_FINISH */
+            const struct k25_result *res = k25_engine_result(S->eng, ev->handle);
+            r->state = res->state;
+            r->finish = res->finish;
+            r->n_prompt = res->n_input;
+            snprintf(r->reason, sizeof(r->reason), "%s", res->reason);
+            if (res->state != K25_REQ_COMPLETED && !r->err_status) {
+                /* rejected: it can never fit (the KV budget); any other end: the server's trouble */
+                r->err_status = res->state == K25_REQ_REJECTED ? 400 : 503;
+                snprintf(r->err_msg, sizeof(r->err_msg), "the request cannot be served (%s): %s",
+                         k25_req_state_name(res->state), res->reason);
+            }
+            S->prompt_tokens += res->n_input;
+            int fin = res->state == K25_REQ_COMPLETED ? (int)res->finish : K25_FINISH_NONE;
+            S->finished[fin >= 0 && fin < 4 ? fin : K25_FINISH_NONE]++;
+            r->done = true;
+            k25_engine_release(S->eng, ev->handle);
+            S->by_handle[ev->handle] = NULL;
+            drop_active(S, r);
+            sreq_unref(r);
+        }
+    }
+    S->n_evs = 0;
+}
+
+/* Submits r to the engine (S->mu held, engine thread); on failure r is done with 400. */
+static void submit_one(struct k25_serve *S, struct sreq *r)
+{
+    const int32_t *stop_ptrs[SERVE_MAX_STOP];
+    for (int i = 0; i < r->n_stop; i++)
+        stop_ptrs[i] = r->stop[i];
+    struct k25_request q = {.id = r->id, .input_ids = r->ids, .n_input = r->n_ids,
+                            .max_new_tokens = r->max_tokens, .has_sampling = r->has_sampling,
+                            .temperature = r->temperature, .top_p = r->top_p, .seed = r->seed,
+                            .stop_ids = r->n_stop ? stop_ptrs : NULL, .stop_lens = r->n_stop ? r->stop_len : NULL,
+                            .n_stop = r->n_stop};
+    struct k25_error err;
+    struct k25_engine_stats st0, st1;
+    int h, rc = K25_OK;
+    if (r->gone || S->stopping || S->broken) {
+        r->finish = K25_FINISH_CANCELLED;
+        r->state = K25_REQ_COMPLETED;
+        if (S->broken) {
+            r->err_status = 503;
+            snprintf(r->err_msg, sizeof(r->err_msg), "%s", S->broken_msg);
+        }
+        goto out_done;
+    }
+    k25_engine_get_stats(S->eng, &st0);
+    if ((rc = k25_engine_submit(S->eng, &q, &h, &err)) != K25_OK) {
+        /* K25_EIO: the spill record could not be made durable, nothing was accepted */
+        r->err_status = rc == K25_ENOMEM || rc == K25_EIO ? 503 : 400;
+        snprintf(r->err_msg, sizeof(r->err_msg), "%s", err.msg);
+        r->state = K25_REQ_REJECTED;
+        goto out_done;
+    }
+    k25_engine_get_stats(S->eng, &st1);
+    if (st1.rejected_queue_full > st0.rejected_queue_full) {
+        /* the memory queue is full and there is no spill folder: rejected with its reason (its
+         * FINISH event follows with the next step); 503, as for any overload */
+        r->err_status = 503;
+        snprintf(r->err_msg, sizeof(r->err_msg), "the server is overloaded: %s",
+                 k25_engine_result(S->eng, h)->reason);
+    }
+    r->submitted = true; /* engine_main broadcasts cv_out after this intake round */
+    if (h >= S->cap_handle) {
+        int nc = S->cap_handle ? S->cap_handle : 256;
+        while (nc <= h)
+            nc *= 2;
+        struct sreq **nb = realloc(S->by_handle, sizeof(*nb) * (size_t)nc);
+        if (!nb)
+            goto out_nomem;
+        memset(nb + S->cap_handle, 0, sizeof(*nb) * (size_t)(nc - S->cap_handle));
+        S->by_handle = nb;
+        S->cap_handle = nc;
+    }
+    if (S->n_active == S->cap_active) {
+        int nc = S->cap_active ? 2 * S->cap_active : 64;
+        struct sreq **na = realloc(S->active, sizeof(*na) * (size_t)nc);
+        if (!na)
+            goto out_nomem;
+        S->active = na;
+        S->cap_active = nc;
+    }
+    r->handle = h;
+    S->by_handle[h] = r;
+    S->active[S->n_active++] = r;
+    return; /* the engine's reference now lives in by_handle */
+
+out_nomem:
+    k25_engine_cancel(S->eng, h, "out of memory");
+    S->n_evs = 0; /* its FINISH event: nobody tracks the handle */
+    k25_engine_release(S->eng, h);
+    r->err_status = 503;
+    snprintf(r->err_msg, sizeof(r->err_msg), "out of memory");
+out_done:
+    r->done = true;
+    S->finished[K25_FINISH_NONE]++;
+    sreq_unref(r);
+}
+
+/* The engine's life: intake, cancellations, one step, publish; sleeps when idle. */
+static void *engine_main(void *arg)
+{
+    struct k25_serve *S = arg;
+    struct k25_error err;
+    pthread_mutex_lock(&S->mu);
+    for (;;) {
+        while (S->pend_head) {
+            struct sreq *r = S->pend_head;
+            S->pend_head = r->next;
+            if (!S->pend_head)
+                S->pend_tail = NULL;
+            S->n_pend--;
+            submit_one(S, r);
+        }
+        for (int i = 0; i < S->n_active; i++) {
+            struct sreq *r = S->active[i];
+            if ((r->gone || S->stopping || S->broken) && !r->cancel_sent) {
+                r->cancel_sent = true;
+                k25_engine_cancel(S->eng, r->handle,
+                                  r->gone ? "client disconnected" : S->broken ? "engine failed" : "server stopping");
+            }
+        }
+        apply_events(S);
+        k25_engine_get_stats(S->eng, &S->st);
+        pthread_cond_broadcast(&S->cv_out);
+        if ((S->stopping || S->broken) && S->n_active == 0 && !S->pend_head)
+            break;
+        if (k25_engine_idle(S->eng)) {
+            pthread_cond_wait(&S->cv_work, &S->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&S->mu);
+        int rc = k25_engine_step(S->eng, &err);
+        pthread_mutex_lock(&S->mu);
+        if ((rc != K25_OK || S->ev_oom) && !S->broken) {
+            /* a failed step leaves the engine in an unknown state: fail what runs, refuse the rest */
+            S->broken = true;
+            snprintf(S->broken_msg, sizeof(S->broken_msg), "engine failed: %s",
+                     rc != K25_OK ? err.msg : "out of memory recording events");
+            fprintf(stderr, "k25 serve: %s; refusing new requests\n", S->broken_msg);
+            for (int i = 0; i < S->n_active; i++) {
+                S->active[i]->err_status = 500;
+                snprintf(S->active[i]->err_msg, sizeof(S->active[i]->err_msg), "%s", S->broken_msg);
+            }
+        }
+    }
+    pthread_mutex_unlock(&S->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ responses */
+
+static enum MHD_Result reply_text(struct k25_serve *S, struct MHD_Connection *c, int status, char *body,
+                                  const char *ctype)
+{
+    if (!body)
+        return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", ctype);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    pthread_mutex_lock(&S->mu);
+    count_code(S, status);
+    pthread_mutex_unlock(&S->mu);
+    return ret;
+}
+
+/* Replies with j (a new reference, consumed) as JSON. */
+static enum MHD_Result reply_json(struct k25_serve *S, struct MHD_Connection *c, int status, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return reply_text(S, c, status, s, "application/json");
+}
+
+static enum MHD_Result reply_error(struct k25_serve *S, struct MHD_Connection *c, int status, const char *param,
+                                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static enum MHD_Result reply_error(struct k25_serve *S, struct MHD_Connection *c, int status, const char *param,
+                                   const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return reply_json(S, c, status, k25_serve_error_json(status, param, msg));
+}
+
+/* ------------------------------------------------------------- streams */
+
+static int obuf_add(struct sreq *r, const char *s, size_t n)
+{
+    if (r->olen + n > r->ocap) {
+        size_t nc = r->ocap ? r->ocap : 1024;
+        while (nc < r->olen + n)
+            nc *= 2;
+        char *nb = realloc(r->obuf, nc);
+        if (!nb)
+            return -1;
+        r->obuf = nb;
+        r->ocap = nc;
+    }
+    memcpy(r->obuf + r->olen, s, n);
+    r->olen += n;
+    return 0;
+}
+
+/* Appends "data: JSON\n\n" (j consumed). */
+static int obuf_event(struct sreq *r, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s)
+        return -1;
+    int rc = obuf_add(r, "data: ", 6) || obuf_add(r, s, strlen(s)) || obuf_add(r, "\n\n", 2) ? -1 : 0;
+    free(s);
+    return rc;
+}
+
+/*
+ * Tokens that may be released to the client now (S->mu held): all of them,
+ * less a suffix that could still grow into a stop sequence; at the end, all
+ * but a matched stop sequence.
+ */
+static int releasable(const struct sreq *r)
+{
+    int n = r->n_out, hold = 0;
+    for (int s = 0; s < r->n_stop; s++) {
+        int len = r->stop_len[s];
+        if (r->done) {
+            if (r->finish == K25_FINISH_STOP && n >= len &&
+                !memcmp(r->out + n - len, r->stop[s], sizeof(int32_t) * (size_t)len))
+                return n - len > r->sent ? n - len : r->sent;
+            continue;
+        }
+        for (int k = len - 1; k > hold; k--)
+            if (k <= n - r->sent && !memcmp(r->out + n - k, r->stop[s], sizeof(int32_t) * (size_t)k)) {
+                hold = k;
+                break;
+            }
+    }
+    return n - hold;
+}
+
+/* Decodes ids[i] to text for the stream (bytes; ids past a byte are '?', as k25_tok_decode). */
+static size_t token_text(struct sreq *r, int32_t id, char *out)
+{
+    size_t n = 0;
+    k25_utf8_push(&r->u8, id >= 0 && id < 256 ? (unsigned char)id : (unsigned char)'?', out, &n);
+    return n;
+}
+
+/* Formats what the stream can send now into r->obuf (S->mu held).  -1: out of memory. */
+static int stream_fill(struct sreq *r)
+{
+    const char *model = r->S->model_name;
+    if (r->phase == 0) {
+        r->phase = 1;
+        if (r->chat && !r->err_status && obuf_event(r, k25_serve_chunk_json(r, model, NULL, 0, NULL, 0, NULL, true)) != 0)
+            return -1;
+    }
+    int rel = releasable(r);
+    for (; r->sent < rel; r->sent++) {
+        char text[16];
+        size_t n = token_text(r, r->out[r->sent], text);
+        if (obuf_event(r, k25_serve_chunk_json(r, model, text, n, &r->out[r->sent], 1, NULL, false)) != 0)
+            return -1;
+    }
+    if (!r->done || r->phase == 2)
+        return 0;
+    r->phase = 2;
+    if (r->err_status) {
+        if (obuf_event(r, k25_serve_error_json(r->err_status, NULL, r->err_msg)) != 0)
+            return -1;
+    } else {
+        char text[8];
+        size_t n = 0;
+        k25_utf8_flush(&r->u8, text, &n);
+        if (obuf_event(r, k25_serve_chunk_json(r, model, text, n, NULL, 0, k25_serve_finish_name(r), false)) != 0)
+            return -1;
+        if (r->include_usage) {
+            json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", r->id, "object",
+                                  r->chat ? "chat.completion.chunk" : "text_completion", "created",
+                                  (json_int_t)r->created, "model", model, "choices", "usage", k25_serve_usage_json(r));
+            if (obuf_event(r, u) != 0)
+                return -1;
+        }
+    }
+    return obuf_add(r, "data: [DONE]\n\n", 14);
+}
+
+/* MHD content reader of a stream: blocks (this connection's own thread) until there is something to send. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct sreq *r = cls;
+    struct k25_serve *S = r->S;
+    for (;;) {
+        if (r->ooff < r->olen) {
+            size_t n = r->olen - r->ooff < max ? r->olen - r->ooff : max;
+            memcpy(buf, r->obuf + r->ooff, n);
+            r->ooff += n;
+            return (ssize_t)n;
+        }
+        if (r->phase == 2)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        r->olen = r->ooff = 0;
+        pthread_mutex_lock(&S->mu);
+        uint64_t deadline = k25_now_ns() + SERVE_KEEPALIVE_NS;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts); /* the condition variable's clock */
+        ts.tv_sec += 1;
+        while (!r->done && releasable(r) <= r->sent && r->phase != 0 && k25_now_ns() < deadline)
+            if (pthread_cond_timedwait(&S->cv_out, &S->mu, &ts) == ETIMEDOUT)
+                break;
+        int rc = stream_fill(r);
+        pthread_mutex_unlock(&S->mu);
+        if (rc != 0)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (r->olen == 0 && obuf_add(r, ": keep-alive\n\n", 14) != 0) /* also finds a vanished client */
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+/* The stream's response is gone (finished, or the connection closed): cancel if unfinished. */
+static void stream_free(void *cls)
+{
+    struct sreq *r = cls;
+    struct k25_serve *S = r->S;
+    pthread_mutex_lock(&S->mu);
+    if (!r->done) {
+        r->gone = true;
+        pthread_cond_signal(&S->cv_work);
+    }
+    sreq_unref(r);
+    pthread_mutex_unlock(&S->mu);
+}
+
+/* ------------------------------------------------------------ handlers */
+
+/* Per-connection request state: the body read so far. */
+struct conn {
+    char *body;
+    size_t n, cap;
+    bool too_large;
+    uint64_t t_ns; /* body complete */
+};
+
+static enum MHD_Result handle_completion(struct k25_serve *S, struct MHD_Connection *c, struct conn *cn, bool chat)
+{
+    struct sreq *r = calloc(1, sizeof(*r));
+    struct k25_serve_bad b = {0};
+    if (!r)
+        return reply_error(S, c, 503, NULL, "out of memory");
+    r->S = S;
+    r->refs = 1;
+    r->arrival_ns = cn->t_ns;
+    r->created = (int64_t)time(NULL);
+    if (k25_serve_parse(S, cn->body ? cn->body : "", cn->n, chat, r, &b) != 0) {
+        sreq_unref(r); /* not shared yet: no lock needed */
+        return reply_error(S, c, b.status, b.param[0] ? b.param : NULL, "%s", b.msg);
+    }
+    pthread_mutex_lock(&S->mu);
+    /* queued beyond what the batch admits at its next step (the engine admits inside a step, so a
+     * request just submitted to an idle batch still counts as waiting in the stats) */
+    int room = S->cfg.max_batch_size - S->st.n_running;
+    int waiting = S->n_pend + S->st.n_waiting - (room > 0 ? room : 0);
+    if (S->stopping || S->broken) {
+        pthread_mutex_unlock(&S->mu);
+        sreq_unref(r);
+        return reply_error(S, c, 503, NULL, "%s", S->broken ? S->broken_msg : "the server is shutting down");
+    }
+    if (waiting >= S->o.max_waiting) {
+        pthread_mutex_unlock(&S->mu);
+        sreq_unref(r);
+        return reply_error(S, c, 429, NULL, "the server is overloaded: %d requests are waiting (--max-waiting %d); "
+                           "retry later", waiting, S->o.max_waiting);
+    }
+    snprintf(r->id, sizeof(r->id), "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)++S->next_id);
+    r->refs = 2; /* this thread, and the engine side until the request finishes */
+    if (S->pend_tail)
+        S->pend_tail->next = r;
+    else
+        S->pend_head = r;
+    S->pend_tail = r;
+    S->n_pend++;
+    pthread_cond_signal(&S->cv_work);
+    if (r->stream) {
+        /* the status line goes out only once the engine accepted the request (a spilled one's
+         * record is then fsync'd): until then a failure can still be a plain error status */
+        while (!r->done && (!r->submitted || r->err_status))
+            pthread_cond_wait(&S->cv_out, &S->mu);
+        if (r->err_status) {
+            int st = r->err_status;
+            char m[1100];
+            snprintf(m, sizeof(m), "%s", r->err_msg);
+            sreq_unref(r); /* this thread's reference; the engine side dropped its own when done */
+            pthread_mutex_unlock(&S->mu);
+            return reply_error(S, c, st, NULL, "%s", m);
+        }
+        pthread_mutex_unlock(&S->mu);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, r,
+                                                                      stream_free);
+        if (!resp) {
+            stream_free(r);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        pthread_mutex_lock(&S->mu);
+        count_code(S, 200);
+        pthread_mutex_unlock(&S->mu);
+        return ret;
+    }
+    while (!r->done)
+        pthread_cond_wait(&S->cv_out, &S->mu);
+    int status = r->err_status;
+    char msg[1100];
+    snprintf(msg, sizeof(msg), "%s", r->err_msg);
+    json_t *j = status ? NULL : k25_serve_result_json(r, S->model_name);
+    sreq_unref(r);
+    pthread_mutex_unlock(&S->mu);
+    if (status)
+        return reply_error(S, c, status, NULL, "%s", msg);
+    return j ? reply_json(S, c, 200, j) : reply_error(S, c, 503, NULL, "out of memory");
+}
+
+static bool authorized(struct k25_serve *S, struct MHD_Connection *c)
+{
+    if (!S->api_key[0])
+        return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7))
+        return false;
+    const char *k = h + 7, *want = S->api_key;
+    size_t nk = strlen(k), nw = strlen(want);
+    unsigned diff = (unsigned)(nk != nw);
+    for (size_t i = 0; i < nw; i++) /* constant time in the key's length */
+        diff |= (unsigned)(unsigned char)want[i] ^ (unsigned)(unsigned char)(i < nk ? k[i] : 0);
+    return diff == 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    struct k25_serve *S = cls;
+    struct conn *cn = *con_cls;
+    if (!cn) {
+        if (!(cn = calloc(1, sizeof(*cn))))
+            return MHD_NO;
+        *con_cls = cn;
+        return MHD_YES;
+    }
+    if (*upload_size > 0) { /* more of the body */
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (cn->too_large || cn->n + n > S->o.max_body_bytes) {
+            cn->too_large = true; /* read and drop the rest, then answer 413 */
+            return MHD_YES;
+        }
+        if (cn->n + n + 1 > cn->cap) {
+            size_t nc = cn->cap ? cn->cap : 4096;
+            while (nc < cn->n + n + 1)
+                nc *= 2;
+            char *nb = realloc(cn->body, nc);
+            if (!nb)
+                return MHD_NO;
+            cn->body = nb;
+            cn->cap = nc;
+        }
+        memcpy(cn->body + cn->n, upload_data, n);
+        cn->n += n;
+        cn->body[cn->n] = '\0';
+        return MHD_YES;
+    }
+    cn->t_ns = k25_now_ns();
+    bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
+    bool is_cmpl = !strcmp(url, "/v1/completions"), is_chat = !strcmp(url, "/v1/chat/completions");
+    bool is_models = !strcmp(url, "/v1/models"), is_health = !strcmp(url, "/health"),
+         is_metrics = !strcmp(url, "/metrics");
+    if (cn->too_large)
+        return reply_error(S, c, 413, NULL, "the request body is larger than %zu bytes (--max-body-bytes)",
+                           S->o.max_body_bytes);
+    if (!strncmp(url, "/v1/", 4) && !authorized(S, c))
+        return reply_error(S, c, 401, NULL, "missing or wrong API key (Authorization: Bearer KEY)");
+    if (is_cmpl || is_chat) {
+        if (!post)
+            return reply_error(S, c, 405, NULL, "%s takes POST", url);
+        return handle_completion(S, c, cn, is_chat);
+    }
+    if (is_models || is_health || is_metrics) {
+        if (!get)
+            return reply_error(S, c, 405, NULL, "%s takes GET", url);
+        if (is_metrics)
+            return reply_text(S, c, 200, k25_serve_metrics_text(S), "text/plain; version=0.0.4");
+        if (is_health) {
+            pthread_mutex_lock(&S->mu);
+            bool ok = !S->broken && !S->stopping;
+            pthread_mutex_unlock(&S->mu);
+            return reply_json(S, c, ok ? 200 : 503, json_pack("{s:s}", "status", ok ? "ok" : "unavailable"));
+        }
+        const struct k25_model_shape *sh = k25_model_get_shape(S->model);
+        return reply_json(S, c, 200,
+                          json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i, s:i, s:s}]}", "object", "list", "data", "id",
+                                    S->model_name, "object", "model", "created", (json_int_t)S->start_unix,
+                                    "owned_by", "k25bench", "vocab_size", sh->vocab_size, "max_tokens",
+                                    S->cfg.decode_max_tokens, "source", k25_model_source(S->model)));
+    }
+    return reply_error(S, c, 404, NULL, "no such endpoint: %s %s", method, url);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)c;
+    (void)toe;
+    struct conn *cn = *con_cls;
+    if (cn) {
+        free(cn->body);
+        free(cn);
+    }
+    *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    fprintf(stderr, "k25 serve: libmicrohttpd: ");
+    vfprintf(stderr, fmt, ap);
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+int k25_serve_start(const struct k25_config *cfg, const struct k25_serve_opts *o, k25_serve_t **out,
+                    struct k25_error *err)
+{
+    int rc;
+    struct k25_serve *S = calloc(1, sizeof(*S));
+    if (!S)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    S->cfg = *cfg;
+    S->o = *o;
+    snprintf(S->host, sizeof(S->host), "%s", o->host ? o->host : "127.0.0.1");
+    snprintf(S->api_key, sizeof(S->api_key), "%s", o->api_key ? o->api_key : "");
+    const char *slash = strrchr(cfg->model, '/');
+    snprintf(S->model_name, sizeof(S->model_name), "%s",
+             o->model_name ? o->model_name : slash && slash[1] ? slash + 1 : cfg->model);
+    S->o.host = S->o.api_key = S->o.model_name = NULL; /* the copies above stand for them */
+    S->ttft = (struct hist){.le = ttft_le, .n = (int)(sizeof(ttft_le) / sizeof(ttft_le[0]))};
+    S->itl = (struct hist){.le = itl_le, .n = (int)(sizeof(itl_le) / sizeof(itl_le[0]))};
+    S->start_unix = (int64_t)time(NULL);
+    if (o->port < 0 || o->port > 65535) {
+        rc = k25_error_set(err, K25_ERANGE, "command line", 0, "--port", "must be 0..65535 (0 = a free port)");
+        goto out_free;
+    }
+    if (o->max_waiting < 0 || o->max_body_bytes < 64 || o->max_connections < 1) {
+        rc = k25_error_set(err, K25_ERANGE, "command line", 0, NULL, "bad server limits");
+        goto out_free;
+    }
+
+    /* the address first: a bad --host fails before the model is loaded */
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+    char port_s[16];
+    snprintf(port_s, sizeof(port_s), "%d", o->port);
+    int gai = getaddrinfo(S->host, port_s, &hints, &ai);
+    if (gai != 0) {
+        rc = k25_error_set(err, K25_EINVAL, "command line", 0, "--host", "cannot resolve '%s': %s", S->host,
+                           gai_strerror(gai));
+        goto out_free;
+    }
+    struct sockaddr_storage sa;
+    memcpy(&sa, ai->ai_addr, ai->ai_addrlen);
+    bool v6 = ai->ai_family == AF_INET6;
+    freeaddrinfo(ai);
+
+    if ((rc = k25_model_load(cfg, &S->model, err)) != K25_OK)
+        goto out_free;
+    if ((rc = k25_engine_create(cfg, S->model, &S->eng, err)) != K25_OK)
+        goto out_model;
+    S->vocab = k25_model_get_shape(S->model)->vocab_size;
+    struct k25_replay_info ri;
+    k25_engine_replay_info(S->eng, &ri);
+    if (ri.warning[0])
+        fprintf(stderr, "k25 serve: warning: %s\n", ri.warning); /* a torn record: dropped, not fatal */
+    if (ri.n_records > 0)
+        fprintf(stderr, "k25 serve: spill log: %d records, %d already done, %d replayed (run to completion; "
+                "their clients are gone)\n", ri.n_records, ri.n_done, ri.n_replayed);
+    S->replayed = ri.n_replayed;
+    k25_engine_set_event_cb(S->eng, on_event, S);
+    k25_engine_get_stats(S->eng, &S->st);
+    pthread_mutex_init(&S->mu, NULL);
+    pthread_cond_init(&S->cv_work, NULL);
+    pthread_cond_init(&S->cv_out, NULL);
+    if (pthread_create(&S->th, NULL, engine_main, S) != 0) {
+        rc = k25_error_set(err, K25_EIO, NULL, 0, NULL, "cannot start the engine thread: %s", strerror(errno));
+        goto out_engine;
+    }
+    S->th_started = true;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+                     (v6 ? MHD_USE_IPv6 : 0);
+    S->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER,
+                            mhd_log, S, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED,
+                            on_completed, S, MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+    if (!S->d) {
+        rc = k25_error_set(err, K25_EIO, "command line", 0, "--port",
+                           "cannot listen on %s port %d (in use, or not an address of this machine)", S->host,
+                           o->port);
+        goto out_thread;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(S->d, MHD_DAEMON_INFO_BIND_PORT);
+    S->port = di ? di->port : o->port;
+    *out = S;
+    return K25_OK;
+
+out_thread:
+    pthread_mutex_lock(&S->mu);
+    S->stopping = true;
+    pthread_cond_signal(&S->cv_work);
+    pthread_mutex_unlock(&S->mu);
+    pthread_join(S->th, NULL);
+out_engine:
+    pthread_cond_destroy(&S->cv_out);
+    pthread_cond_destroy(&S->cv_work);
+    pthread_mutex_destroy(&S->mu);
+    k25_engine_destroy(S->eng);
+out_model:
+    k25_model_destroy(S->model);
+out_free:
+    free(S);
+    return rc;
+}
+
+int k25_serve_port(const k25_serve_t *s)
+{
+    return s->port;
+}
+
+void k25_serve_stop(k25_serve_t *S)
+{
+    if (!S)
+        return;
+    pthread_mutex_lock(&S->mu);
+    S->stopping = true;
+    pthread_cond_broadcast(&S->cv_work);
+    pthread_cond_broadcast(&S->cv_out);
+    pthread_mutex_unlock(&S->mu);
+    if (S->th_started)
+        pthread_join(S->th, NULL); /* cancels and finishes everything in flight */
+    pthread_mutex_lock(&S->mu);
+    pthread_cond_broadcast(&S->cv_out);
+    pthread_mutex_unlock(&S->mu);
+    MHD_stop_daemon(S->d); /* streams drain their last chunks; connection threads end */
+    pthread_cond_destroy(&S->cv_out);
+    pthread_cond_destroy(&S->cv_work);
+    pthread_mutex_destroy(&S->mu);
+    k25_engine_destroy(S->eng);
+    k25_model_destroy(S->model);
+    free(S->by_handle);
+    free(S->active);
+    free(S->evs);
+    free(S);
+}

@@ -1,0 +1,152 @@
+/*
+ * serve_int.h - what serve.c (threads, engine, HTTP) and serve_api.c (the
+ * OpenAI wire format: request parsing, answer JSON, /metrics text) share.
+ * Harness-internal; the public interface is serve.h.
+ */
+#ifndef K25_SERVE_INT_H
+#define K25_SERVE_INT_H
+
+#include "serve.h"
+#include "sse.h"
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#define SERVE_MAX_STOP 4          /* stop sequences per request (OpenAI's limit) */
+#define SERVE_MAX_STOP_BYTES 256  /* bytes per stop sequence */
+
+/* Prometheus histogram: per-bucket counts (cumulated when printed), upper bounds in seconds. */
+#define HIST_MAX 16
+struct hist {
+    const double *le;
+    int n;
+    uint64_t count[HIST_MAX]; /* per bucket, not cumulative */
+    uint64_t total;
+    double sum;
+};
+
+/* HTTP status codes counted in /metrics (serve_api.c). */
+#define SERVE_N_CODES 9
+extern const int k25_serve_http_codes[SERVE_N_CODES];
+
+struct k25_serve;
+
+/* One completion request, shared by its HTTP thread and the engine thread. */
+struct sreq {
+    struct k25_serve *S;
+    int refs;                      /* under S->mu */
+    struct sreq *next;             /* pending queue */
+    char id[48];
+    bool chat, stream, include_usage;
+    int32_t *ids;                  /* [n_ids] prompt, owned */
+    int n_ids;
+    int max_tokens;
+    bool has_sampling;
+    double temperature, top_p;
+    uint64_t seed;
+    int32_t *stop[SERVE_MAX_STOP]; /* [n_stop][stop_len[i]], owned */
+    int stop_len[SERVE_MAX_STOP];
+    int n_stop;
+    uint64_t arrival_ns;           /* the request body was complete */
+    int64_t created;               /* Unix time, for the response */
+    /* engine thread only */
+    int handle;
+    bool cancel_sent;
+    /* shared, under S->mu */
+    int32_t *out;                  /* [n_out] generated so far, owned */
+    int n_out, cap_out;
+    uint64_t last_t_ns;
+    bool done;
+    bool submitted;                /* k25_engine_submit returned 0 (a spilled record is fsync'd):
+                                      only then may a stream send its HTTP status line */
+    enum k25_req_state state;
+    enum k25_finish_reason finish;
+    char reason[128];
+    int n_prompt;
+    bool gone;                     /* the client went away: cancel */
+    int err_status;                /* != 0: failed with this HTTP status and err_msg */
+    char err_msg[1100];
+    /* the HTTP thread's stream writer */
+    int sent;                      /* tokens released to the client */
+    struct k25_utf8 u8;
+    int phase;                     /* 0 start, 1 tokens, 2 finished */
+    char *obuf;                    /* formatted bytes not yet handed to MHD */
+    size_t olen, ooff, ocap;
+};
+
+/* An engine event, buffered during a step (engine thread only). */
+struct sev {
+    enum k25_event_type type;
+    int handle;
+    int32_t tok;
+    uint64_t t_ns;
+};
+
+struct k25_serve {
+    struct k25_config cfg;
+    struct k25_serve_opts o;
+    char host[256], api_key[512], model_name[1024];
+    k25_model_t *model;
+    k25_engine_t *eng;
+    int vocab;
+    struct MHD_Daemon *d;
+    int port;
+    pthread_t th;
+    bool th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_out;
+    /* under mu */
+    struct sreq *pend_head, *pend_tail;
+    int n_pend;
+    bool stopping, broken;
+    char broken_msg[1100];
+    struct k25_engine_stats st;
+    /* spill-log replay at start (k25_engine_replay_info): re-submitted requests whose
+     * clients are gone run to completion so the log marks them done; counted here */
+    int64_t replayed, replayed_finished;
+    int64_t prompt_tokens, gen_tokens;
+    int64_t finished[4];           /* by k25_finish_reason (NONE = rejected/failed) */
+    int64_t http[SERVE_N_CODES];
+    struct hist ttft, itl;
+    uint64_t next_id;
+    int64_t start_unix;
+    /* engine thread only */
+    struct sreq **by_handle;
+    int cap_handle;
+    struct sreq **active;
+    int n_active, cap_active;
+    struct sev *evs;
+    int n_evs, cap_evs;
+    bool ev_oom;
+};
+
+/* What is wrong with a request body: HTTP status, field, message. */
+struct k25_serve_bad {
+    int status;
+    char param[64];
+    char msg[400];
+};
+
+/*
+ * Validates a completion request body (JSON) into r: the prompt (text
+ * bytes, token ids, or chat messages in the byte-model format), max_tokens,
+ * sampling, stop sequences, stream options.  Returns 0, or -1 with *b
+ * naming the HTTP status, the field and what is wrong.
+ */
+int k25_serve_parse(struct k25_serve *S, const char *body, size_t n, bool chat, struct sreq *r,
+                    struct k25_serve_bad *b);
+/* OpenAI-style {"error": {message, type, param, code}} (new reference). */
+json_t *k25_serve_error_json(int status, const char *param, const char *msg);
+/* A stream chunk: text (NULL for the chat role chunk), its token ids, a finish reason or NULL. */
+json_t *k25_serve_chunk_json(const struct sreq *r, const char *model, const char *text, size_t text_len,
+                             const int32_t *ids, int n_ids, const char *finish, bool role);
+json_t *k25_serve_usage_json(const struct sreq *r);
+const char *k25_serve_finish_name(const struct sreq *r);
+/* The whole (non-streamed) answer of a finished request; NULL when out of memory. */
+json_t *k25_serve_result_json(const struct sreq *r, const char *model);
+/* GET /metrics text (malloc'd; NULL when out of memory).  Takes S->mu. */
+char *k25_serve_metrics_text(struct k25_serve *S);
+
+#endif /* K25_SERVE_INT_H */

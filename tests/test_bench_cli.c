@@ -1,0 +1,330 @@
+/*
+ * test_bench_cli.c - `k25 bench` and `k25 serve` on the shared option
+ * parser (harness/cliopt.c): the vLLM benchmark aliases give the same run
+ * as the k25 names; --percentile-method linear and nearest-rank read the
+ * percentiles of the same samples as a reference computed here from the
+ * run's own CSV (and differ where they must); --csv writes one row per
+ * request, checked up front, never left without its trace; the chosen
+ * percentile table (--metric-percentiles, --percentile-metrics); every
+ * bad value names its option.
+ */
+#include "testutil.h"
+
+#include "harness.h" /* k25_json_path */
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A short closed-loop run on the tiny model: 6 short requests, 8 tokens each, one thread. */
+#define RUN                                                                                                      \
+    "bench --dataset datasets/gold/ci-small.jsonl --model tiny --filter 'input_length <= 512' "               \
+    "--decode-max-tokens 8 --threads 1 --seed 5 --quiet "
+
+static int k25(const char *args, char **out)
+{
+    char *cmd = NULL;
+    *out = NULL;
+    if (asprintf(&cmd, "%s %s", tu_k25(), args) < 0)
+        return -1;
+    int st = tu_run(cmd, out);
+    free(cmd);
+    return st;
+}
+
+static void expect_fail(const char *args, int status, const char *needle)
+{
+    char *out = NULL;
+    int st = k25(args, &out);
+    if (st != status || !out || !strstr(out, needle))
+        fail_msg("k25 %s\n  exit %d (want %d), output:\n%s\n  (wanted to find \"%s\")", args, st, status,
+                 out ? out : "", needle);
+    free(out);
+}
+
+static bool exists(const char *name)
+{
+    char p[1024];
+    snprintf(p, sizeof(p), "%s/%s", tu_dir, name);
+    return access(p, F_OK) == 0;
+}
+
+static json_t *load(const char *name)
+{
+    char p[1024];
+    snprintf(p, sizeof(p), "%s/%s", tu_dir, name);
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    if (!j)
+        fail_msg("%s: %s", p, je.text);
+    return j;
+}
+
+static const json_t *at(const json_t *j, const char *a, const char *b)
+{
+    const json_t *x = json_object_get(j, a);
+    return b ? json_object_get(x, b) : x;
+}
+
+/* Runs RUN + args (substituting %s with tu_dir), asserts exit 0, returns the output. */
+static char *run_ok(const char *fmt)
+{
+    char args[4096], *out = NULL;
+    snprintf(args, sizeof(args), RUN "%s", fmt);
+    char full[8192];
+    /* every %s in fmt is tu_dir */
+    size_t w = 0;
+    for (const char *p = args; *p && w < sizeof(full) - 1; p++) {
+        if (p[0] == '%' && p[1] == 's') {
+            w += (size_t)snprintf(full + w, sizeof(full) - w, "%s", tu_dir);
+            p++;
+        } else {
+            full[w++] = *p;
+        }
+    }
+    full[w] = '\0';
+    int st = k25(full, &out);
+    if (st != 0)
+        fail_msg("k25 %s\n  exit %d:\n%s", full, st, out);
+    return out;
+}
+
+/* The vLLM names are aliases: the same workload, the same tokens as with the k25 names. */
+static void test_vllm_aliases(void **state)
+{
+    (void)state;
+    free(run_ok("--rate 20 --concurrency 2 --requests 4 --slo ttft_ms=5000,tpot_ms=500,e2e_ms=9000 "
+                "--out %s/k.h5 --json %s/k.json"));
+    free(run_ok("--request-rate 20 --max-concurrency=2 --num-prompts 4 --goodput 'ttft:5000 tpot:500' e2el:9000 "
+                "--out %s/v.h5 --result-filename %s/v.json"));
+    json_t *k = load("k.json"), *v = load("v.json");
+    if (!json_equal(json_object_get(k, "workload"), json_object_get(v, "workload"))) {
+        char *a = json_dumps(json_object_get(k, "workload"), JSON_COMPACT);
+        char *b = json_dumps(json_object_get(v, "workload"), JSON_COMPACT);
+        fail_msg("workloads differ:\n  k25:  %s\n  vLLM: %s", a, b);
+    }
+    assert_string_equal(json_string_value(at(k, "workload", "mode")), "open");
+    assert_int_equal(json_integer_value(at(v, "workload", "concurrency")), 2);
+    assert_int_equal(json_integer_value(at(v, "workload", "requests")), 4);
+    assert_true(json_real_value(k25_json_path(v, "workload.slo.e2e_ms")) == 9000);
+    /* the same seed and settings: the same requests and tokens */
+    assert_int_equal(json_integer_value(at(k, "summary", "output_tokens")),
+                     json_integer_value(at(v, "summary", "output_tokens")));
+    assert_int_equal(json_integer_value(k25_json_path(k, "summary.requests.meeting_slo")) >= 0, 1);
+    json_decref(k);
+    json_decref(v);
+    /* --save-result alone: the JSON beside the trace */
+    free(run_ok("--num-prompts 2 --save-result --out %s/s.h5"));
+    assert_true(exists("s.json"));
+}
+
+/* Reads column col of a CSV written by --csv (no quoted fields in it), rows into v; returns the count. */
+static int csv_column(const char *name, const char *col, double *v, int cap, int *rows)
+{
+    char p[1024], line[4096];
+    snprintf(p, sizeof(p), "%s/%s", tu_dir, name);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    int idx = -1, n = 0;
+    *rows = 0;
+    assert_non_null(fgets(line, sizeof(line), f));
+    assert_non_null(strstr(line, "\r\n")); /* RFC 4180 line ends */
+    int c = 0;
+    for (char *s = NULL, *t = strtok_r(line, ",\r\n", &s); t; t = strtok_r(NULL, ",\r\n", &s), c++)
+        if (!strcmp(t, col))
+            idx = c;
+    assert_true(idx >= 0);
+    while (fgets(line, sizeof(line), f)) {
+        (*rows)++;
+        char *p2 = line;
+        for (int k = 0; k < idx && p2; k++) {
+            p2 = strchr(p2, ',');
+            if (p2)
+                p2++;
+        }
+        if (p2 && *p2 && *p2 != ',' && n < cap)
+            v[n++] = strtod(p2, NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * The same run read both ways: each P50 is the reference computed here
+ * from the run's own per-request CSV (nearest rank: x[ceil(n/2) - 1];
+ * linear: numpy's, h = (n - 1) / 2), the output names the method, and
+ * with 6 distinct latencies the two must differ.
+ */
+static void test_percentile_method(void **state)
+{
+    (void)state;
+    char *nr = run_ok("--requests 6 --concurrency 2 --out %s/nr.h5 --json %s/nr.json --csv %s/nr.csv");
+    char *li = run_ok("--requests 6 --concurrency 2 --percentile-method linear --out %s/li.h5 --json %s/li.json "
+                      "--csv %s/li.csv");
+    assert_non_null(strstr(nr, "percentiles: nearest-rank"));
+    assert_non_null(strstr(li, "percentiles: linear"));
+    free(nr);
+    free(li);
+    json_t *jn = load("nr.json"), *jl = load("li.json");
+    assert_string_equal(json_string_value(at(jn, "summary", "percentile_method")), "nearest-rank");
+    assert_string_equal(json_string_value(at(jl, "summary", "percentile_method")), "linear");
+    double x[64];
+    int rows;
+    /* nearest rank */
+    int n = csv_column("nr.csv", "e2e_ms", x, 64, &rows);
+    assert_int_equal(rows, 6); /* one row per request */
+    assert_int_equal(n, 6);
+    qsort(x, (size_t)n, sizeof(double), cmp_d);
+    double got = json_number_value(k25_json_path(jn, "summary.e2e_ms.p50"));
+    assert_true(fabs(got - x[2]) <= 1e-3 * fabs(x[2]) + 1e-6);
+    /* linear, on its own run's samples */
+    n = csv_column("li.csv", "e2e_ms", x, 64, &rows);
+    assert_int_equal(n, 6);
+    qsort(x, (size_t)n, sizeof(double), cmp_d);
+    double want = x[2] + 0.5 * (x[3] - x[2]);
+    got = json_number_value(k25_json_path(jl, "summary.e2e_ms.p50"));
+    if (!(fabs(got - want) <= 1e-3 * fabs(want) + 1e-6))
+        fail_msg("linear P50 %.9g, reference %.9g", got, want);
+    /* where the two neighbours differ, linear is strictly between them: not nearest rank's x[2] */
+    assert_true(x[3] > x[2]);
+    assert_true(got > x[2] && got < x[3]);
+    json_decref(jn);
+    json_decref(jl);
+}
+
+/* --csv: one row per request of every repetition, the ids of the trace; checked up front; never alone. */
+static void test_csv(void **state)
+{
+    (void)state;
+    free(run_ok("--requests 3 --repeat 2 --out %s/c.h5 --csv %s/c.csv"));
+    double x[16];
+    int rows;
+    csv_column("c.csv", "ttft_ms", x, 16, &rows);
+    assert_int_equal(rows, 6);
+    char args[2048];
+    /* an unusable path fails before anything runs: no trace either */
+    snprintf(args, sizeof(args), RUN "--requests 2 --out %s/u.h5 --csv %s/no/such/dir/u.csv", tu_dir, tu_dir);
+    expect_fail(args, 2, "--csv");
+    assert_false(exists("u.h5"));
+    snprintf(args, sizeof(args), RUN "--requests 2 --out %s/u.h5 --csv %s/u.h5", tu_dir, tu_dir);
+    expect_fail(args, 2, "must not be the --out or --json file");
+    /* a directory where the CSV would go: refused up front, nothing written */
+    snprintf(args, sizeof(args), "mkdir -p %s/sq.csv/x", tu_dir);
+    assert_int_equal(tu_run(args, NULL), 0);
+    snprintf(args, sizeof(args), RUN "--requests 2 --out %s/sq.h5 --csv %s/sq.csv", tu_dir, tu_dir);
+    expect_fail(args, 2, "sq.csv");
+    assert_false(exists("sq.h5"));
+}
+
+/* --metric-percentiles / --percentile-metrics: a second table, in the JSON and the text. */
+static void test_percentile_table(void **state)
+{
+    (void)state;
+    char *out = run_ok("--requests 4 --metric-percentiles 50,90,99.9 --percentile-metrics ttft,e2el "
+                       "--percentile-method linear --out %s/t.h5 --json %s/t.json");
+    assert_non_null(strstr(out, "percentiles (linear interpolation"));
+    assert_non_null(strstr(out, "P99.9"));
+    free(out);
+    json_t *j = load("t.json");
+    const json_t *p = at(j, "summary", "percentiles");
+    assert_non_null(p);
+    assert_string_equal(json_string_value(json_object_get(p, "method")), "linear");
+    assert_int_equal(json_array_size(json_object_get(p, "percentiles")), 3);
+    assert_non_null(k25_json_path(p, "ttft_ms.p50"));
+    assert_non_null(json_object_get(json_object_get(p, "e2e_ms"), "p99.9")); /* null: 4 samples cannot support it */
+    assert_null(json_object_get(p, "tpot_ms")); /* not asked for */
+    /* the table's P50 is the summary's (same samples, same method) */
+    assert_true(fabs(json_number_value(k25_json_path(p, "ttft_ms.p50")) -
+                     json_number_value(k25_json_path(j, "summary.ttft_ms.p50"))) < 1e-9);
+    json_decref(j);
+    /* without the options there is no table */
+    j = load("li.json");
+    assert_null(at(j, "summary", "percentiles"));
+    json_decref(j);
+}
+
+/* Every bad value names its option; --help lists the aliases; typos get "did you mean". */
+static void test_bad_values_and_help(void **state)
+{
+    (void)state;
+    char a[2048];
+#define BAD(extra, needle)                                                                                       \
+    do {                                                                                                         \
+        snprintf(a, sizeof(a), RUN "--out %s/bad.h5 " extra, tu_dir);                                           \
+        expect_fail(a, 2, needle);                                                                               \
+    } while (0)
+    BAD("--percentile-method mean", "'--percentile-method': unknown choice 'mean' (nearest-rank, linear)");
+    BAD("--metric-percentiles 50,100", "--metric-percentiles");
+    BAD("--percentile-metrics ttft,latency", "unknown metric 'latency'");
+    BAD("--goodput ttft=500", "'--goodput': expected KEY:MILLISECONDS");
+    BAD("--goodput tpot:x", "tpot");
+    BAD("--request-rate 0", "'--rate': expected a positive number");
+    BAD("--num-prompts 0", "'--requests': expected a positive integer");
+    BAD("--max-concurrency 100001", "'--concurrency'");
+    BAD("--num-promts 4", "did you mean '--num-prompts'?");
+    BAD("--burstiness 0.5", "needs --rate");
+    BAD("--percentile-method", "'--percentile-method': missing value");
+    BAD("stray", "'stray': unexpected argument");
+    BAD("--save-result --out", "missing value");
+#undef BAD
+    assert_false(exists("bad.h5"));
+    char *out = NULL;
+    assert_int_equal(k25("bench --help", &out), 0);
+    assert_non_null(strstr(out, "usage: k25 bench"));
+    assert_non_null(strstr(out, "--rate, --request-rate R"));
+    assert_non_null(strstr(out, "--requests, --num-prompts N"));
+    assert_non_null(strstr(out, "--concurrency, --max-concurrency N"));
+    assert_non_null(strstr(out, "--json, --result-filename FILE"));
+    assert_non_null(strstr(out, "--percentile-method nearest-rank|linear"));
+    assert_non_null(strstr(out, "--csv FILE"));
+    assert_non_null(strstr(out, "--prefill-chunk-size")); /* the engine flags */
+    free(out);
+}
+
+/* k25 serve on the table: ranges, typos, --key=value, help. */
+static void test_serve_options(void **state)
+{
+    (void)state;
+    expect_fail("serve --prot 8000", 2, "'--prot': unknown option (did you mean '--port'?)");
+    expect_fail("serve --port=70000", 2, "'--port': expected a non-negative integer up to 65535");
+    expect_fail("serve --max-body-bytes 10", 2, "'--max-body-bytes': expected an integer in 1024..");
+    expect_fail("serve --max-connections", 2, "'--max-connections': missing value");
+    expect_fail("serve extra", 2, "'extra': unexpected argument");
+    expect_fail("serve --model nosuch-model --port 0", 2, "nosuch-model");
+    char *out = NULL;
+    assert_int_equal(k25("serve --help", &out), 0);
+    assert_non_null(strstr(out, "usage: k25 serve"));
+    assert_non_null(strstr(out, "--max-waiting N"));
+    assert_non_null(strstr(out, "(0..65535; default: 8000)"));
+    assert_non_null(strstr(out, "--kv-cache-dtype"));
+    free(out);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "K25_API_KEY=s3cr3t %s serve --help", tu_k25());
+    assert_int_equal(tu_run(cmd, &out), 0);
+    assert_null(strstr(out, "s3cr3t")); /* an API key from the environment is never printed */
+    free(out);
+}
+
+int main(void)
+{
+    if (access(tu_k25(), X_OK) != 0) {
+        fprintf(stderr, "test_bench_cli: %s not built\n", tu_k25());
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vllm_aliases),
+        cmocka_unit_test(test_percentile_method),
+        cmocka_unit_test(test_csv),
+        cmocka_unit_test(test_percentile_table),
+        cmocka_unit_test(test_bad_values_and_help),
+        cmocka_unit_test(test_serve_options),
+    };
+    return cmocka_run_group_tests_name("bench_cli", tests, tu_group_setup, tu_group_teardown);
+}

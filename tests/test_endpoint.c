@@ -1,0 +1,476 @@
+/*
+ * test_endpoint.c - `k25 bench --endpoint` against a scripted server.
+ *
+ * The server here is plain sockets on loopback, one thread per connection,
+ * and answers each request by the scenario its prompt names, with known
+ * delays between chunks.  That proves the client's arithmetic (TTFT from
+ * the scheduled send to the first content chunk, ITL between chunks, E2E,
+ * output tokens from usage or counted) against delays the test chose, and
+ * that every broken answer - HTTP 500, a line that is not SSE, truncated
+ * JSON, a stream that ends before [DONE], a stall - is recorded as a failed
+ * request with its reason while the run finishes.  Unit tests of the UTF-8
+ * repair and the SSE reader come first.
+ */
+#include "testutil.h"
+
+#include "bench.h"
+#include "harness.h" /* k25_json_path */
+#include "sse.h"
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <time.h>
+
+/* ------------------------------------------------------------ UTF-8 / SSE */
+
+static void push_all(const unsigned char *b, size_t n, char *out, size_t *len)
+{
+    struct k25_utf8 u = {0};
+    *len = 0;
+    for (size_t i = 0; i < n; i++)
+        k25_utf8_push(&u, b[i], out, len);
+    k25_utf8_flush(&u, out, len);
+    out[*len] = '\0';
+}
+
+static void test_utf8_repair(void **state)
+{
+    (void)state;
+    char out[256];
+    size_t n;
+    /* valid multi-byte text passes through unchanged, byte by byte */
+    const char *ok = "na\xc3\xafve \xe2\x82\xac \xf0\x9f\x98\x80";
+    push_all((const unsigned char *)ok, strlen(ok), out, &n);
+    assert_string_equal(out, ok);
+    assert_true(k25_utf8_valid(out, n));
+    /* a lone continuation byte, an overlong, a surrogate, a truncated sequence at the end */
+    const unsigned char bad[] = {'a', 0x80, 'b', 0xc0, 0xaf, 'c', 0xed, 0xa0, 0x80, 'd', 0xe2, 0x82};
+    push_all(bad, sizeof(bad), out, &n);
+    assert_true(k25_utf8_valid(out, n));
+    assert_string_equal(out, "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd" "c\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+                             "d\xef\xbf\xbd");
+    assert_false(k25_utf8_valid("\xed\xa0\x80", 3));
+    assert_false(k25_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+}
+
+struct evlog {
+    char ev[8][64];
+    int n;
+};
+
+static int log_ev(const char *d, size_t n, void *u)
+{
+    struct evlog *l = u;
+    assert_true(n < 64);
+    memcpy(l->ev[l->n], d, n + 1);
+    l->n++;
+    return 0;
+}
+
+static void test_sse_reader(void **state)
+{
+    (void)state;
+    struct k25_sse p;
+    struct evlog l = {0};
+    k25_sse_init(&p);
+    /* split anywhere, CRLF and LF, comments, two data lines joined, event/id fields */
+    const char *s = ": keep-alive\r\n\r\ndata: {\"a\":1}\r\n\r\nevent: x\nid: 7\ndata: one\ndata:two\n\ndata: [DONE]\n\n";
+    for (size_t i = 0; s[i]; i++)
+        assert_int_equal(k25_sse_feed(&p, s + i, 1, log_ev, &l), 0);
+    assert_int_equal(l.n, 3);
+    assert_string_equal(l.ev[0], "{\"a\":1}");
+    assert_string_equal(l.ev[1], "one\ntwo");
+    assert_string_equal(l.ev[2], "[DONE]");
+    assert_false(k25_sse_pending(&p));
+    assert_int_equal(k25_sse_feed(&p, "data: {\"tr", 10, log_ev, &l), 0);
+    assert_true(k25_sse_pending(&p)); /* a truncated event */
+    k25_sse_free(&p);
+    /* not SSE */
+    k25_sse_init(&p);
+    assert_int_equal(k25_sse_feed(&p, "{\"choices\": []}\n\n", 17, log_ev, &l), -1);
+    assert_non_null(strstr(p.error, "malformed SSE line"));
+    k25_sse_free(&p);
+}
+
+/* ------------------------------------------------------------ the server */
+
+static int g_port;
+static int g_listen = -1;
+
+/* Delays of the "ok" scenario, milliseconds. */
+#define FIRST_MS 200
+#define GAP_MS 50
+#define N_TOK 5
+
+static void msleep(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static void send_all(int fd, const char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0) {
+        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return; /* the client went away: fine for the stall scenario */
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+static void send_head(int fd, int status, const char *ctype)
+{
+    char h[256];
+    snprintf(h, sizeof(h), "HTTP/1.1 %d X\r\nContent-Type: %s\r\nConnection: close\r\n\r\n", status, ctype);
+    send_all(fd, h);
+}
+
+static void chunk(int fd, const char *text, int id)
+{
+    char b[256];
+    snprintf(b, sizeof(b), "data: {\"choices\":[{\"index\":0,\"text\":\"%s\",\"finish_reason\":null%s%d%s}]}\n\n", text,
+             id >= 0 ? ",\"token_ids\":[" : "", id >= 0 ? id : 0, id >= 0 ? "]" : "");
+    if (id < 0) /* no ids: plain OpenAI chunks */
+        snprintf(b, sizeof(b), "data: {\"choices\":[{\"index\":0,\"text\":\"%s\",\"finish_reason\":null}]}\n\n", text);
+    send_all(fd, b);
+}
+
+/* One connection: read the request, answer by the scenario the prompt names. */
+static void *serve_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char req[65536];
+    size_t n = 0;
+    ssize_t r;
+    char *body = NULL;
+    while (n < sizeof(req) - 1 && (r = recv(fd, req + n, sizeof(req) - 1 - n, 0)) > 0) {
+        n += (size_t)r;
+        req[n] = '\0';
+        char *e = strstr(req, "\r\n\r\n");
+        if (!e)
+            continue;
+        char *cl = strcasestr(req, "Content-Length:");
+        size_t want = cl ? (size_t)atol(cl + 15) : 0;
+        if (n >= (size_t)(e + 4 - req) + want) {
+            body = e + 4;
+            break;
+        }
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (!strncmp(req, "GET /v1/models", 14)) {
+        send_head(fd, 200, "application/json");
+        send_all(fd, "{\"object\":\"list\",\"data\":[{\"id\":\"scripted\",\"object\":\"model\"}]}");
+    } else if (body && strstr(body, "scenario-ok")) {
+        send_head(fd, 200, "text/event-stream");
+        msleep(FIRST_MS);
+        for (int i = 0; i < N_TOK; i++) {
+            if (i)
+                msleep(GAP_MS);
+            chunk(fd, "x", 100 + i);
+        }
+        send_all(fd, "data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n"
+                     "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5,\"total_tokens\":8}}\n\n"
+                     "data: [DONE]\n\n");
+    } else if (body && strstr(body, "scenario-nousage")) {
+        send_head(fd, 200, "text/event-stream");
+        for (int i = 0; i < 3; i++) {
+            msleep(GAP_MS);
+            chunk(fd, "y", -1);
+        }
+        send_all(fd, "data: [DONE]\n\n");
+    } else if (body && strstr(body, "scenario-http500")) {
+        send_head(fd, 500, "application/json");
+        send_all(fd, "{\"error\":{\"message\":\"scripted failure\",\"type\":\"server_error\"}}");
+    } else if (body && strstr(body, "scenario-badsse")) {
+        send_head(fd, 200, "text/event-stream");
+        chunk(fd, "z", 1);
+        send_all(fd, "this is not server-sent events\n\n");
+        msleep(200);
+    } else if (body && strstr(body, "scenario-truncjson")) {
+        send_head(fd, 200, "text/event-stream");
+        send_all(fd, "data: {\"choices\":[{\"index\":0,\"text\":\"a\"\n\ndata: [DONE]\n\n");
+    } else if (body && strstr(body, "scenario-truncated")) {
+        send_head(fd, 200, "text/event-stream");
+        chunk(fd, "a", 1);
+        chunk(fd, "b", 2);
+    } else if (body && strstr(body, "scenario-stall")) {
+        send_head(fd, 200, "text/event-stream");
+        chunk(fd, "a", 1);
+        msleep(3500); /* longer than the client's --stall-timeout 1 */
+        send_all(fd, "data: [DONE]\n\n");
+    } else {
+        send_head(fd, 404, "application/json");
+        send_all(fd, "{\"error\":{\"message\":\"no scenario\"}}");
+    }
+    close(fd);
+    return NULL;
+}
+
+static void *accept_loop(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int fd = accept(g_listen, NULL, NULL);
+        if (fd < 0)
+            return NULL; /* closed at teardown */
+        pthread_t t;
+        if (pthread_create(&t, NULL, serve_conn, (void *)(intptr_t)fd) == 0)
+            pthread_detach(t);
+        else
+            close(fd);
+    }
+}
+
+static int group_setup(void **state)
+{
+    if (tu_group_setup(state) != 0)
+        return -1;
+    signal(SIGPIPE, SIG_IGN);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(a);
+    g_listen = socket(AF_INET, SOCK_STREAM, 0);
+    if (g_listen < 0 || bind(g_listen, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(g_listen, 64) != 0 ||
+        getsockname(g_listen, (struct sockaddr *)&a, &al) != 0)
+        return -1;
+    g_port = ntohs(a.sin_port);
+    pthread_t t;
+    if (pthread_create(&t, NULL, accept_loop, NULL) != 0)
+        return -1;
+    pthread_detach(t);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    shutdown(g_listen, SHUT_RDWR);
+    close(g_listen);
+    return tu_group_teardown(state);
+}
+
+/* A gold set whose requests name scenarios; returns its path (static buffer). */
+static const char *gold(const char *name, const char *const *scen, int n)
+{
+    static char path[512];
+    snprintf(path, sizeof(path), "%s/%s.jsonl", tu_dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "{\"id\":\"%s\",\"text\":\"please run scenario-%s now\",\"expected_output_length\":%d}\n", scen[i],
+                scen[i], N_TOK);
+    assert_int_equal(fclose(f), 0);
+    return path;
+}
+
+/* The request of a trace by id. */
+static const struct k25_bench_req *by_id(const struct k25_trace *t, const char *id)
+{
+    for (size_t i = 0; i < t->run.n_reqs; i++)
+        if (!strcmp(t->run.reqs[i].id, id))
+            return &t->run.reqs[i];
+    fail_msg("no request '%s' in the trace", id);
+    return NULL;
+}
+
+static void bench(const char *args, char **out, int want)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "%s bench --endpoint http://127.0.0.1:%d %s --quiet", tu_k25(), g_port, args);
+    int st = tu_run(cmd, out);
+    if (st != want)
+        fail_msg("%s\n  exit %d (want %d):\n%s", cmd, st, want, *out);
+}
+
+/* TTFT/ITL/E2E from chunk arrivals, against the delays the server used. */
+static void test_arithmetic(void **state)
+{
+    (void)state;
+    static const char *const sc[] = {"ok", "nousage"};
+    char args[2048], h5[512], js[512], *out;
+    snprintf(h5, sizeof(h5), "%s/ok.h5", tu_dir);
+    snprintf(js, sizeof(js), "%s/ok.json", tu_dir);
+    snprintf(args, sizeof(args), "--dataset %s --concurrency 1 --out %s --json %s", gold("ok", sc, 2), h5, js);
+    bench(args, &out, 0);
+    free(out);
+    struct k25_trace t;
+    struct k25_error err;
+    assert_int_equal(k25_trace_read(h5, &t, &err), K25_OK);
+    const struct k25_bench_req *q = by_id(&t, "ok");
+    assert_int_equal(q->state, K25_REQ_COMPLETED);
+    assert_int_equal(q->n_output, N_TOK); /* from usage */
+    assert_int_equal(q->n_input, 3);      /* usage's prompt_tokens */
+    for (int i = 0; i < N_TOK; i++)
+        assert_int_equal(q->token_ids[i], 100 + i); /* the token_ids extension */
+    /* Margins: the server sleeps exactly these delays; the client can only be later (a
+     * loaded 2-core CI machine: 150 ms for the first chunk, 40 ms per gap). */
+    double ttft = k25_bench_req_ttft_ms(q), e2e = k25_bench_req_e2e_ms(q);
+    if (!(ttft >= FIRST_MS && ttft < FIRST_MS + 150))
+        fail_msg("TTFT %.1f ms, the server waited %d ms before the first chunk", ttft, FIRST_MS);
+    for (int i = 1; i < N_TOK; i++) {
+        double itl = (double)(q->token_ns[i] - q->token_ns[i - 1]) / 1e6;
+        if (!(itl > GAP_MS - 15 && itl < GAP_MS + 40))
+            fail_msg("ITL %d: %.1f ms, the server waited %d ms", i, itl, GAP_MS);
+    }
+    double want_e2e = FIRST_MS + (N_TOK - 1) * GAP_MS;
+    if (!(e2e >= want_e2e - 5 && e2e < want_e2e + 200))
+        fail_msg("E2E %.1f ms, the server's last chunk came after %.0f ms", e2e, want_e2e);
+    assert_true(q->finish_ns >= q->token_ns[N_TOK - 1]);
+    /* no usage: tokens counted from the chunks, flagged, ids unknown */
+    const struct k25_bench_req *c = by_id(&t, "nousage");
+    assert_int_equal(c->state, K25_REQ_COMPLETED);
+    assert_int_equal(c->n_output, 3);
+    assert_int_equal(c->token_ids[0], -1);
+    k25_trace_free(&t);
+    /* the JSON: target, the server's model list, the flag, the response headers */
+    json_error_t je;
+    json_t *j = json_load_file(js, 0, &je);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(k25_json_path(j, "provenance.target")), "endpoint");
+    assert_string_equal(json_string_value(k25_json_path(j, "summary.target")), "endpoint");
+    assert_string_equal(json_string_value(k25_json_path(j, "provenance.endpoint.model")), "scripted");
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(k25_json_path(j, "provenance.endpoint.models.data"), 0), "id")),
+        "scripted");
+    assert_string_equal(json_string_value(k25_json_path(j, "provenance.endpoint.response_headers.content-type")),
+                        "text/event-stream");
+    assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.requests_tokens_counted")), 1);
+    assert_string_equal(json_string_value(k25_json_path(j, "summary.endpoint.output_tokens_from")), "mixed");
+    json_decref(j);
+}
+
+/* Every broken answer is one failed request with its reason; the run finishes. */
+static void test_failures(void **state)
+{
+    (void)state;
+    static const char *const sc[] = {"ok", "http500", "badsse", "truncjson", "truncated", "stall", "missing"};
+    static const struct {
+        const char *id, *reason;
+        int status;
+    } want[] = {
+        {"http500", "HTTP 500: scripted failure", 500},
+        {"badsse", "malformed SSE line: 'this is not server-sent events'", 200},
+        {"truncjson", "malformed JSON in an SSE event", 200},
+        {"truncated", "truncated stream: it ended before data: [DONE]", 200},
+        {"stall", "stalled: no data for 1 s", 200},
+        {"missing", "HTTP 404: no scenario", 404},
+    };
+    char args[2048], h5[512], js[512], *out;
+    snprintf(h5, sizeof(h5), "%s/fail.h5", tu_dir);
+    snprintf(js, sizeof(js), "%s/fail.json", tu_dir);
+    snprintf(args, sizeof(args), "--dataset %s --concurrency 7 --stall-timeout 1 --out %s --json %s",
+             gold("fail", sc, 7), h5, js);
+    uint64_t t0 = k25_now_ns();
+    bench(args, &out, 0);
+    double wall_s = (double)(k25_now_ns() - t0) / 1e9;
+    char *summary_line = strstr(out, "7 requests (");
+    assert_true(wall_s < 10); /* the stall ended by the timeout, not by the server */
+    struct k25_trace t;
+    struct k25_error err;
+    assert_int_equal(k25_trace_read(h5, &t, &err), K25_OK);
+    assert_int_equal(t.run.n_reqs, 7);
+    assert_int_equal(by_id(&t, "ok")->state, K25_REQ_COMPLETED);
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        const struct k25_bench_req *q = by_id(&t, want[i].id);
+        assert_int_equal(q->state, K25_REQ_REJECTED);
+        if (strncmp(q->reason, want[i].reason, strlen(want[i].reason)))
+            fail_msg("%s: reason \"%s\", want \"%s...\"", want[i].id, q->reason, want[i].reason);
+    }
+    k25_trace_free(&t);
+    if (!summary_line || strncmp(summary_line, "7 requests (1 completed, 6 rejected)", 36))
+        fail_msg("output:\n%s", out);
+    free(out);
+    json_error_t je;
+    json_t *j = json_load_file(js, 0, &je);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.failed")), 6);
+    assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.failed_by_http_status.200")), 4);
+    assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.failed_by_http_status.500")), 1);
+    assert_int_equal(json_integer_value(k25_json_path(j, "summary.requests.rejected")), 6);
+    json_decref(j);
+}
+
+/* Open loop: each request leaves at its scheduled time, latency counts from it. */
+static void test_open_loop(void **state)
+{
+    (void)state;
+    static const char *const sc[] = {"ok"};
+    char args[2048], h5[512], *out;
+    snprintf(h5, sizeof(h5), "%s/open.h5", tu_dir);
+    snprintf(args, sizeof(args), "--dataset %s --rate 20 --requests 6 --seed 3 --out %s", gold("open", sc, 1), h5);
+    bench(args, &out, 0);
+    free(out);
+    struct k25_trace t;
+    struct k25_error err;
+    int64_t *sched;
+    size_t n;
+    assert_int_equal(k25_trace_read(h5, &t, &err), K25_OK);
+    assert_int_equal(k25_loadgen_schedule(20, 1, 3, 6, 0, &sched, &n, &err), K25_OK);
+    assert_int_equal(t.run.n_reqs, 6);
+    for (size_t i = 0; i < n; i++) {
+        const struct k25_bench_req *q = &t.run.reqs[i];
+        assert_int_equal(q->user, -1);
+        /* arrivals are the seeded schedule (the run's origin is its start) */
+        if (llabs(q->arrival_ns - sched[q->seq]) > 2000000)
+            fail_msg("request %lld arrived at %lld ns, scheduled %lld", (long long)q->seq, (long long)q->arrival_ns,
+                     (long long)sched[q->seq]);
+        assert_true(q->submit_ns >= q->arrival_ns);
+        assert_true(k25_bench_req_ttft_ms(q) >= FIRST_MS);
+    }
+    free(sched);
+    k25_trace_free(&t);
+}
+
+/* Bad use: an unreachable server, a bad URL, chat with --fidelity-only options. */
+static void test_bad_input(void **state)
+{
+    (void)state;
+    char cmd[2048], *out, h5[512];
+    snprintf(h5, sizeof(h5), "%s/bad.h5", tu_dir);
+    /* a port nobody listens on: bind one, close it */
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(a);
+    assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(s, (struct sockaddr *)&a, &al), 0);
+    close(s);
+    snprintf(cmd, sizeof(cmd), "%s bench --endpoint http://127.0.0.1:%d --dataset datasets/gold/ci-small.jsonl --out %s",
+             tu_k25(), ntohs(a.sin_port), h5);
+    assert_int_equal(tu_run(cmd, &out), 1);
+    assert_non_null(strstr(out, "cannot reach http://127.0.0.1:"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s bench --endpoint ftp://x --dataset datasets/gold/ci-small.jsonl --out %s", tu_k25(),
+             h5);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "--endpoint"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s bench --endpoint http://127.0.0.1:%d --fidelity --dataset "
+             "datasets/gold/ci-small.jsonl --out %s", tu_k25(), g_port, h5);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "not available with --endpoint"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s bench --endpoint-type chat --dataset datasets/gold/ci-small.jsonl --out %s", tu_k25(),
+             h5);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "--endpoint runs only"));
+    free(out);
+    assert_int_equal(access(h5, F_OK), -1); /* nothing written */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_utf8_repair), cmocka_unit_test(test_sse_reader), cmocka_unit_test(test_arithmetic),
+        cmocka_unit_test(test_failures),    cmocka_unit_test(test_open_loop),  cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

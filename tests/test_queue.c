@@ -1,0 +1,720 @@
+/*
+ * test_queue.c - the elastic request queue (issue 17): memory capacity,
+ * rejection with a reason, spill to the durable disk log and admission in
+ * arrival order, replay after a simulated crash (an engine destroyed with
+ * unfinished requests), a torn last record, compaction, write/fsync fault
+ * injection, queue timeouts, priorities, the circuit breaker's hysteresis
+ * on a fake clock, and the degraded (early-exit) model against an engine
+ * serving the same weights cut to the same layers.
+ *
+ * The fake clock (queue.h, TEST-ONLY) makes the breaker's seconds run in
+ * microseconds: a step hook advances it by the step's pretend duration.
+ */
+#include "testutil.h"
+#include "tu_model.h"
+
+#include "k25.h"
+#include "internal.h"
+#include "queue.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+/* ----------------------------------------------------------- helpers */
+
+static struct k25_config cfg_base(void)
+{
+    struct k25_config cfg;
+    k25_config_init(&cfg);
+    snprintf(cfg.model, sizeof(cfg.model), "tiny");
+    cfg.kv_compression_ratio = 1.0;
+    cfg.threads = 1;
+    return cfg;
+}
+
+static int32_t g_prompt[64];
+
+static void make_prompt(uint32_t salt)
+{
+    uint32_t s = 2463534242u ^ salt;
+    for (int i = 0; i < 64; i++) {
+        s ^= s << 13;
+        s ^= s >> 17;
+        s ^= s << 5;
+        g_prompt[i] = 32 + (int32_t)(s % 90);
+    }
+}
+
+static int submit(k25_engine_t *e, const char *id, enum k25_priority prio, int max_new, int *h,
+                  struct k25_error *err)
+{
+    make_prompt((uint32_t)strlen(id) * 7919u + (uint32_t)id[strlen(id) - 1]);
+    struct k25_request req = {.id = id, .input_ids = g_prompt, .n_input = 24, .max_new_tokens = max_new,
+                              .priority = prio};
+    return k25_engine_submit(e, &req, h, err);
+}
+
+static void submit_ok(k25_engine_t *e, const char *id, enum k25_priority prio, int max_new, int *h)
+{
+    struct k25_error err;
+    int rc = submit(e, id, prio, max_new, h, &err);
+    if (rc != K25_OK)
+        fail_msg("submit %s: %s", id, err.msg);
+}
+
+static k25_engine_t *create(const struct k25_config *cfg, struct k25_error *err)
+{
+    k25_engine_t *e = NULL;
+    int rc = k25_engine_create(cfg, tu_tiny, &e, err);
+    if (rc != K25_OK)
+        fail_msg("create: %s", err->msg);
+    return e;
+}
+
+/* Records ADMIT and FINISH events: ids in order. */
+struct evlog {
+    char admitted[32][64];
+    int n_admit;
+    int n_finish;
+};
+
+static void on_event(const struct k25_event *ev, void *user)
+{
+    struct evlog *l = user;
+    if (ev->type == K25_EV_ADMIT && l->n_admit < 32)
+        snprintf(l->admitted[l->n_admit++], 64, "%s", ev->req_id);
+    if (ev->type == K25_EV_FINISH)
+        l->n_finish++;
+}
+
+static long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static char *spill_dir(const char *name)
+{
+    static char buf[4][512];
+    static int k;
+    char *p = buf[k++ % 4];
+    snprintf(p, 512, "%s/%s", tu_dir, name);
+    return p;
+}
+
+/* Whether a line of path holds needle (and also needle2 when not NULL). */
+static bool file_has2(const char *path, const char *needle, const char *needle2)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[2048];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f))
+        found = strstr(line, needle) != NULL && (!needle2 || strstr(line, needle2) != NULL);
+    fclose(f);
+    return found;
+}
+
+static bool file_has(const char *path, const char *needle)
+{
+    return file_has2(path, needle, NULL);
+}
+
+/* -------------------------------------------------------------- tests */
+
+static void test_config_keys(void **state)
+{
+    (void)state;
+    struct k25_config cfg;
+    struct k25_error err;
+    k25_config_init(&cfg);
+    assert_int_equal(cfg.queue_memory_capacity, 128);
+    assert_string_equal(cfg.queue_spill_dir, "");
+    assert_int_equal(cfg.queue_low_priority_ttft_ms, 1500);
+    assert_int_equal(cfg.queue_timeout_ms, 30000);
+    assert_false(cfg.breaker_enabled);
+    assert_true(cfg.breaker_busy_threshold == 0.95 && cfg.breaker_busy_seconds == 5.0);
+    assert_true(cfg.breaker_memory_threshold == 0.92 && cfg.degraded_layer_fraction == 0.30);
+    assert_int_equal(cfg.degraded_ttft_ms, 1200);
+    assert_int_equal(k25_config_set(&cfg, "queue_memory_capacity", "0", NULL, 0, &err), K25_ERANGE);
+    assert_int_equal(k25_config_set(&cfg, "degraded_layer_fraction", "0", NULL, 0, &err), K25_ERANGE);
+    assert_int_equal(k25_config_set(&cfg, "breaker_busy_threshold", "1.5", NULL, 0, &err), K25_ERANGE);
+    assert_int_equal(k25_config_set(&cfg, "breaker_enabled", "true", NULL, 0, &err), K25_OK);
+    assert_true(cfg.breaker_enabled);
+    enum k25_priority p;
+    assert_int_equal(k25_priority_parse("high", &p, &err), K25_OK);
+    assert_int_equal(p, K25_PRIORITY_HIGH);
+    assert_int_equal(k25_priority_parse("urgent", &p, &err), K25_EINVAL);
+    assert_string_equal(k25_req_state_name(K25_REQ_TIMED_OUT), "timed_out");
+}
+
+/* Beyond capacity without a spill folder: rejected with a reason; high is never turned away. */
+static void test_capacity_reject(void **state)
+{
+    (void)state;
+    struct k25_config cfg = cfg_base();
+    cfg.queue_memory_capacity = 2;
+    cfg.max_batch_size = 1;
+    struct k25_error err;
+    k25_engine_t *e = create(&cfg, &err);
+    struct evlog ev = {0};
+    k25_engine_set_event_cb(e, on_event, &ev);
+    int h[5];
+    submit_ok(e, "a", K25_PRIORITY_STANDARD, 2, &h[0]);
+    submit_ok(e, "b", K25_PRIORITY_STANDARD, 2, &h[1]);
+    submit_ok(e, "c", K25_PRIORITY_STANDARD, 2, &h[2]);
+    submit_ok(e, "d", K25_PRIORITY_LOW, 2, &h[3]);
+    submit_ok(e, "h", K25_PRIORITY_HIGH, 2, &h[4]);
+    const struct k25_result *rc = k25_engine_result(e, h[2]);
+    assert_int_equal(rc->state, K25_REQ_REJECTED);
+    assert_non_null(strstr(rc->reason, "queue full"));
+    assert_int_equal(k25_engine_result(e, h[3])->state, K25_REQ_REJECTED);
+    assert_int_equal(k25_engine_result(e, h[4])->state, K25_REQ_WAITING);
+    assert_int_equal(ev.n_finish, 0); /* FINISH of a rejection comes from a step, not from submit */
+    struct k25_engine_stats st;
+    k25_engine_get_stats(e, &st);
+    assert_int_equal(st.n_waiting_memory, 3);
+    assert_int_equal(st.rejected_queue_full, 2);
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    assert_int_equal(ev.n_finish, 5);
+    assert_int_equal(ev.n_admit, 3);
+    assert_string_equal(ev.admitted[0], "h"); /* high goes ahead of the standard ones */
+    assert_string_equal(ev.admitted[1], "a");
+    assert_string_equal(ev.admitted[2], "b");
+    for (int i = 0; i < 5; i++)
+        k25_engine_release(e, h[i]);
+    k25_engine_destroy(e);
+}
+
+/* Capacity -> spill -> admission in arrival order; compaction when all are done. */
+static void test_spill_order(void **state)
+{
+    (void)state;
+    struct k25_config cfg = cfg_base();
+    cfg.queue_memory_capacity = 2;
+    cfg.max_batch_size = 1;
+    snprintf(cfg.queue_spill_dir, sizeof(cfg.queue_spill_dir), "%s", spill_dir("order"));
+    snprintf(cfg.log_file, sizeof(cfg.log_file), "%s/order.log", tu_dir);
+    cfg.log_level = K25_LOG_INFO;
+    struct k25_error err;
+    k25_engine_t *e = create(&cfg, &err);
+    struct evlog ev = {0};
+    k25_engine_set_event_cb(e, on_event, &ev);
+    const char *ids[] = {"r0", "r1", "r2", "r3", "r4", "r5"};
+    int h[6];
+    for (int i = 0; i < 6; i++)
+        submit_ok(e, ids[i], K25_PRIORITY_STANDARD, 2, &h[i]);
+    char logpath[1100];
+    snprintf(logpath, sizeof(logpath), "%s/queue.log", cfg.queue_spill_dir);
+    long sz = file_size(logpath);
+    assert_true(sz > 0); /* four fsync'd records before submit returned */
+    for (int i = 0; i < 6; i++) {
+        const struct k25_result *r = k25_engine_result(e, h[i]);
+        assert_int_equal(r->spilled, i >= 2);
+        assert_int_equal(r->priority, i >= 2 ? K25_PRIORITY_LOW : K25_PRIORITY_STANDARD);
+        assert_int_equal(r->ttft_sla_ms, i >= 2 ? 1500 : 0);
+    }
+    struct k25_engine_stats st;
+    k25_engine_get_stats(e, &st);
+    assert_int_equal(st.n_waiting_memory, 2);
+    assert_int_equal(st.n_waiting_spill, 4);
+    assert_int_equal(st.spilled_requests, 4);
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    assert_int_equal(ev.n_admit, 6);
+    for (int i = 0; i < 6; i++) {
+        assert_string_equal(ev.admitted[i], ids[i]);
+        assert_int_equal(k25_engine_result(e, h[i])->state, K25_REQ_COMPLETED);
+    }
+    assert_int_equal(file_size(logpath), 0); /* every record done: compacted */
+    k25_engine_destroy(e);
+    assert_true(file_has(cfg.log_file, "[QUEUE] event=spill req_id=r2"));
+    assert_true(file_has(cfg.log_file, "[QUEUE] req_id=r3 priority=low queue_time="));
+    assert_true(file_has(cfg.log_file, "degraded=False spilled=True state=admitted"));
+}
+
+/* Copies the output tokens of handle h into out (n). */
+static int outputs(k25_engine_t *e, int h, int32_t *out)
+{
+    const struct k25_result *r = k25_engine_result(e, h);
+    memcpy(out, r->output_ids, sizeof(int32_t) * (size_t)r->n_output);
+    return r->n_output;
+}
+
+/* An engine destroyed with spilled requests unfinished: a new one replays them, in order, once. */
+static void test_replay_after_crash(void **state)
+{
+    (void)state;
+    struct k25_config cfg = cfg_base();
+    cfg.queue_memory_capacity = 1;
+    cfg.max_batch_size = 1;
+    snprintf(cfg.queue_spill_dir, sizeof(cfg.queue_spill_dir), "%s", spill_dir("crash"));
+    struct k25_error err;
+    k25_engine_t *e = create(&cfg, &err);
+    int h[5];
+    const char *ids[] = {"c0", "c1", "c2", "c3", "c4"};
+    for (int i = 0; i < 5; i++)
+        submit_ok(e, ids[i], K25_PRIORITY_STANDARD, 3, &h[i]);
+    /* run until c1 (spilled) has completed: its done record is written */
+    while (k25_engine_result(e, h[1])->state != K25_REQ_COMPLETED)
+        assert_int_equal(k25_engine_step(e, &err), K25_OK);
+    int32_t want[3][8];
+    assert_int_equal(k25_engine_result(e, h[2])->spilled, true);
+    k25_engine_destroy(e); /* the "crash": c2..c4 accepted, not finished */
+
+    /* the tokens each would have produced, from a fresh engine without a spill tier */
+    struct k25_config plain = cfg_base();
+    k25_engine_t *ref = create(&plain, &err);
+    for (int i = 0; i < 3; i++) {
+        int hr;
+        submit_ok(ref, ids[2 + i], K25_PRIORITY_STANDARD, 3, &hr);
+        assert_int_equal(k25_engine_run(ref, &err), K25_OK);
+        assert_int_equal(outputs(ref, hr, want[i]), 3);
+    }
+    k25_engine_destroy(ref);
+
+    e = create(&cfg, &err);
+    struct k25_replay_info ri;
+    k25_engine_replay_info(e, &ri);
+    assert_int_equal(ri.n_replayed, 3);
+    assert_int_equal(ri.n_records, 4);
+    assert_int_equal(ri.n_done, 1);
+    assert_int_equal(ri.torn_bytes, 0);
+    struct evlog ev = {0};
+    k25_engine_set_event_cb(e, on_event, &ev);
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    for (int i = 0; i < 3; i++) {
+        const struct k25_result *r = k25_engine_result(e, ri.handles[i]);
+        assert_string_equal(r->id, ids[2 + i]);
+        assert_string_equal(ev.admitted[i], ids[2 + i]);
+        assert_true(r->replayed && r->spilled);
+        assert_int_equal(r->priority, K25_PRIORITY_LOW);
+        assert_int_equal(r->state, K25_REQ_COMPLETED);
+        int32_t got[8];
+        assert_int_equal(outputs(e, ri.handles[i], got), 3);
+        assert_memory_equal(got, want[i], sizeof(int32_t) * 3);
+    }
+    k25_engine_destroy(e);
+    /* done: nothing comes back twice */
+    e = create(&cfg, &err);
+    k25_engine_replay_info(e, &ri);
+    assert_int_equal(ri.n_replayed, 0);
+    assert_true(k25_engine_idle(e));
+    k25_engine_destroy(e);
+}
+
+/* A torn last record is dropped with a warning; the whole ones before it replay. */
+static void test_torn_record(void **state)
+{
+    (void)state;
+    struct k25_config cfg = cfg_base();
+    cfg.queue_memory_capacity = 1;
+    snprintf(cfg.queue_spill_dir, sizeof(cfg.queue_spill_dir), "%s", spill_dir("torn"));
+    snprintf(cfg.log_file, sizeof(cfg.log_file), "%s/torn.log", tu_dir);
+    cfg.log_level = K25_LOG_INFO;
+    struct k25_error err;
+    k25_engine_t *e = create(&cfg, &err);
+    int h;
+    submit_ok(e, "t0", K25_PRIORITY_STANDARD, 2, &h);
+    submit_ok(e, "t1", K25_PRIORITY_STANDARD, 2, &h);
+    char logpath[1100];
+    snprintf(logpath, sizeof(logpath), "%s/queue.log", cfg.queue_spill_dir);
+    long one = file_size(logpath);
+    submit_ok(e, "t2", K25_PRIORITY_STANDARD, 2, &h);
+    long two = file_size(logpath);
+    assert_true(one > 0 && two > one);
+    k25_engine_destroy(e);
+    assert_int_equal(truncate(logpath, two - 3), 0); /* a crash in the middle of the last write */
+
+    memset(&err, 0, sizeof(err));
+    e = create(&cfg, &err);
+    assert_int_equal(err.code, K25_OK);
+    assert_non_null(strstr(err.msg, "torn"));
+    struct k25_replay_info ri;
+    k25_engine_replay_info(e, &ri);
+    assert_int_equal(ri.n_replayed, 1);
+    assert_int_equal(ri.torn_bytes, two - 3 - one);
+    assert_string_equal(k25_engine_result(e, ri.handles[0])->id, "t1");
+    assert_int_equal(file_size(logpath), one); /* cut back to whole records */
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    assert_int_equal(file_size(logpath), 0);
+    k25_engine_destroy(e);
+    assert_true(file_has(cfg.log_file, "[QUEUE] event=torn_record"));
+    assert_true(file_has(cfg.log_file, "[QUEUE] event=replay req_id=t1"));
+
+    /* a flipped byte inside the last record fails its checksum the same way */
+    e = create(&cfg, &err);
+    submit_ok(e, "u0", K25_PRIORITY_STANDARD, 2, &h);
+    submit_ok(e, "u1", K25_PRIORITY_STANDARD, 2, &h);
+    submit_ok(e, "u2", K25_PRIORITY_STANDARD, 2, &h);
+    k25_engine_destroy(e);
+    long sz = file_size(logpath);
+    int fd = open(logpath, O_RDWR);
+    assert_true(fd >= 0);
+    unsigned char b;
+    assert_int_equal(pread(fd, &b, 1, sz - 5), 1);
+    b ^= 0x40;
+    assert_int_equal(pwrite(fd, &b, 1, sz - 5), 1);
+    close(fd);
+    e = create(&cfg, &err);
+    k25_engine_replay_info(e, &ri);
+    assert_int_equal(ri.n_replayed, 1);
+    assert_true(ri.torn_bytes > 0);
+    assert_non_null(strstr(ri.warning, "checksum"));
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    k25_engine_destroy(e);
+}
+
+/* ---- fault injection: write / fsync failing */
+
+static int g_fail_write, g_fail_fsync;
+
+static ssize_t bad_write(int fd, const void *buf, size_t n, void *user)
+{
+    (void)user;
+    if (g_fail_write) {
+        /* half the record reaches the file, then the disk is full */
+        ssize_t w = write(fd, buf, n / 2);
+        (void)w;
+        errno = ENOSPC;
+        return -1;
+    }
+    return write(fd, buf, n);
+}
+
+static int bad_fsync(int fd, void *user)
+{
+    (void)user;
+    if (g_fail_fsync) {
+        errno = EIO;
+        return -1;
+    }
+    return fsync(fd);
+}
+
+static void test_fault_injection(void **state)
+{
+    (void)state;
+    struct k25_config cfg = cfg_base();
+    cfg.queue_memory_capacity = 1;
+    snprintf(cfg.queue_spill_dir, sizeof(cfg.queue_spill_dir), "%s", spill_dir("fault"));
+    struct k25_error err;
+    struct k25_spill_io io = {bad_write, bad_fsync, NULL};
+    k25_engine_t *e = NULL;
+    assert_int_equal(k25_engine_create_io(&cfg, tu_tiny, &io, &e, &err), K25_OK);
+    char logpath[1100];
+    snprintf(logpath, sizeof(logpath), "%s/queue.log", cfg.queue_spill_dir);
+    int h = -1, h2;
+    submit_ok(e, "f0", K25_PRIORITY_STANDARD, 2, &h); /* memory */
+    g_fail_write = 1;
+    h2 = -7;
+    assert_int_equal(submit(e, "f1", K25_PRIORITY_STANDARD, 2, &h2, &err), K25_EIO);
+    assert_int_equal(h2, -7); /* no handle: not accepted */
+    assert_non_null(strstr(err.msg, "write failed"));
+    assert_non_null(strstr(err.msg, strerror(ENOSPC)));
+    assert_int_equal(file_size(logpath), 0); /* the half record was cut back */
+    g_fail_write = 0;
+    g_fail_fsync = 1;
+    assert_int_equal(submit(e, "f2", K25_PRIORITY_STANDARD, 2, &h2, &err), K25_EIO);
+    assert_non_null(strstr(err.msg, "fsync failed"));
+    assert_int_equal(file_size(logpath), 0);
+    g_fail_fsync = 0;
+    submit_ok(e, "f3", K25_PRIORITY_STANDARD, 2, &h2); /* the log works again */
+    assert_true(k25_engine_result(e, h2)->spilled);
+    struct k25_engine_stats st;
+    k25_engine_get_stats(e, &st);
+    assert_int_equal(st.spilled_requests, 1);
+    assert_int_equal(st.n_waiting, 2);
+    k25_engine_destroy(e); /* crash with f3 unfinished */
+    /* replay brings back f3 only: the failed ones were never accepted */
+    e = create(&cfg, &err);
+    struct k25_replay_info ri;
+    k25_engine_replay_info(e, &ri);
+    assert_int_equal(ri.n_replayed, 1);
+    assert_string_equal(k25_engine_result(e, ri.handles[0])->id, "f3");
+    /* the setter reaches a running engine's log too */
+    k25_engine_set_spill_io(e, &io);
+    submit_ok(e, "f4", K25_PRIORITY_STANDARD, 2, &h); /* memory (f3 waits on disk) */
+    g_fail_fsync = 1;
+    assert_int_equal(submit(e, "f5", K25_PRIORITY_STANDARD, 2, &h2, &err), K25_EIO);
+    g_fail_fsync = 0;
+    k25_engine_set_spill_io(e, NULL);
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    k25_engine_destroy(e);
+    assert_int_equal(file_size(logpath), 0);
+}
+
+/* ---- fake clock */
+
+static uint64_t g_now = 1000000000ull;
+static uint64_t g_step_ns; /* pretend duration of each step (the hook adds it) */
+
+static uint64_t fake_clock(void *user)
+{
+    (void)user;
+    return g_now;
+}
+
+static void busy_hook(const struct k25_step_info *info, void *user)
+{
+    (void)info;
+    (void)user;
+    g_now += g_step_ns;
+}
+
+static void test_timeout(void **state)
+{
+    (void)state;
+    struct k25_config cfg = cfg_base();
+    cfg.queue_timeout_ms = 100;
+    cfg.max_batch_size = 1;
+    cfg.queue_memory_capacity = 2;
+    snprintf(cfg.queue_spill_dir, sizeof(cfg.queue_spill_dir), "%s", spill_dir("timeout"));
+    snprintf(cfg.log_file, sizeof(cfg.log_file), "%s/timeout.log", tu_dir);
+    cfg.log_level = K25_LOG_INFO;
+    struct k25_error err;
+    k25_engine_t *e = create(&cfg, &err);
+    k25_engine_set_clock(e, fake_clock, NULL);
+    struct evlog ev = {0};
+    k25_engine_set_event_cb(e, on_event, &ev);
+    int h[4];
+    submit_ok(e, "w0", K25_PRIORITY_STANDARD, 20, &h[0]);
+    submit_ok(e, "w1", K25_PRIORITY_STANDARD, 2, &h[1]);
+    submit_ok(e, "w2", K25_PRIORITY_STANDARD, 2, &h[2]);
+    submit_ok(e, "w3", K25_PRIORITY_STANDARD, 2, &h[3]); /* spilled */
+    assert_true(k25_engine_result(e, h[3])->spilled);
+    assert_int_equal(k25_engine_step(e, &err), K25_OK); /* w0 runs, the rest wait */
+    g_now += 99 * 1000000ull;
+    assert_int_equal(k25_engine_step(e, &err), K25_OK);
+    assert_int_equal(k25_engine_result(e, h[1])->state, K25_REQ_WAITING); /* 99 ms: not yet */
+    g_now += 2 * 1000000ull;
+    assert_int_equal(k25_engine_step(e, &err), K25_OK);
+    for (int i = 1; i < 4; i++) {
+        const struct k25_result *r = k25_engine_result(e, h[i]);
+        assert_int_equal(r->state, K25_REQ_TIMED_OUT);
+        assert_non_null(strstr(r->reason, "queue_timeout_ms 100"));
+    }
+    assert_int_equal(ev.n_finish, 3);
+    assert_int_equal(k25_engine_result(e, h[0])->state, K25_REQ_DECODE); /* running: not affected */
+    struct k25_engine_stats st;
+    k25_engine_get_stats(e, &st);
+    assert_int_equal(st.timed_out_requests, 3);
+    char logpath[1100];
+    snprintf(logpath, sizeof(logpath), "%s/queue.log", cfg.queue_spill_dir);
+    assert_int_equal(file_size(logpath), 0); /* w3's done record written, log compacted */
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    assert_int_equal(k25_engine_result(e, h[0])->state, K25_REQ_COMPLETED);
+    k25_engine_destroy(e);
+    assert_true(file_has(cfg.log_file, "[QUEUE] event=timeout req_id=w1"));
+    assert_true(file_has(cfg.log_file, "req_id=w1 priority=standard queue_time=101ms degraded=False spilled=False "
+                                       "state=timed_out reason=queue_timeout"));
+
+    /* 0 = no limit */
+    cfg.queue_timeout_ms = 0;
+    cfg.queue_spill_dir[0] = '\0';
+    e = create(&cfg, &err);
+    k25_engine_set_clock(e, fake_clock, NULL);
+    submit_ok(e, "n0", K25_PRIORITY_STANDARD, 2, &h[0]);
+    submit_ok(e, "n1", K25_PRIORITY_STANDARD, 2, &h[1]);
+    g_now += 3600 * 1000000000ull;
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    assert_int_equal(k25_engine_result(e, h[1])->state, K25_REQ_COMPLETED);
+    k25_engine_destroy(e);
+}
+
+/* Steps e for dur_ns of fake time, each step busy_ns then idle_ns, keeping one request running. */
+static void drive(k25_engine_t *e, uint64_t dur_ns, uint64_t busy_ns, uint64_t idle_ns)
+{
+    struct k25_error err;
+    uint64_t end = g_now + dur_ns;
+    static int k;
+    while (g_now < end) {
+        if (k25_engine_idle(e)) {
+            char id[32];
+            snprintf(id, sizeof(id), "bg%d", k++);
+            int h;
+            submit_ok(e, id, K25_PRIORITY_STANDARD, 50, &h);
+        }
+        g_step_ns = busy_ns;
+        assert_int_equal(k25_engine_step(e, &err), K25_OK);
+        g_now += idle_ns;
+    }
+}
+
+static bool breaker_open(k25_engine_t *e)
+{
+    struct k25_engine_stats st;
+    k25_engine_get_stats(e, &st);
+    return st.breaker_open;
+}
+
+/* Opens after busy_seconds above the threshold, closes after busy_seconds below threshold - margin. */
+static void test_breaker_hysteresis(void **state)
+{
+    (void)state;
+    struct k25_config cfg = cfg_base();
+    cfg.breaker_enabled = true;
+    cfg.breaker_busy_threshold = 0.90;
+    cfg.breaker_busy_seconds = 0.5;
+    cfg.breaker_memory_threshold = 1.0;
+    cfg.max_batch_size = 1;
+    snprintf(cfg.log_file, sizeof(cfg.log_file), "%s/breaker.log", tu_dir);
+    cfg.log_level = K25_LOG_INFO;
+    struct k25_error err;
+    g_now = 5000000000ull;
+    k25_engine_t *e = create(&cfg, &err);
+    k25_engine_set_clock(e, fake_clock, NULL);
+    k25_engine_set_step_hook(e, busy_hook, NULL);
+    const uint64_t ms = 1000000ull;
+
+    drive(e, 400 * ms, 20 * ms, 0); /* 100% busy for 0.4 s: not long enough */
+    assert_false(breaker_open(e));
+    drive(e, 200 * ms, 20 * ms, 0); /* 0.6 s */
+    assert_true(breaker_open(e));
+    int h;
+    submit_ok(e, "new", K25_PRIORITY_STANDARD, 2, &h);
+    const struct k25_result *r = k25_engine_result(e, h);
+    assert_true(r->degraded);
+    assert_int_equal(r->ttft_sla_ms, 1200);
+
+    /* 88%: below the threshold but not below threshold - margin: stays open */
+    drive(e, 3000 * ms, 22 * ms, 3 * ms);
+    assert_true(breaker_open(e));
+    /* idle: busy falls under 0.85 within the window; closes 0.5 s later, not before */
+    drive(e, 300 * ms, 0, 10 * ms);
+    assert_true(breaker_open(e));
+    drive(e, 700 * ms, 0, 10 * ms);
+    assert_false(breaker_open(e));
+    submit_ok(e, "after", K25_PRIORITY_STANDARD, 2, &h);
+    assert_false(k25_engine_result(e, h)->degraded);
+    /* 88% while closed: stays closed (no flapping at the threshold) */
+    drive(e, 3000 * ms, 22 * ms, 3 * ms);
+    assert_false(breaker_open(e));
+    struct k25_engine_stats st;
+    k25_engine_get_stats(e, &st);
+    assert_int_equal(st.breaker_opens, 1);
+    assert_true(st.degraded_requests >= 1); /* "new" and the background requests submitted while open */
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    k25_engine_destroy(e);
+    assert_true(file_has(cfg.log_file, "[QUEUE] event=breaker_open busy="));
+    assert_true(file_has(cfg.log_file, "[QUEUE] event=breaker_close busy="));
+    assert_true(file_has2(cfg.log_file, "[QUEUE] req_id=new priority=standard queue_time=", "degraded=True"));
+    assert_true(file_has2(cfg.log_file, "[QUEUE] req_id=after priority=standard", "degraded=False"));
+}
+
+/* A config whose memory watermark is passed at once: every request runs degraded. */
+static struct k25_config degraded_cfg(void)
+{
+    struct k25_config cfg = cfg_base();
+    cfg.breaker_enabled = true;
+    cfg.memory_budget_mb = 256;
+    cfg.breaker_memory_threshold = 0.001;
+    return cfg;
+}
+
+static void run_tokens(const struct k25_config *cfg, const k25_model_t *m, const char **ids, int n, int max_new,
+                       int32_t out[][16], float margins[][16], bool want_degraded)
+{
+    struct k25_error err;
+    k25_engine_t *e = NULL;
+    if (k25_engine_create(cfg, m, &e, &err) != K25_OK)
+        fail_msg("create: %s", err.msg);
+    int h[8];
+    for (int i = 0; i < n; i++)
+        submit_ok(e, ids[i], K25_PRIORITY_STANDARD, max_new, &h[i]);
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    for (int i = 0; i < n; i++) {
+        const struct k25_result *r = k25_engine_result(e, h[i]);
+        assert_int_equal(r->state, K25_REQ_COMPLETED);
+        assert_int_equal(r->degraded, want_degraded);
+        assert_int_equal(r->n_output, max_new);
+        memcpy(out[i], r->output_ids, sizeof(int32_t) * (size_t)max_new);
+        memcpy(margins[i], r->margins, sizeof(float) * (size_t)max_new);
+    }
+    k25_engine_destroy(e);
+}
+
+/* The degraded model is the first ceil(0.3 * 4) = 2 layers + norm + head: deterministic, not the full model. */
+static void test_degraded_model(void **state)
+{
+    (void)state;
+    const char *ids[] = {"d0", "d1", "d2"};
+    enum { N = 12 };
+    int32_t full[3][16], deg[3][16], deg2[3][16], cut[3][16];
+    float mf[3][16], md[3][16], md2[3][16], mc[3][16];
+    struct k25_config cfg = cfg_base();
+    run_tokens(&cfg, tu_tiny, ids, 3, N, full, mf, false);
+    struct k25_config dc = degraded_cfg();
+    run_tokens(&dc, tu_tiny, ids, 3, N, deg, md, true);
+    run_tokens(&dc, tu_tiny, ids, 3, N, deg2, md2, true);
+    for (int i = 0; i < 3; i++) /* deterministic */
+        assert_memory_equal(deg[i], deg2[i], sizeof(int32_t) * N);
+    int differ = 0;
+    for (int i = 0; i < 3; i++)
+        differ += memcmp(full[i], deg[i], sizeof(int32_t) * N) != 0;
+    assert_int_equal(differ, 3);
+
+    /* reference: an engine serving the same weights with n_layers = 2 (a shallow copy of the model) */
+    struct k25_model cutm = *tu_tiny;
+    cutm.shape.n_layers = 2;
+    run_tokens(&cfg, &cutm, ids, 3, N, cut, mc, false);
+    for (int i = 0; i < 3; i++) {
+        struct k25_tok_cmp cmp;
+        k25_tok_compare(cut[i], mc[i], N, deg[i], md[i], N, K25_TOK_TAU, &cmp);
+        assert_true(cmp.pass);
+    }
+
+    /* degraded and full requests in one step: each as when alone */
+    struct k25_error err;
+    cfg = cfg_base();
+    cfg.breaker_enabled = true;
+    cfg.breaker_busy_threshold = 0.5;
+    cfg.breaker_busy_seconds = 0.05;
+    cfg.breaker_memory_threshold = 1.0;
+    k25_engine_t *e = create(&cfg, &err);
+    g_now = 9000000000ull;
+    k25_engine_set_clock(e, fake_clock, NULL);
+    k25_engine_set_step_hook(e, busy_hook, NULL);
+    int hf, hd;
+    submit_ok(e, "d0", K25_PRIORITY_STANDARD, N, &hf); /* before the breaker opens: full */
+    g_step_ns = 30 * 1000000ull;
+    for (int i = 0; i < 4 && !breaker_open(e); i++)
+        assert_int_equal(k25_engine_step(e, &err), K25_OK);
+    assert_true(breaker_open(e));
+    submit_ok(e, "d1", K25_PRIORITY_STANDARD, N, &hd);
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    const struct k25_result *rf = k25_engine_result(e, hf), *rd = k25_engine_result(e, hd);
+    assert_false(rf->degraded);
+    assert_true(rd->degraded);
+    struct k25_tok_cmp cmp;
+    k25_tok_compare(full[0], mf[0], N, rf->output_ids, rf->margins, rf->n_output, K25_TOK_TAU, &cmp);
+    assert_true(cmp.pass);
+    k25_tok_compare(deg[1], md[1], N, rd->output_ids, rd->margins, rd->n_output, K25_TOK_TAU, &cmp);
+    assert_true(cmp.pass);
+    k25_engine_destroy(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_keys),
+        cmocka_unit_test(test_capacity_reject),
+        cmocka_unit_test(test_spill_order),
+        cmocka_unit_test(test_replay_after_crash),
+        cmocka_unit_test(test_torn_record),
+        cmocka_unit_test(test_fault_injection),
+        cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_breaker_hysteresis),
+        cmocka_unit_test(test_degraded_model),
+    };
+    int rc = tu_model_setup(NULL);
+    if (rc == 0 && tu_group_setup(NULL) != 0)
+        rc = -1;
+    if (rc != 0)
+        return 1;
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    tu_group_teardown(NULL);
+    tu_model_teardown(NULL);
+    return rc;
+}
