@@ -76,9 +76,15 @@ static uint64_t *bucket(struct k25_breaker *b, uint64_t ep)
     return &b->bucket_busy[i];
 }
 
-void k25_breaker_record(struct k25_breaker *b, uint64_t t0, uint64_t t1)
+void k25_breaker_record(struct k25_breaker *b, uint64_t t0, uint64_t t1, double occupancy)
 {
     if (!b->enabled || t1 <= t0)
+        return;
+    /* a step counts by how much of the engine's capacity it used: a continuously batching engine
+     * steps back to back whenever anything runs, so raw step time reads ~100% busy at any load */
+    occupancy = occupancy < 0 ? 0 : occupancy > 1 ? 1 : occupancy;
+    t0 = t1 - (uint64_t)((double)(t1 - t0) * occupancy);
+    if (t1 <= t0)
         return;
     if (t1 - t0 > K25_BREAKER_WINDOW_NS) /* only the last window matters */
         t0 = t1 - K25_BREAKER_WINDOW_NS;

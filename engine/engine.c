@@ -490,6 +490,31 @@ int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handl
 }
 
 /*
+ * Appends req's record (with priority prio) to the spill log, fsync'd,
+ * before the request is acknowledged: with a spill folder every accepted
+ * request is durable, whichever queue it waits in, so a crash loses none
+ * that a client saw accepted (replayed at the next start).  On failure the
+ * slot is freed and nothing is accepted.
+ */
+static int log_accepted(struct k25_engine *e, struct k25_slot *sl, const struct k25_request *req,
+                        enum k25_priority prio, struct k25_error *err)
+{
+    struct k25_request r = *req;
+    r.priority = prio;
+    r.id = sl->res.id;
+    int rc = k25_spill_append(&e->spill, &r, &sl->spill_seq, err);
+    if (rc != K25_OK) { /* nothing accepted: the caller must not acknowledge it */
+        k25_log_write(&e->log, K25_LOG_INFO, "QUEUE",
+                      "req_id=%s priority=%s queue_time=0ms degraded=%s state=rejected reason=spill_failed", sl->res.id,
+                      k25_priority_name(req->priority), sl->res.degraded ? "True" : "False");
+        slot_free(e, sl);
+        return rc;
+    }
+    sl->spill_live = true;
+    return K25_OK;
+}
+
+/*
  * Validates and copies a request, then routes it: memory queue, disk queue
  * (spill record fsync'd first), or rejected on arrival (memory queue full,
  * no spill tier).  replayed: a request read back from the spill log at
@@ -602,7 +627,7 @@ static int submit(struct k25_engine *e, const struct k25_request *req, const str
     }
 
     /* routing: every allocation is done, so after a spill append nothing can fail */
-    int h = e->n_slots;
+    int h = e->n_slots, rc0;
     breaker_tick(e, sl->res.submit_t_ns);
     sl->res.priority = req->priority;
     sl->res.degraded = e->breaker.open;
@@ -616,18 +641,9 @@ static int submit(struct k25_engine *e, const struct k25_request *req, const str
         e->stats.replayed_requests++;
     } else if (req->priority != K25_PRIORITY_HIGH && mem_waiting(e) >= e->cfg.queue_memory_capacity) {
         if (e->spill.fd >= 0) {
-            struct k25_request low = *req;
-            low.priority = K25_PRIORITY_LOW;
-            low.id = sl->res.id;
-            int rc = k25_spill_append(&e->spill, &low, &sl->spill_seq, err);
-            if (rc != K25_OK) { /* nothing accepted: the caller must not acknowledge it */
-                k25_log_write(&e->log, K25_LOG_INFO, "QUEUE",
-                              "req_id=%s priority=%s queue_time=0ms degraded=%s state=rejected reason=spill_failed",
-                              sl->res.id, k25_priority_name(req->priority), sl->res.degraded ? "True" : "False");
-                slot_free(e, sl);
+            int rc = log_accepted(e, sl, req, K25_PRIORITY_LOW, err);
+            if (rc != K25_OK)
                 return rc;
-            }
-            sl->spill_live = true;
             sl->res.spilled = true;
             sl->res.priority = K25_PRIORITY_LOW;
             e->spillq[e->spill_end++] = h;
@@ -646,6 +662,8 @@ static int submit(struct k25_engine *e, const struct k25_request *req, const str
                           "req_id=%s priority=%s queue_time=0ms degraded=%s state=rejected reason=queue_full",
                           sl->res.id, k25_priority_name(req->priority), sl->res.degraded ? "True" : "False");
         }
+    } else if (e->spill.fd >= 0 && (rc0 = log_accepted(e, sl, req, req->priority, err)) != K25_OK) {
+        return rc0; /* with a spill log every accepted request is durable before it is acknowledged */
     } else if (req->priority == K25_PRIORITY_HIGH) { /* ahead of every non-high request */
         int at = e->wait_head;
         while (at < e->wait_end && e->slots[e->waiting[at]]->res.priority == K25_PRIORITY_HIGH)
@@ -1094,7 +1112,11 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
     if (e->step_hook)
         call_step_hook(e, spans, n_spans, t0);
     uint64_t t1 = now_ns(e), dt = t1 - t0;
-    k25_breaker_record(&e->breaker, t0, t1);
+    /* occupancy: full when anything still waits (the engine cannot take more), else the batch's share */
+    double occupancy = e->wait_head < e->wait_end || e->spill_head < e->spill_end
+                           ? 1.0
+                           : (double)e->n_running / e->cfg.max_batch_size;
+    k25_breaker_record(&e->breaker, t0, t1, occupancy);
     breaker_tick(e, t1);
     e->stats.steps++;
     e->stats.busy_ns += dt;
@@ -1209,6 +1231,7 @@ void k25_engine_get_stats(const k25_engine_t *e, struct k25_engine_stats *out)
     *out = e->stats;
     out->kv_blocks_in_use = e->pool.in_use;
     out->kv_blocks_peak = e->pool.peak_in_use;
+    out->kv_blocks_capacity = e->pool.max_blocks;
     out->n_waiting_memory = e->wait_end - e->wait_head;
     out->n_waiting_spill = e->spill_end - e->spill_head;
     out->n_waiting = out->n_waiting_memory + out->n_waiting_spill;

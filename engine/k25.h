@@ -429,6 +429,7 @@ struct k25_engine_stats {
     uint64_t busy_ns;      /* all step time */
     int64_t kv_blocks_in_use;
     int64_t kv_blocks_peak;
+    int64_t kv_blocks_capacity; /* blocks the memory budget allows; 0 = no cap (the pool grows) */
     int64_t kv_block_accesses;
     int n_waiting;             /* memory + spill queue */
     int n_running;

@@ -100,8 +100,9 @@ struct k25_breaker {
 
 /* Sets the thresholds from cfg; reads the memory limit when enabled. */
 void k25_breaker_init(struct k25_breaker *b, const struct k25_config *cfg, uint64_t now_ns);
-/* Counts [t0, t1) as busy (one engine step). */
-void k25_breaker_record(struct k25_breaker *b, uint64_t t0, uint64_t t1);
+/* Counts one engine step [t0, t1) as busy in proportion to occupancy in [0, 1]: the share of
+ * the engine's capacity it used (1 when requests wait; else running / max_batch_size). */
+void k25_breaker_record(struct k25_breaker *b, uint64_t t0, uint64_t t1, double occupancy);
 /* Re-evaluates at now with the engine holding mem_bytes: +1 opened, -1 closed, 0 no change. */
 int k25_breaker_update(struct k25_breaker *b, uint64_t now_ns, int64_t mem_bytes);
 

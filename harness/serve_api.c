@@ -360,9 +360,12 @@ char *k25_serve_metrics_text(struct k25_serve *S)
                "k25_kv_blocks_used %lld\n", (long long)st.kv_blocks_in_use);
     fprintf(f, "# HELP k25_kv_blocks_peak Most KV cache blocks in use at once since the start.\n"
                "# TYPE k25_kv_blocks_peak gauge\nk25_kv_blocks_peak %lld\n", (long long)st.kv_blocks_peak);
-    if (S->cfg.memory_budget_mb == 0)
-        fprintf(f, "# HELP k25_kv_blocks_total KV cache blocks the pool may hold (+Inf: no memory_budget_mb).\n"
-                   "# TYPE k25_kv_blocks_total gauge\nk25_kv_blocks_total +Inf\n");
+    fprintf(f, "# HELP k25_kv_blocks_total KV cache blocks the pool may hold (+Inf: no memory_budget_mb).\n"
+               "# TYPE k25_kv_blocks_total gauge\n");
+    if (st.kv_blocks_capacity > 0)
+        fprintf(f, "k25_kv_blocks_total %lld\n", (long long)st.kv_blocks_capacity);
+    else
+        fprintf(f, "k25_kv_blocks_total +Inf\n");
     fprintf(f, "# HELP k25_prompt_tokens_total Prompt tokens of finished requests.\n"
                "# TYPE k25_prompt_tokens_total counter\nk25_prompt_tokens_total %lld\n", (long long)S->prompt_tokens);
     fprintf(f, "# HELP k25_generation_tokens_total Tokens generated.\n"

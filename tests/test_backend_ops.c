@@ -888,11 +888,17 @@ static void kv_decode(struct be_state *s, const struct k25_kv_pool *p, struct kv
     ks->Vs = xmalloc(sizeof(double) * KV_LAYERS * nkv * n * hd);
     ks->meta = p->compress ? xmalloc(sizeof(struct k25_kv_slot) * KV_LAYERS * nkv * n) : NULL;
     unsigned char *blk = xmalloc(p->block_bytes);
-    float *res = NULL;
+    float *res = NULL, *st = NULL;
     size_t res_floats = (size_t)KV_LAYERS * 2 * nkv * p->res_cap * hd;
     if (p->quant) {
         res = xmalloc(sizeof(float) * res_floats);
         download(s, q->res, res, sizeof(float) * res_floats);
+    }
+    /* compression statistics: [slot - comp_hi][layer][kv_head][score|seen] for slots comp_hi.. */
+    const int n_st = p->compress && q->stats ? n - q->comp_hi : 0;
+    if (n_st > 0) {
+        st = xmalloc(sizeof(float) * 2 * KV_LAYERS * nkv * n_st);
+        download(s, q->stats, st, sizeof(float) * 2 * KV_LAYERS * nkv * n_st);
     }
     for (int b = 0; b < q->n_blocks; b++) {
         s->be->kv_block_get(&s->ctx, p, q->ids[b], blk);
@@ -914,16 +920,23 @@ static void kv_decode(struct be_state *s, const struct k25_kv_pool *p, struct kv
                                 dst[d] = kv_elem(p, lay, kv, g, o, d);
                         }
                     }
-                    if (p->compress)
-                        memcpy(&ks->meta[((size_t)l * nkv + g) * n + slot],
-                               lay + p->meta_off + (size_t)g * p->meta_head_bytes +
-                                   (size_t)o * sizeof(struct k25_kv_slot),
-                               sizeof(struct k25_kv_slot));
+                    if (p->compress) { /* count: one byte in the block; score, seen: the statistics */
+                        struct k25_kv_slot *m = &ks->meta[((size_t)l * nkv + g) * n + slot];
+                        m->count = lay[p->meta_off + (size_t)g * p->meta_head_bytes + (size_t)o];
+                        m->logc = m->count == 1.0f ? 0.0f : logf(m->count);
+                        m->score = m->seen = 0.0f; /* none kept below comp_hi */
+                        if (slot >= q->comp_hi && slot - q->comp_hi < n_st) {
+                            const float *x = st + (((size_t)(slot - q->comp_hi) * KV_LAYERS + l) * nkv + g) * 2;
+                            m->score = x[0];
+                            m->seen = x[1];
+                        }
+                    }
                 }
         }
     }
     free(blk);
     free(res);
+    free(st);
 }
 
 static void kvseq_free(struct be_state *s, struct k25_kv_pool *p, struct kvseq *ks)
@@ -1425,7 +1438,9 @@ static void compact_case(struct be_state *s, enum k25_dtype dt, const int *shape
             for (int j = 0; j < nn; j++) {
                 const int t = keep[j];
                 const struct k25_kv_slot *m = &ks.meta[((size_t)l * nkv + g) * nn + j];
-                if (m->score != sc[t] || m->count != 1.0f)
+                /* statistics are kept only for the slots not yet compressed (>= comp_hi): the
+                 * kept slots below are identified by their keys (checked below) */
+                if ((j >= ks.seq.comp_hi && m->score != sc[t]) || m->count != 1.0f)
                     fail_msg("backend %s, kv_compact on %s: layer %d head %d: slot %d holds score %g, expected "
                              "slot %d's %g (the kept set is not the highest-scored)",
                              s->be->name, k25_dtype_name(dt), l, g, j, m->score, t, sc[t]);

@@ -242,7 +242,8 @@ static int outputs(k25_engine_t *e, int h, int32_t *out)
     return r->n_output;
 }
 
-/* An engine destroyed with spilled requests unfinished: a new one replays them, in order, once. */
+/* An engine destroyed with accepted requests unfinished (with a spill folder every accepted request
+ * is logged, whichever queue it waits in): a new one replays them, in order, once. */
 static void test_replay_after_crash(void **state)
 {
     (void)state;
@@ -278,8 +279,8 @@ static void test_replay_after_crash(void **state)
     struct k25_replay_info ri;
     k25_engine_replay_info(e, &ri);
     assert_int_equal(ri.n_replayed, 3);
-    assert_int_equal(ri.n_records, 4);
-    assert_int_equal(ri.n_done, 1);
+    assert_int_equal(ri.n_records, 5); /* every accepted request is logged, not only the spilled */
+    assert_int_equal(ri.n_done, 2);
     assert_int_equal(ri.torn_bytes, 0);
     struct evlog ev = {0};
     k25_engine_set_event_cb(e, on_event, &ev);
@@ -333,9 +334,10 @@ static void test_torn_record(void **state)
     assert_non_null(strstr(err.msg, "torn"));
     struct k25_replay_info ri;
     k25_engine_replay_info(e, &ri);
-    assert_int_equal(ri.n_replayed, 1);
+    assert_int_equal(ri.n_replayed, 2); /* t0 (memory queue) and t1 (spilled): both were logged */
     assert_int_equal(ri.torn_bytes, two - 3 - one);
-    assert_string_equal(k25_engine_result(e, ri.handles[0])->id, "t1");
+    assert_string_equal(k25_engine_result(e, ri.handles[0])->id, "t0");
+    assert_string_equal(k25_engine_result(e, ri.handles[1])->id, "t1");
     assert_int_equal(file_size(logpath), one); /* cut back to whole records */
     assert_int_equal(k25_engine_run(e, &err), K25_OK);
     assert_int_equal(file_size(logpath), 0);
@@ -359,7 +361,7 @@ static void test_torn_record(void **state)
     close(fd);
     e = create(&cfg, &err);
     k25_engine_replay_info(e, &ri);
-    assert_int_equal(ri.n_replayed, 1);
+    assert_int_equal(ri.n_replayed, 2); /* u0, u1 */
     assert_true(ri.torn_bytes > 0);
     assert_non_null(strstr(ri.warning, "checksum"));
     assert_int_equal(k25_engine_run(e, &err), K25_OK);
@@ -406,19 +408,21 @@ static void test_fault_injection(void **state)
     char logpath[1100];
     snprintf(logpath, sizeof(logpath), "%s/queue.log", cfg.queue_spill_dir);
     int h = -1, h2;
-    submit_ok(e, "f0", K25_PRIORITY_STANDARD, 2, &h); /* memory */
+    submit_ok(e, "f0", K25_PRIORITY_STANDARD, 2, &h); /* memory (logged: every accepted request is) */
+    const long s0 = file_size(logpath);
+    assert_true(s0 > 0);
     g_fail_write = 1;
     h2 = -7;
     assert_int_equal(submit(e, "f1", K25_PRIORITY_STANDARD, 2, &h2, &err), K25_EIO);
     assert_int_equal(h2, -7); /* no handle: not accepted */
     assert_non_null(strstr(err.msg, "write failed"));
     assert_non_null(strstr(err.msg, strerror(ENOSPC)));
-    assert_int_equal(file_size(logpath), 0); /* the half record was cut back */
+    assert_int_equal(file_size(logpath), s0); /* the half record was cut back */
     g_fail_write = 0;
     g_fail_fsync = 1;
     assert_int_equal(submit(e, "f2", K25_PRIORITY_STANDARD, 2, &h2, &err), K25_EIO);
     assert_non_null(strstr(err.msg, "fsync failed"));
-    assert_int_equal(file_size(logpath), 0);
+    assert_int_equal(file_size(logpath), s0);
     g_fail_fsync = 0;
     submit_ok(e, "f3", K25_PRIORITY_STANDARD, 2, &h2); /* the log works again */
     assert_true(k25_engine_result(e, h2)->spilled);
@@ -427,12 +431,13 @@ static void test_fault_injection(void **state)
     assert_int_equal(st.spilled_requests, 1);
     assert_int_equal(st.n_waiting, 2);
     k25_engine_destroy(e); /* crash with f3 unfinished */
-    /* replay brings back f3 only: the failed ones were never accepted */
+    /* replay brings back f0 and f3 only: the failed ones were never accepted */
     e = create(&cfg, &err);
     struct k25_replay_info ri;
     k25_engine_replay_info(e, &ri);
-    assert_int_equal(ri.n_replayed, 1);
-    assert_string_equal(k25_engine_result(e, ri.handles[0])->id, "f3");
+    assert_int_equal(ri.n_replayed, 2);
+    assert_string_equal(k25_engine_result(e, ri.handles[0])->id, "f0");
+    assert_string_equal(k25_engine_result(e, ri.handles[1])->id, "f3");
     /* the setter reaches a running engine's log too */
     k25_engine_set_spill_io(e, &io);
     submit_ok(e, "f4", K25_PRIORITY_STANDARD, 2, &h); /* memory (f3 waits on disk) */
@@ -502,9 +507,10 @@ static void test_timeout(void **state)
     assert_int_equal(st.timed_out_requests, 3);
     char logpath[1100];
     snprintf(logpath, sizeof(logpath), "%s/queue.log", cfg.queue_spill_dir);
-    assert_int_equal(file_size(logpath), 0); /* w3's done record written, log compacted */
+    assert_true(file_size(logpath) > 0); /* w0 (running) is still a live record */
     assert_int_equal(k25_engine_run(e, &err), K25_OK);
     assert_int_equal(k25_engine_result(e, h[0])->state, K25_REQ_COMPLETED);
+    assert_int_equal(file_size(logpath), 0); /* every record done: the log is compacted */
     k25_engine_destroy(e);
     assert_true(file_has(cfg.log_file, "[QUEUE] event=timeout req_id=w1"));
     assert_true(file_has(cfg.log_file, "req_id=w1 priority=standard queue_time=101ms degraded=False spilled=False "
@@ -550,6 +556,41 @@ static bool breaker_open(k25_engine_t *e)
 }
 
 /* Opens after busy_seconds above the threshold, closes after busy_seconds below threshold - margin. */
+/*
+ * Busy means saturated: one request stepping back to back in a batch of 4
+ * uses a quarter of the engine and never opens the breaker; a full batch
+ * with requests waiting does.
+ */
+static void test_breaker_counts_occupancy(void **state)
+{
+    (void)state;
+    struct k25_config cfg = cfg_base();
+    cfg.breaker_enabled = true;
+    cfg.breaker_busy_threshold = 0.90;
+    cfg.breaker_busy_seconds = 0.2;
+    cfg.breaker_memory_threshold = 1.0;
+    cfg.max_batch_size = 4;
+    struct k25_error err;
+    g_now = 7000000000ull;
+    k25_engine_t *e = create(&cfg, &err);
+    k25_engine_set_clock(e, fake_clock, NULL);
+    k25_engine_set_step_hook(e, busy_hook, NULL);
+    const uint64_t ms = 1000000ull;
+    drive(e, 1000 * ms, 20 * ms, 0); /* one request at a time, 100% of the wall clock in steps */
+    assert_false(breaker_open(e));
+    int h;
+    for (int i = 0; i < 6; i++) { /* 4 running + 2 waiting */
+        char id[16];
+        snprintf(id, sizeof(id), "full%d", i);
+        submit_ok(e, id, K25_PRIORITY_STANDARD, 120, &h);
+    }
+    g_step_ns = 20 * ms; /* the 1 s window fills with saturated steps, then the 0.2 s hold */
+    for (int i = 0; i < 100 && !breaker_open(e); i++)
+        assert_int_equal(k25_engine_step(e, &err), K25_OK);
+    assert_true(breaker_open(e));
+    k25_engine_destroy(e);
+}
+
 static void test_breaker_hysteresis(void **state)
 {
     (void)state;
@@ -669,7 +710,8 @@ static void test_degraded_model(void **state)
     struct k25_error err;
     cfg = cfg_base();
     cfg.breaker_enabled = true;
-    cfg.breaker_busy_threshold = 0.5;
+    cfg.max_batch_size = 2; /* d0 alone fills half the batch: busy counts 0.5 of each step */
+    cfg.breaker_busy_threshold = 0.4;
     cfg.breaker_busy_seconds = 0.05;
     cfg.breaker_memory_threshold = 1.0;
     k25_engine_t *e = create(&cfg, &err);
@@ -706,6 +748,7 @@ int main(void)
         cmocka_unit_test(test_fault_injection),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_breaker_hysteresis),
+        cmocka_unit_test(test_breaker_counts_occupancy),
         cmocka_unit_test(test_degraded_model),
     };
     int rc = tu_model_setup(NULL);
