@@ -160,6 +160,7 @@ int k25_cmd_attn_bench(int argc, char **argv)
                  "and reports every result also as a fraction of those limits (prefill against the FMA\n"
                  "peak, decode against the bandwidth) plus chunked-vs-flash2 and chunked-vs-one-pass ratios.\n",
         .opts = opts,
+        .options_only = true,
     };
     /* the command line as given, for provenance (the parser compacts argv) */
     char cmdline[2048] = "";
@@ -170,11 +171,6 @@ int k25_cmd_attn_bench(int argc, char **argv)
         return 0;
     if (prc != K25_OK)
         goto out_err;
-    if (argc > 1) {
-        k25_error_set(&err, K25_EINVAL, "command line", 0, argv[1],
-                      "unexpected argument (k25 attn-bench --help lists the options)");
-        goto out_err;
-    }
     o.seed = (uint64_t)seed;
     o.mem_limit_bytes = mem_limit_mb << 20;
     if (o.heads % o.kv_heads) {

@@ -47,17 +47,13 @@ int k25_cmd_mem(int argc, char **argv)
         .about = about,
         .opts = opts,
         .config = &cfg,
+        .options_only = true,
     };
     int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
     if (prc == K25_CLIOPT_HELP)
         return 0;
     if (prc != K25_OK)
         goto out_err;
-    if (argc > 1) {
-        k25_error_set(&err, K25_EINVAL, "command line", 0, argv[1],
-                      "unexpected argument (k25 mem --help lists the options)");
-        goto out_err;
-    }
     if (context == 0) {
         k25_error_set(&err, K25_EINVAL, "command line", 0, "--context", "is required (k25 mem --help)");
         goto out_err;

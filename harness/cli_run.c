@@ -218,17 +218,13 @@ int k25_cmd_run(int argc, char **argv)
                  "(or ids, for --input-ids) on stdout and a one-line timing summary on stderr.\n",
         .opts = opts,
         .config = &cfg,
+        .options_only = true,
     };
     int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
     if (prc == K25_CLIOPT_HELP)
         return 0;
     if (prc != K25_OK)
         goto out_err;
-    if (argc > 1) {
-        k25_error_set(&err, K25_EINVAL, "command line", 0, argv[1],
-                      "unexpected argument (k25 run --help lists the options)");
-        goto out_err;
-    }
     if ((prompt != NULL) + (prompt_file != NULL) + (id_list != NULL) != 1) {
         k25_error_set(&err, K25_EINVAL, "command line", 0, NULL,
                       "give exactly one of --prompt, --prompt-file, --input-ids (k25 run --help)");

@@ -59,6 +59,7 @@ int k25_cmd_serve(int argc, char **argv)
                  "valid UTF-8 is sent as U+FFFD.  A client that disconnects has its request cancelled.\n",
         .opts = opts,
         .config = &cfg,
+        .options_only = true,
         .epilog = "Prints \"k25 serve: listening on http://HOST:PORT (model NAME)\" on stdout when ready.\n"
                   "SIGINT/SIGTERM: stops (in-flight streams end with finish_reason \"cancelled\"), exit 0.\n"
                   "Exit status: 0 stopped by a signal, 2 bad input (an option, the model, a port in use),\n"
@@ -69,11 +70,6 @@ int k25_cmd_serve(int argc, char **argv)
         return 0;
     if (prc != K25_OK)
         goto out_err;
-    if (argc > 1) {
-        k25_error_set(&err, K25_EINVAL, "command line", 0, argv[1],
-                      "unexpected argument (k25 serve takes options only; k25 serve --help)");
-        goto out_err;
-    }
     if (o.api_key && !*o.api_key)
         o.api_key = NULL;
     o.max_body_bytes = (size_t)max_body;

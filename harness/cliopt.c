@@ -396,6 +396,9 @@ int k25_cliopt_parse(const struct k25_cliopt_cmd *cmd, int *argc, char **argv, s
     }
     argv[w] = NULL;
     *argc = w;
+    if (cmd->options_only && w > 1)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, argv[1],
+                             "unexpected argument (k25 %s takes options only; k25 %s --help)", cmd->name, cmd->name);
     return 0;
 }
 

@@ -93,6 +93,7 @@ struct k25_cliopt_cmd {
     const struct k25_opt *opts;  /* terminated by an entry of type K25_OPT_END */
     struct k25_config *config;   /* non-NULL: --config and engine config flags are accepted */
     const char *epilog;          /* printed after the options (exit status, notes); may be NULL */
+    bool options_only;           /* a positional argument is an error ("unexpected argument") */
 };
 
 /*

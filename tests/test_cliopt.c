@@ -124,6 +124,12 @@ static void test_both_value_forms(void **state)
     assert_string_equal(a[3], "--out");
     assert_null(a[4]);
     assert_true(v.json);
+    /* a command that takes options only refuses a positional argument, naming it */
+    char *b[] = {"t", "--json", "stray", NULL};
+    argc = 3;
+    const struct k25_cliopt_cmd only = {.name = "t", .opts = opts, .options_only = true};
+    assert_int_equal(k25_cliopt_parse(&only, &argc, b, &err), K25_EINVAL);
+    assert_non_null(strstr(err.msg, "'stray': unexpected argument (k25 t takes options only"));
     /* the two-valued option */
     assert_int_equal(PARSE(&v, &err, "--ab", "cmd a", "cmd b", "f"), 100);
     assert_string_equal(v.ab[0], "cmd a");
