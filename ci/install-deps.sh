@@ -9,7 +9,7 @@ PKGS=(
   libopenblas-openmp-dev   # OpenBLAS built with OpenMP: shares one thread pool with our kernels
   libyaml-dev libjansson-dev libcmocka-dev libssl-dev
   libhdf5-dev hdf5-tools
-  gnuplot-nox jq
+  gnuplot-nox jq procps
   libmicrohttpd-dev libcurl4-openssl-dev   # k25 serve (HTTP server), k25 bench --endpoint (HTTP client)
 )
 # tests/test_slurm.c starts a one-node Slurm cluster (Debian 12: Slurm 22.05) on 127.0.0.1

@@ -313,6 +313,19 @@ static void cut_to(struct k25_gold_sbuf *b, size_t len)
     b->p[cut] = 0;
 }
 
+/* --questions: what each request asks about its document (question k of a document: entry k % n). */
+static const char *const questions[] = {
+    "Question: Which party bears the obligations set out in the first article, and under what conditions?",
+    "Question: Summarize the termination provisions and any notice periods they require.",
+    "Question: List every amount, rate or date the document states, with the section that states it.",
+    "Question: Which later sections refer back to earlier ones, and what do those references change?",
+    "Question: What does the document say about liability and its limits?",
+    "Question: Which provisions would a reviewer flag as unusual, and why?",
+    "Question: How are disputes resolved, and under which governing law?",
+    "Question: What must happen before the agreement takes effect?",
+};
+#define N_QUESTIONS (sizeof(questions) / sizeof(questions[0]))
+
 int k25_gold_generate(const struct k25_gold_gen_opts *o, FILE *out, struct k25_error *err)
 {
     if (o->n_lengths == 0 || o->count < 1)
@@ -332,7 +345,10 @@ int k25_gold_generate(const struct k25_gold_gen_opts *o, FILE *out, struct k25_e
             return rc;
     }
     struct k25_gold_sbuf b = {0};
-    for (int64_t i = 0; i < o->count; i++) {
+    const int64_t nq = o->questions > 1 ? o->questions : 1;
+    for (int64_t r = 0; r < o->count; r++) {
+        /* with --questions, request r asks question r % nq about document i = r / nq */
+        const int64_t i = r / nq, qi = r % nq;
         size_t li = (size_t)(i % (int64_t)o->n_lengths);
         int64_t L = o->lengths[li];
         /* mixed: the domain turns with i and shifts by one every round of
@@ -348,6 +364,17 @@ int k25_gold_generate(const struct k25_gold_gen_opts *o, FILE *out, struct k25_e
         size_t plen = strlen(prompt);
         bool with_prompt = (int64_t)(plen + K25_GOLD_PROMPT_SEP_LEN) * 4 <= L;
         size_t target = (size_t)L - (with_prompt ? plen + K25_GOLD_PROMPT_SEP_LEN : 0);
+        char qtext[256] = "";
+        if (nq > 1) { /* the document, then its question: the same prefix for every question */
+            snprintf(qtext, sizeof(qtext), "\n\n%s (%lld)", questions[qi % (int64_t)N_QUESTIONS],
+                     (long long)qi + 1);
+            /* room for the longest question, so every question gets the same document */
+            size_t ql = 0;
+            for (size_t k = 0; k < N_QUESTIONS; k++)
+                ql = strlen(questions[k]) > ql ? strlen(questions[k]) : ql;
+            ql += K25_GOLD_PROMPT_SEP_LEN + 24;
+            target = target > 2 * ql ? target - ql : target / 2;
+        }
 
         b.n = 0;
         switch (dom) {
@@ -362,13 +389,25 @@ int k25_gold_generate(const struct k25_gold_gen_opts *o, FILE *out, struct k25_e
             goto out_free;
         }
         cut_to(&b, target);
+        char doc_id[96];
+        snprintf(doc_id, sizeof(doc_id), "%s-%lld-%05lld", domain_names[dom], (long long)L, (long long)i);
+        if (nq > 1) {
+            k25_gold_sbuf_put(&b, qtext, strlen(qtext));
+            if (b.oom) {
+                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+                goto out_free;
+            }
+        }
 
-        char id[96], meta[256];
-        snprintf(id, sizeof(id), "%s-%lld-%05lld", domain_names[dom], (long long)L, (long long)i);
+        char id[128], meta[256];
+        if (nq > 1)
+            snprintf(id, sizeof(id), "%s-q%03lld", doc_id, (long long)qi + 1);
+        else
+            snprintf(id, sizeof(id), "%s", doc_id);
         snprintf(meta, sizeof(meta),
                  "{\"generator\":\"k25 gold generate\",\"seed\":%llu,\"index\":%lld,"
                  "\"target_length\":%lld}",
-                 (unsigned long long)o->seed, (long long)i, (long long)L);
+                 (unsigned long long)o->seed, (long long)r, (long long)L);
         int64_t span = o->out_max - o->out_min + 1;
         struct k25_gold_request req = {
             .id = id,
@@ -379,6 +418,7 @@ int k25_gold_generate(const struct k25_gold_gen_opts *o, FILE *out, struct k25_e
             .prompt = with_prompt ? (char *)prompt : NULL,
             .hint = hints[dom],
             .meta_json = meta,
+            .prefix_id = nq > 1 ? doc_id : NULL,
         };
         if ((rc = k25_gold_request_write(out, &req, err)) < 0)
             goto out_free;

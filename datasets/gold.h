@@ -75,6 +75,8 @@ struct k25_gold_request {
     char *prompt;                   /* instruction prepended to text; NULL when absent */
     enum k25_hint hint;             /* block_pattern_hint, K25_HINT_AUTO when absent */
     enum k25_priority priority;     /* elastic queue priority, K25_PRIORITY_STANDARD when absent */
+    char *prefix_id;                /* shared document: requests with one prefix_id begin with the same
+                                     * input (prefix caching workloads); NULL when absent */
     char *meta_json;                /* `meta` object as compact JSON; NULL when absent */
     char *extra_json;               /* unknown top-level fields as a JSON object; NULL when none */
     int64_t input_length;           /* tokens: n_input_ids, or bytes of the joined prompt+text */
@@ -291,6 +293,8 @@ struct k25_gold_gen_opts {
     int64_t lengths[K25_GOLD_GEN_MAX_LENGTHS]; /* input lengths in tokens (bytes) */
     size_t n_lengths;
     int64_t count;          /* requests in total; request i has lengths[i % n_lengths] */
+    int64_t questions;      /* > 1: questions per document: requests i*q .. i*q+q-1 share document i's text
+                             * as their prefix (prefix_id set), each ending with its own question */
     uint64_t seed;
     int64_t out_min, out_max; /* expected_output_length drawn from [min, max] */
     char licenses_dir[1024];  /* K25_GOLD_LICENSES_DIR by default */

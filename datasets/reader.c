@@ -366,7 +366,7 @@ static bool take_text(struct k25_gold_reader *r, const char *field, json_t *v, c
 
 static const char *const known_fields[] = {"id",     "text",   "input_ids",          "expected_output_length",
                                            "domain", "prompt", "block_pattern_hint", "meta",
-                                           "priority"};
+                                           "priority", "prefix_id"};
 
 /*
  * Checks one line against the schema and fills req.  Every problem found
@@ -556,6 +556,13 @@ static bool check_line(struct k25_gold_reader *r, const char *buf, size_t len, b
         else if (k25_priority_parse(pn, &req->priority, &perr) != K25_OK)
             diag(r, K25_GOLD_ERROR, K25_EINVAL, "priority", "unknown value '%.64s' (high, standard or low)", pn);
     }
+
+    /* prefix_id (optional): requests sharing a document prefix */
+    v = json_object_get(o, "prefix_id");
+    if (v && !json_is_string(v))
+        diag(r, K25_GOLD_ERROR, K25_EINVAL, "prefix_id", "must be a string, found %s", json_type_name(v));
+    else if (v && !(req->prefix_id = strdup(json_string_value(v))))
+        diag(r, K25_GOLD_ERROR, K25_ENOMEM, "prefix_id", "out of memory");
 
     /* meta */
     v = json_object_get(o, "meta");

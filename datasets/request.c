@@ -19,6 +19,7 @@ void k25_gold_request_free(struct k25_gold_request *r)
     free(r->input_ids);
     free(r->domain);
     free(r->prompt);
+    free(r->prefix_id);
     free(r->meta_json);
     free(r->extra_json);
     memset(r, 0, sizeof(*r));
@@ -106,6 +107,8 @@ int k25_gold_request_write(FILE *out, const struct k25_gold_request *r, struct k
         goto out_free_json;
     if (r->priority != K25_PRIORITY_STANDARD &&
         json_object_set_new(o, "priority", json_string(k25_priority_name(r->priority))))
+        goto out_free_json;
+    if (r->prefix_id && json_object_set_new(o, "prefix_id", json_string_nocheck(r->prefix_id)))
         goto out_free_json;
     if (r->meta_json && !set_json_text(o, "meta", r->meta_json))
         goto out_free_json;

@@ -114,15 +114,30 @@ static const struct key_def keys[] = {
     {{"kv_recent_tokens", "int", "512",
       "KV compression: most recent tokens of a sequence never pruned or merged", ">= 0"},
      KIND_INT, F(kv_recent_tokens), 0, INT_MAX, 0, 0, false, false, NULL, 0},
-    {{"block_pattern_hint", "enum", "auto",
-      "document chunking mode (takes effect with KV tiers)", "auto|legal_doc|plain_text"},
-     KIND_ENUM, F(block_pattern_hint), 0, 0, 0, 0, false, false, NAMES(hint_names)},
+    {{"kv_hot_tokens", "int", "0",
+      "KV tiers: tokens at the start of each sequence whose blocks stay hot (backend memory); the "
+      "rest live in the warm pool or the cold file between steps and are brought back before "
+      "attention reads them, 0 = tiers off", ">= 0"},
+     KIND_INT, F(kv_hot_tokens), 0, INT_MAX, 0, 0, false, false, NULL, 0},
+    {{"kv_warm_budget_mb", "float", "0",
+      "KV tiers: host-memory pool in MiB for blocks that are not hot (a quarter of it, at least 2 "
+      "blocks, is prefetch staging when there is a cold tier)", "0..8796093022207"},
+     KIND_FLOAT, F(kv_warm_budget_mb), 0, 0, 0.0, (double)MEM_MB_MAX, false, false, NULL, 0},
+    {{"kv_cold_dir", "string", "",
+      "KV tiers: folder of the cold tier (an unlinked file read by a prefetch thread); empty = no "
+      "cold tier", "< 1024 bytes"},
+     KIND_STR, F(kv_cold_dir), 0, 0, 0, 0, false, false, NULL, 0},
     {{"memory_budget_mb", "int", "0",
       "KV + activation budget in MiB the engine must live within, 0 = no budget", ">= 0"},
      KIND_I64, F(memory_budget_mb), 0, MEM_MB_MAX, 0, 0, false, false, NULL, 0},
     {{"disable_prefill_optimization", "bool", "false",
       "prefill in one pass over uncompressed KV instead of in chunks (diagnosis)", "true|false"},
      KIND_BOOL, F(disable_prefill_optimization), 0, 0, 0, 0, false, false, NULL, 0},
+    {{"enable_prefix_caching", "bool", "false",
+      "reuse the full KV blocks of finished requests whose tokens match a new prompt's prefix "
+      "(needs uncompressed KV: kv_compression_ratio 1)",
+      "true|false"},
+     KIND_BOOL, F(enable_prefix_caching), 0, 0, 0, 0, false, false, NULL, 0},
     {{"backend", "string", "cpu",
       "where the engine computes: a backend built into this binary (CUDA: make CUDA=1)",
       "cpu"}, /* the range shown is the registry's (k25_config_key) */
@@ -216,9 +231,12 @@ void k25_config_init(struct k25_config *cfg)
     cfg->kv_quant_residual = 128;
     cfg->kv_sink_tokens = 64;
     cfg->kv_recent_tokens = 512;
-    cfg->block_pattern_hint = K25_HINT_AUTO;
+    cfg->kv_hot_tokens = 0;
+    cfg->kv_warm_budget_mb = 0.0;
+    cfg->kv_cold_dir[0] = '\0';
     cfg->memory_budget_mb = 0;
     cfg->disable_prefill_optimization = false;
+    cfg->enable_prefix_caching = false;
     cfg->attention = K25_ATTN_CHUNKED;
     cfg->rope_theta = 0.0;
     cfg->seed = 0;
@@ -907,6 +925,18 @@ int k25_config_validate(const struct k25_config *cfg, struct k25_error *err)
         return k25_error_set(err, K25_ERANGE, NULL, 0, "kv_quant_group",
                              "%d does not divide kv_block_size (%d): a key scale group must lie in one block",
                              cfg->kv_quant_group, cfg->kv_block_size);
+    if (cfg->kv_hot_tokens == 0 && (cfg->kv_warm_budget_mb > 0.0 || cfg->kv_cold_dir[0]))
+        return k25_error_set(err, K25_EINVAL, NULL, 0, cfg->kv_cold_dir[0] ? "kv_cold_dir" : "kv_warm_budget_mb",
+                             "takes effect only with KV tiers on: set kv_hot_tokens > 0");
+    if (cfg->kv_hot_tokens > 0 && cfg->kv_warm_budget_mb <= 0.0 && !cfg->kv_cold_dir[0])
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "kv_hot_tokens",
+                             "KV tiers need somewhere for the blocks that are not hot: set kv_warm_budget_mb "
+                             "and/or kv_cold_dir");
+    if (cfg->enable_prefix_caching && k25_kv_compress_active(cfg))
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "enable_prefix_caching",
+                             "needs uncompressed KV: set kv_compression_ratio to 1 (%g compresses; a compressed "
+                             "block's slots are not its tokens, so it is never shared)",
+                             cfg->kv_compression_ratio);
     if (cfg->quantize_weights != K25_WQUANT_NONE && cfg->weight_quant_group % 32 != 0)
         return k25_error_set(err, K25_ERANGE, NULL, 0, "weight_quant_group",
                              "%d is not a multiple of 32 (the kernels' block of values)", cfg->weight_quant_group);

@@ -23,6 +23,7 @@
  * own forward pass over the first degraded_layers layers.
  */
 #include "engine.h"
+#include "prefix.h"
 #include "weights.h"
 
 #include <math.h>
@@ -209,6 +210,8 @@ static void engine_free(struct k25_engine *e)
         struct k25_buf *bufs[] = {e->x, e->xn, e->qkv, e->att, e->gu, e->h, e->cs, e->last, e->logits};
         for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
             B->buf_free(&e->be, bufs[i]);
+        k25_kv_tier_destroy(e->tier); /* before the pool: its thread reads into staging, not blocks */
+        e->tier = NULL;
         if (e->pool.be)
             k25_kv_pool_free(&e->pool);
         for (int i = 0; i < e->w.n_bufs; i++)
@@ -275,6 +278,14 @@ out_free:
     return rc;
 }
 
+/* A cached block leaves the prefix cache to make room (prefix.c's on_evict). */
+static void log_block_evict(int32_t id, void *user)
+{
+    struct k25_engine *e = user;
+    if (k25_log_on(&e->log, K25_LOG_DEBUG))
+        k25_log_write(&e->log, K25_LOG_DEBUG, "KV_CACHE", "block_id=%d evict_reason=MEMORY_PRESSURE", id);
+}
+
 int k25_engine_create(const struct k25_config *cfg, const k25_model_t *model, k25_engine_t **out,
                       struct k25_error *err)
 {
@@ -331,8 +342,13 @@ int k25_engine_create_io(const struct k25_config *cfg, const k25_model_t *model,
     }
     if ((rc = k25_kv_pool_init(&e->pool, s, cfg, max_blocks, &e->be, err)) != K25_OK)
         goto out_free;
+    if (cfg->enable_prefix_caching &&
+        (rc = k25_prefix_create(&e->pool, k25_prefix_seed(cfg, s), log_block_evict, e, err)) != K25_OK)
+        goto out_free;
     if ((rc = k25_log_open(&e->log, cfg->log_level, cfg->log_file, err)) != K25_OK)
         goto out_free;
+    if ((rc = k25_kv_tier_create(&e->pool, cfg, &e->log, &e->tier, err)) != K25_OK)
+        goto out_log;
 
     e->sample_work = k25_alloc_acct(&e->acct, K25_MEM_OTHER, sizeof(float) * (size_t)s->vocab_size);
     e->sample_idx = k25_alloc_acct(&e->acct, K25_MEM_OTHER, sizeof(int32_t) * (size_t)s->vocab_size);
@@ -753,6 +769,47 @@ static void unspill(struct k25_engine *e)
     }
 }
 
+/*
+ * Prefix caching: an admitted request takes the cached blocks that match
+ * its prompt's leading full blocks (less the last token, which must be
+ * prefilled for logits), and its prefill starts after them.  Its
+ * reservation stays the whole sequence's (shared blocks are counted once
+ * in the pool, so reservations still bound it).  Degraded requests neither
+ * take nor give blocks: their KV has fewer layers.  Out of memory: a miss.
+ */
+static void prefix_attach(struct k25_engine *e, struct k25_slot *sl)
+{
+    if (!e->pool.px || sl->res.degraded || sl->res.n_input < 2)
+        return;
+    int matched = 0;
+    if (k25_prefix_attach(&e->pool, &sl->seq, sl->prompt, sl->res.n_input - 1, &matched, NULL) != K25_OK)
+        matched = 0;
+    sl->n_prefilled = matched;
+    sl->res.cached_tokens = matched;
+    if (matched > 0)
+        k25_log_write(&e->log, K25_LOG_DEBUG, "KV_CACHE", "req_id=%s event=prefix_hit tokens=%d blocks=%d",
+                      sl->res.id, matched, sl->seq.n_blocks);
+}
+
+/* Publishes a finishing request's full blocks into the prefix cache: the
+ * KV it holds is its prompt and every output token but the last. */
+static void prefix_publish(struct k25_engine *e, struct k25_slot *sl)
+{
+    if (!e->pool.px || sl->res.degraded || !sl->seq.ids)
+        return;
+    int n_out = sl->res.n_output > 0 ? sl->res.n_output - 1 : 0;
+    int n = sl->n_prefilled + (sl->n_prefilled == sl->res.n_input ? n_out : 0);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    if (!tok)
+        return; /* nothing published */
+    int np = sl->n_prefilled;
+    memcpy(tok, sl->prompt, sizeof(int32_t) * (size_t)np);
+    if (n > np)
+        memcpy(tok + np, sl->res.output_ids, sizeof(int32_t) * (size_t)(n - np));
+    k25_prefix_publish(&e->pool, &sl->seq, tok, n);
+    free(tok);
+}
+
 /* Admits waiting requests while the batch and the KV budget allow. */
 static void admit(struct k25_engine *e)
 {
@@ -787,6 +844,7 @@ static void admit(struct k25_engine *e)
             sl->reserved_blocks = need;
         }
         e->wait_head++;
+        prefix_attach(e, sl);
         sl->res.state = K25_REQ_PREFILL;
         sl->res.admit_t_ns = now_ns(e);
         e->running[e->n_running++] = h;
@@ -795,6 +853,8 @@ static void admit(struct k25_engine *e)
         unspill(e);
     }
 }
+
+static const char *const tier_names[] = {"hot", "warm", "cold"}; /* kvcache.h tier_access */
 
 static void log_block_free(int32_t id, void *user)
 {
@@ -865,6 +925,8 @@ static int compress_seq(struct k25_engine *e, struct k25_slot *sl, bool prefill,
     k25_kv_compress_opts_for(&e->cfg, &e->pool, prefill, &o);
     int64_t pr = sl->seq.pruned_slots, mg = sl->seq.merged_slots;
     int removed = 0, rc = K25_BE(e)->kv_compact(&e->be, &e->pool, &sl->seq, &o, &removed, err);
+    if (removed > 0) /* compaction moved slots anywhere past the sinks: every tier copy is stale */
+        sl->seq.tier_dirty_from = 0;
     if (rc == K25_OK && removed > 0 && k25_log_on(&e->log, K25_LOG_DEBUG)) {
         double hl = (double)e->pool.n_layers * e->pool.n_kv_heads;
         k25_log_write(&e->log, K25_LOG_DEBUG, "KV_CACHE",
@@ -887,6 +949,11 @@ static void kv_result_stats(struct k25_engine *e, struct k25_slot *sl)
     sl->res.kv_tokens_pruned = (double)sl->seq.pruned_slots / hl;
     sl->res.kv_tokens_merged = (double)sl->seq.merged_slots / hl;
     sl->res.kv_slots = sl->seq.n_tokens;
+    sl->res.kv_block_reads = sl->seq.tier_reads;
+    sl->res.kv_block_hits = sl->seq.tier_hits;
+    sl->res.kv_cache_hit_rate = sl->seq.tier_reads > 0 ? (double)sl->seq.tier_hits / sl->seq.tier_reads : 1.0;
+    sl->res.kv_tier_wait_ns = sl->seq.tier_wait_ns;
+    sl->res.kv_tier_bytes_moved = sl->seq.tier_bytes;
     sl->res.kv_bytes_before = (int64_t)(lay.bytes_per_token * sl->seq.n_pos + 0.5);
     sl->res.kv_bytes_after = (int64_t)((lay.bytes_per_token + lay.meta_bytes_per_token) * sl->seq.n_tokens + 0.5);
     if (k25_log_on(&e->log, K25_LOG_DEBUG) && e->pool.compress)
@@ -917,6 +984,10 @@ static void finish(struct k25_engine *e, int h, enum k25_finish_reason f)
     sl->res.finish_t_ns = k25_now_ns();
     if (sl->seq.ids) {
         kv_result_stats(e, sl);
+        prefix_publish(e, sl);
+        struct k25_error terr;
+        if (e->tier && k25_kv_tier_forget(e->tier, &sl->seq, &terr) != K25_OK) /* only with prefix caching */
+            k25_log_write(&e->log, K25_LOG_INFO, "KV_CACHE", "req_id=%s event=tier_error %s", sl->res.id, terr.msg);
         k25_kv_seq_release(&e->pool, &sl->seq, k25_log_on(&e->log, K25_LOG_DEBUG) ? log_block_free : NULL, e);
     }
     e->pool.reserved -= sl->reserved_blocks;
@@ -1160,9 +1231,9 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         if ((rc = append_token(e, sl, tok, margin, spans[i].logits, spans[i].probe, t1, err)) != K25_OK)
             goto out;
         if (k25_log_on(&e->log, K25_LOG_DEBUG))
-            k25_log_write(&e->log, K25_LOG_DEBUG, "DECODE",
-                          "req_id=%s token_id=%d kv_block_access=hot(%d) cache_hit=True", sl->res.id, tok,
-                          sl->seq.ids[sl->seq.n_blocks - 1]);
+            k25_log_write(&e->log, K25_LOG_DEBUG, "DECODE", "req_id=%s token_id=%d kv_block_access=%s(%d) cache_hit=%s",
+                          sl->res.id, tok, tier_names[sl->seq.tier_access], sl->seq.tier_access_id,
+                          sl->seq.tier_step_hit ? "True" : "False");
         emit(e, K25_EV_TOKEN, h, tok, sl->res.n_output - 1, t1);
     }
 
@@ -1183,6 +1254,19 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         }
     }
     e->n_running = kept;
+
+    /* KV tiers: the step's sequences give back what need not stay hot, and the cold blocks of
+     * the next decode step start loading while the caller works (double buffering) */
+    for (int i = 0; e->tier && i < n_spans; i++) {
+        struct k25_slot *sl = e->slots[span_h[i]];
+        if (sl->res.state != K25_REQ_PREFILL && sl->res.state != K25_REQ_DECODE)
+            continue; /* finished: its blocks went back with it */
+        if ((rc = k25_kv_tier_release(e->tier, &sl->seq, err)) != K25_OK)
+            goto out;
+        k25_kv_tier_prefetch(e->tier, &sl->seq); /* its next step (decode or chunk) reads every block */
+    }
+    if (e->tier)
+        rc = k25_kv_tier_end_step(e->tier, err);
 
 out:
     free(logit_buf);
@@ -1239,6 +1323,25 @@ void k25_engine_get_stats(const k25_engine_t *e, struct k25_engine_stats *out)
     out->breaker_open = e->breaker.open;
     out->busy_fraction = e->breaker.busy;
     out->memory_fraction = e->breaker.mem;
+    if (e->tier) {
+        struct k25_kv_tier_totals tt;
+        k25_kv_tier_totals(e->tier, &tt);
+        out->kv_block_reads = tt.reads;
+        out->kv_block_hits = tt.hits;
+        out->kv_tier_wait_ns = tt.wait_ns;
+        out->kv_tier_max_step_wait_ns = tt.max_step_wait_ns;
+        out->kv_tier_bytes_moved = tt.bytes_moved;
+        out->kv_tier_copy_ns = tt.copy_ns;
+        out->kv_tier_evictions = tt.evictions;
+    }
+    out->kv_cache_hit_rate = out->kv_block_reads > 0 ? (double)out->kv_block_hits / out->kv_block_reads : 1.0;
+    struct k25_prefix_stats ps;
+    k25_prefix_get_stats(&e->pool, &ps);
+    out->prefix_lookups = ps.lookups;
+    out->prefix_hits = ps.hits;
+    out->prefix_hit_tokens = ps.hit_tokens;
+    out->prefix_cached_blocks = ps.cached_blocks;
+    out->prefix_evictions = ps.evictions;
 }
 
 void k25_engine_replay_info(const k25_engine_t *e, struct k25_replay_info *out)

@@ -8,6 +8,7 @@
 #define K25_ENGINE_H
 
 #include "kvcache.h"
+#include "kvtier.h"
 #include "log.h"
 #include "queue.h"
 
@@ -65,6 +66,7 @@ struct k25_engine {
     struct k25_bctx be;       /* the backend instance (cfg.backend) */
     struct k25_weights w;
     struct k25_kv_pool pool;
+    struct k25_kv_tier *tier; /* KV tiers (kvtier.c), NULL when kv_hot_tokens is 0 (owned) */
     struct k25_log log;
 
     struct k25_slot **slots;  /* [n_slots], by handle */

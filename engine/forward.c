@@ -17,6 +17,9 @@
  * stopped after its first n_layers layers (engine.c runs its spans in a
  * pass of their own); its sequences get KV for those layers only.
  *
+ * With KV tiers on (kvtier.c), each span's blocks are made hot (backend
+ * memory) right after its reserve, before any layer writes or reads them;
+ * engine.c gives them back after the step.
  * Every touch of tensor memory is a backend call (backend.h): this file
  * holds the order of operations and host bookkeeping (token ids,
  * positions, row numbers) only.
@@ -99,6 +102,20 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, int n
         aseq[i] = (struct k25_attn_seq){spans[i].seq, row, spans[i].n, spans[i].seq->n_tokens, 0};
         if ((rc = k25_kv_seq_reserve(&e->pool, spans[i].seq, spans[i].n, err)) != K25_OK)
             goto out_free;
+        /* every block attention reads must be hot (KV tiers); without tiers every read is a hit */
+        struct k25_kv_seq *sq = spans[i].seq;
+        if (e->tier) {
+            if ((rc = k25_kv_tier_acquire(e->tier, sq, aseq[i].q_slot0, err)) != K25_OK)
+                goto out_free;
+        } else {
+            sq->tier_reads += sq->n_blocks;
+            sq->tier_hits += sq->n_blocks;
+            e->stats.kv_block_reads += sq->n_blocks;
+            e->stats.kv_block_hits += sq->n_blocks;
+            sq->tier_access = 0;
+            sq->tier_access_id = sq->ids[sq->n_blocks - 1];
+            sq->tier_step_hit = true;
+        }
         for (int t = 0; t < spans[i].n; t++, row++) {
             e->tok[row] = spans[i].tokens[t];
             e->pos[row] = spans[i].pos0 + t;

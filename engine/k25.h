@@ -122,6 +122,7 @@ bool k25_backend_find_name(const char *name);
 /* Element types.  KV storage uses the first four (kv_cache_dtype); BF16 is
  * a weight format (backend supports(), issue 16). */
 enum k25_dtype { K25_DTYPE_FP32, K25_DTYPE_FP16, K25_DTYPE_INT8, K25_DTYPE_INT4, K25_DTYPE_BF16, K25_DTYPE_N };
+/* A gold set's per-document block_pattern_hint (datasets/); not an engine setting. */
 enum k25_hint { K25_HINT_AUTO, K25_HINT_LEGAL_DOC, K25_HINT_PLAIN_TEXT };
 /* Weight storage (issue 16, docs/engine.md "Weight formats").  weight_dtype: how the loaded
  * model holds its matrices (dummy weights are generated in it, safetensors converted to it);
@@ -159,9 +160,13 @@ struct k25_config {
     int kv_quant_residual;       /* int8/int4: most recent tokens kept in fp32 until their group closes */
     int kv_sink_tokens;          /* compression: first tokens never pruned or merged */
     int kv_recent_tokens;        /* compression: most recent tokens never pruned or merged */
-    enum k25_hint block_pattern_hint;
+    /* KV tiers (issue 18, docs/engine.md "KV tiers"). */
+    int kv_hot_tokens;           /* first tokens of a sequence kept hot; 0 = tiers off */
+    double kv_warm_budget_mb;    /* host pool for blocks that are not hot (MiB) */
+    char kv_cold_dir[1024];      /* folder of the cold tier's file; "" = no cold tier */
     int64_t memory_budget_mb;    /* 0 = no budget (all memory) */
     bool disable_prefill_optimization; /* one-pass prefill */
+    bool enable_prefix_caching;  /* reuse finished requests' full KV blocks for matching prompt prefixes */
     enum k25_attn_impl attention;      /* attention kernels (chunked|flash2|naive) */
     char backend[32];            /* backend name in the registry (cpu; cuda with make CUDA=1) */
     double rope_theta;           /* 0 = the model's own */
@@ -390,6 +395,16 @@ struct k25_result {
     int64_t kv_bytes_before;
     int64_t kv_bytes_after;
     int kv_slots;              /* KV slots per (layer, KV head) at the end */
+    /* KV tiers (kv_hot_tokens > 0; docs/engine.md "KV tiers"): block reads by the request's
+     * steps (one per block per step), those served without waiting for the cold tier,
+     * kv_cache_hit_rate = hits / reads (1 with tiers off: every block is hot), the time its
+     * steps waited, and the bytes its blocks moved between tiers. */
+    int64_t kv_block_reads;
+    int64_t kv_block_hits;
+    double kv_cache_hit_rate;
+    uint64_t kv_tier_wait_ns;
+    int64_t kv_tier_bytes_moved;
+    int cached_tokens;         /* prompt tokens reused from the prefix cache (not prefilled) */
     uint64_t submit_t_ns;
     uint64_t admit_t_ns;       /* left the waiting queue */
     uint64_t prefill_done_t_ns;
@@ -445,6 +460,24 @@ struct k25_engine_stats {
     int64_t replayed_requests; /* re-submitted from the log at create */
     int64_t timed_out_requests;
     int64_t rejected_queue_full; /* rejected on arrival: memory queue full, no spill tier */
+    /* KV tiers (per run; per request in struct k25_result).  kv_cache_hit_rate = hits / reads
+     * (1 when there were no reads); wait: total and the longest of one sequence in one step;
+     * bytes moved between tiers, and the time the copies took (bytes / copy_ns = tier-copy
+     * bandwidth); evictions: blocks moved down a tier. */
+    int64_t kv_block_reads;
+    int64_t kv_block_hits;
+    double kv_cache_hit_rate;
+    uint64_t kv_tier_wait_ns;
+    uint64_t kv_tier_max_step_wait_ns;
+    int64_t kv_tier_bytes_moved;
+    uint64_t kv_tier_copy_ns;
+    int64_t kv_tier_evictions;
+    /* prefix caching (enable_prefix_caching; docs/engine.md "Prefix caching") */
+    int64_t prefix_lookups;      /* admitted requests looked up */
+    int64_t prefix_hits;         /* of them, those that reused at least one block */
+    int64_t prefix_hit_tokens;   /* prompt tokens served from the cache, not prefilled */
+    int64_t prefix_cached_blocks; /* blocks in the cache now (held by requests or idle) */
+    int64_t prefix_evictions;    /* idle cached blocks evicted for memory */
 };
 
 /*

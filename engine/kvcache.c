@@ -6,6 +6,7 @@
  */
 #include "kvcache.h"
 #include "kvquant.h"
+#include "prefix.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -67,18 +68,27 @@ void k25_kv_pool_free(struct k25_kv_pool *p)
         p->be->be->buf_free(p->be, p->blocks[i]);
     free(p->blocks);
     free(p->free_ids);
+    free(p->refs);
+    k25_prefix_destroy(p);
     memset(p, 0, sizeof(*p));
 }
 
-/* One block id from the free list, or a new block.  -1 when full. */
+/* One block id from the free list, or a new block, or (at the budget) a
+ * cached block no sequence holds, evicted.  -1 when full.  Its refs is 1. */
 static int32_t block_get(struct k25_kv_pool *p)
 {
     int32_t id;
     if (p->n_free > 0) {
         id = p->free_ids[--p->n_free];
-    } else {
-        if (p->max_blocks > 0 && p->n_alloc >= p->max_blocks)
+        /* freed while in the warm or cold tier (kvtier.c): it gets a hot buffer again */
+        if (!p->blocks[id] && p->be->be->buf_alloc(p->be, K25_MEM_KV, p->block_bytes, &p->blocks[id], NULL) != K25_OK) {
+            p->free_ids[p->n_free++] = id;
             return -1;
+        }
+    } else if (p->max_blocks > 0 && p->n_alloc >= p->max_blocks) {
+        if ((id = k25_prefix_evict(p)) < 0)
+            return -1;
+    } else {
         if (p->n_alloc == p->cap) {
             int64_t ncap = p->cap ? 2 * p->cap : 64;
             struct k25_buf **nb = realloc(p->blocks, sizeof(*nb) * (size_t)ncap);
@@ -89,6 +99,10 @@ static int32_t block_get(struct k25_kv_pool *p)
             if (!nf)
                 return -1;
             p->free_ids = nf;
+            int32_t *nr = realloc(p->refs, sizeof(int32_t) * (size_t)ncap);
+            if (!nr)
+                return -1;
+            p->refs = nr;
             p->cap = ncap;
         }
         K25_ASSERT(p->be != NULL); /* a layout-only pool holds no blocks */
@@ -98,15 +112,33 @@ static int32_t block_get(struct k25_kv_pool *p)
         id = (int32_t)p->n_alloc;
         p->blocks[p->n_alloc++] = b;
     }
+    p->refs[id] = 1;
     if (++p->in_use > p->peak_in_use)
         p->peak_in_use = p->in_use;
     return id;
 }
 
-static void block_put(struct k25_kv_pool *p, int32_t id)
+/* Drops one reference to block id; true when the block went to the free
+ * list (false: still shared, or kept idle by the prefix cache). */
+static bool block_put(struct k25_kv_pool *p, int32_t id)
 {
-    p->free_ids[p->n_free++] = id;
+    K25_ASSERT(p->refs[id] > 0);
+    if (--p->refs[id] > 0)
+        return false;
     p->in_use--;
+    if (k25_prefix_cached(p, id)) {
+        k25_prefix_park(p, id);
+        return false;
+    }
+    p->free_ids[p->n_free++] = id;
+    return true;
+}
+
+/* A block about to be written: held by this sequence alone and not in the
+ * prefix cache (shared blocks are read-only: prefix.h). */
+static inline void assert_writable(const struct k25_kv_pool *p, int32_t id)
+{
+    K25_ASSERT(p->refs[id] == 1 && !k25_prefix_cached(p, id));
 }
 
 /* Residual rows of (layer, K|V, head g). */
@@ -175,6 +207,7 @@ static void quantize_group(struct k25_kv_pool *p, struct k25_kv_seq *seq, int l)
     const int G = p->group, hd = p->head_dim, bs = p->block_size, s0 = seq->n_quant[l];
     unsigned char *lay = k25_kv_layer(p, seq->ids[s0 / bs], l);
     const int o = s0 % bs;
+    assert_writable(p, seq->ids[s0 / bs]);
     for (int g = 0; g < p->n_kv_heads; g++) {
         float *rk = res_rows(p, seq, l, 0, g), *rv = res_rows(p, seq, l, 1, g);
         uint8_t *kq = lay + (size_t)g * p->head_bytes + (size_t)o * p->row_bytes;
@@ -215,6 +248,8 @@ static void write_rows(struct k25_kv_pool *p, struct k25_kv_seq *seq, int l, int
             continue;
         }
         int t = slot % bs;
+        if (i == 0 || t == 0)
+            assert_writable(p, seq->ids[slot / bs]);
         unsigned char *blk = k25_kv_layer(p, seq->ids[slot / bs], l);
         for (int g = 0; g < p->n_kv_heads; g++) {
             size_t off = ((size_t)g * bs + t) * hd;
@@ -261,11 +296,9 @@ void k25_kv_seq_rewind(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer,
 void k25_kv_seq_release(struct k25_kv_pool *p, struct k25_kv_seq *seq,
                         void (*on_free)(int32_t id, void *user), void *user)
 {
-    for (int i = 0; i < seq->n_blocks; i++) {
-        block_put(p, seq->ids[i]);
-        if (on_free)
+    for (int i = 0; i < seq->n_blocks; i++)
+        if (block_put(p, seq->ids[i]) && on_free)
             on_free(seq->ids[i], user);
-    }
     free(seq->ids);
     free(seq->n_quant);
     if (seq->res)

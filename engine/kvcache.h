@@ -70,7 +70,9 @@ struct k25_kv_pool {
     int64_t n_alloc, cap;
     int32_t *free_ids;   /* stack of free block ids */
     int64_t n_free;
-    int64_t in_use, peak_in_use;
+    int64_t in_use, peak_in_use; /* blocks with refs > 0 */
+    int32_t *refs;       /* [cap] block tables holding each block (prefix caching shares blocks; 0: free or cached idle) */
+    struct k25_prefix *px; /* the prefix cache (prefix.c), NULL when enable_prefix_caching is off (owned) */
 };
 
 /* The blocks of one sequence. */
@@ -88,6 +90,16 @@ struct k25_kv_seq {
     struct k25_buf *res; /* [n_layers][K|V][n_kv_heads][res_cap][head_dim] fp32, a backend buffer (K25_MEM_KV) */
     /* compression totals over every (layer, KV head) */
     int64_t pruned_slots, merged_slots;
+    /* KV tiers (kvtier.c; all 0 / unused with tiers off, where forward.c counts every read a hit).
+     * A block of a sequence whose bytes sit in the warm or cold tier has pool->blocks[id] == NULL
+     * between steps; k25_kv_tier_acquire makes it hot again before a step reads it. */
+    int64_t tier_reads, tier_hits; /* block reads by steps; those served without waiting */
+    int64_t tier_bytes;            /* bytes this sequence's blocks moved between tiers */
+    uint64_t tier_wait_ns;         /* time its steps waited for cold blocks */
+    int tier_dirty_from;           /* first slot written since the blocks were last released */
+    int tier_access;               /* the last step's slowest tier read: 0 hot, 1 warm, 2 cold */
+    int32_t tier_access_id;        /* a block read from that tier (the newest block when hot) */
+    bool tier_step_hit;            /* the last step read every block without waiting */
 };
 
 /*
@@ -163,7 +175,9 @@ void k25_kv_seq_slot(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, 
 int k25_kv_seq_reserve(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n, struct k25_error *err);
 void k25_kv_seq_write(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int slot0, int n,
                       const float *k, const float *v, int stride);
-/* Returns every block of seq to the pool (calling on_free for each id). */
+/* Drops seq's reference to each of its blocks; a block no sequence holds goes
+ * to the free list (calling on_free with its id) or, when the prefix cache
+ * holds it, stays cached (prefix.h). */
 void k25_kv_seq_release(struct k25_kv_pool *p, struct k25_kv_seq *seq,
                         void (*on_free)(int32_t id, void *user), void *user);
 

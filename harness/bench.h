@@ -199,6 +199,9 @@ struct k25_bench_req {
     enum k25_priority priority; /* the priority it ran at (low once spilled) */
     bool spilled, replayed, degraded;
     int32_t ttft_sla_ms;     /* its first-token SLA (degraded / low priority), 0: the run's own */
+    /* Prefix caching (k25_result.cached_tokens): prompt tokens reused from the cache.  In-process
+     * engine only and not stored in the trace: 0 for requests read back from one. */
+    int32_t cached_tokens;
 };
 
 /* The 100 ms timeline. */
@@ -298,6 +301,10 @@ struct k25_bench_summary {
     double offered_rps, achieved_rps;
     bool fell_behind;
     enum k25_pctl_method pctl_method; /* how the percentiles above were read (zeroed: nearest rank) */
+    /* prefix caching: completed requests that reused cached prompt tokens, those tokens, and TTFT
+     * split by hit / miss (all zero without enable_prefix_caching) */
+    int64_t n_prefix_hit, prefix_hit_tokens;
+    struct k25_dist ttft_hit, ttft_miss;
 };
 
 /*

@@ -72,6 +72,11 @@ json_t *k25_bench_summary_json(const struct k25_bench_summary *s)
         json_object_set_new(o, "open_loop", json_null());
     for (int m = 0; m < K25_M_NMETRICS; m++)
         json_object_set_new(o, k25_metric_names[m], dist_json(&s->d[m]));
+    if (s->n_prefix_hit > 0) /* prefix caching: only when some request hit (off by default) */
+        json_object_set_new(o, "prefix_cache",
+                            json_pack("{s:I, s:I, s:o, s:o}", "hit_requests", (json_int_t)s->n_prefix_hit,
+                                      "hit_tokens", (json_int_t)s->prefix_hit_tokens, "ttft_hit_ms",
+                                      dist_json(&s->ttft_hit), "ttft_miss_ms", dist_json(&s->ttft_miss)));
     json_t *busy = dist_json(&s->busy);
     json_object_set_new(busy, "window_ms", json_integer(K25_BENCH_WINDOW_NS / 1000000));
     json_object_set_new(o, "busy_fraction", busy);
@@ -189,6 +194,21 @@ void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s)
             fprintf(out, "%.4f%%", 100 * s->degraded_requests_ratio);
         fprintf(out, "), %lld spilled, %lld replayed, %lld timed out\n", (long long)s->n_spilled,
                 (long long)s->n_replayed, (long long)s->n_timed_out);
+    }
+    if (s->n_prefix_hit > 0) { /* TTFT by hit / miss: P50, or the mean where too few samples support it */
+        const struct k25_dist *hm[2] = {&s->ttft_hit, &s->ttft_miss};
+        fprintf(out, "  prefix cache: %lld of %lld completed requests hit, %lld prompt tokens reused; TTFT",
+                (long long)s->n_prefix_hit, (long long)s->n_completed, (long long)s->prefix_hit_tokens);
+        for (int i = 0; i < 2; i++) {
+            const struct k25_dist *d = hm[i];
+            if (d->n == 0)
+                fprintf(out, "%s %s n/a (n=0)", i ? "," : "", i ? "miss" : "hit");
+            else
+                fprintf(out, "%s %s %s %.1f ms (n=%lld)", i ? "," : "", i ? "miss" : "hit",
+                        isnan(d->p[0].value) ? "mean" : "P50", isnan(d->p[0].value) ? d->mean : d->p[0].value,
+                        (long long)d->n);
+        }
+        fprintf(out, "\n");
     }
     fprintf(out, "  throughput: %.3f req/s, %.1f output tok/s, %.1f input tok/s, goodput ", s->requests_per_s,
             s->output_tok_per_s, s->input_tok_per_s);

@@ -400,6 +400,10 @@ static int cmd_generate(int argc, char **argv)
          .deflt = "4k", .help = "input lengths, k = 1024, m = 1024*1024"},
         {.names = {"--count"}, .type = K25_OPT_CALL, .dest = &o.count, .parse = opt_count, .metavar = "N",
          .deflt = "8", .help = "requests in total"},
+        {.names = {"--questions"}, .type = K25_OPT_CALL, .dest = &o.questions, .parse = opt_count,
+         .metavar = "Q", .deflt = "1",
+         .help = "questions per document: each document's text, then one question per request, the\n"
+                 "requests of a document sharing its prefix_id (prefix-caching workloads); --count counts requests"},
         {.names = {"--seed"}, .type = K25_OPT_CALL, .dest = &o.seed, .parse = opt_seed, .metavar = "S",
          .deflt = "1", .help = "RNG seed"},
         {.names = {"--output-length"}, .type = K25_OPT_CALL, .dest = &o, .parse = opt_output_length,
@@ -414,7 +418,8 @@ static int cmd_generate(int argc, char **argv)
     const struct k25_cliopt_cmd cmd = {
         .name = "gold generate",
         .usage = "gold generate [--domain legal|finance|minutes|licenses|mixed] [--lengths 4k,32k,128k]\n"
-                 "                         [--count N] [--seed S] [--output-length N|MIN-MAX] [--out FILE]\n"
+                 "                         [--count N] [--questions Q] [--seed S] [--output-length N|MIN-MAX]\n"
+                 "                         [--out FILE]\n"
                  "                         [--licenses-dir DIR]",
         .about = "Writes N deterministic requests (same arguments, same bytes) as JSONL to stdout or --out.\n"
                  "Request i has input length lengths[i mod #lengths] tokens of the byte tokenizer (within 1%),\n"

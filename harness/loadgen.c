@@ -360,6 +360,7 @@ static int collect(struct loop *L, int h, int64_t *free_at, int *users_free)
         q->replayed = r->replayed;
         q->degraded = r->degraded;
         q->ttft_sla_ms = r->ttft_sla_ms;
+        q->cached_tokens = r->cached_tokens;
         if (r->n_output > 0) {
             q->token_ns = malloc(sizeof(int64_t) * (size_t)r->n_output);
             q->token_ids = malloc(sizeof(int32_t) * (size_t)r->n_output);

@@ -164,6 +164,37 @@ static int collect_samples(const struct k25_bench_run *run, int rep, double *v[K
     return 0;
 }
 
+/* Prefix caching: hit requests and tokens, TTFT of completed hits and misses.  -1 out of memory. */
+static int prefix_split(const struct k25_bench_run *run, enum k25_pctl_method method, struct k25_bench_summary *s)
+{
+    double *hit = malloc(sizeof(double) * (run->n_reqs + 1)), *miss = malloc(sizeof(double) * (run->n_reqs + 1));
+    size_t nh = 0, nm = 0;
+    if (!hit || !miss) {
+        free(hit);
+        free(miss);
+        return -1;
+    }
+    for (size_t i = 0; i < run->n_reqs; i++) {
+        const struct k25_bench_req *r = &run->reqs[i];
+        if (r->state != K25_REQ_COMPLETED)
+            continue;
+        double t = k25_bench_req_ttft_ms(r);
+        if (r->cached_tokens > 0) {
+            s->n_prefix_hit++;
+            s->prefix_hit_tokens += r->cached_tokens;
+            if (!isnan(t))
+                hit[nh++] = t;
+        } else if (!isnan(t)) {
+            miss[nm++] = t;
+        }
+    }
+    k25_stats_describe_method(hit, nh, method, &s->ttft_hit);
+    k25_stats_describe_method(miss, nm, method, &s->ttft_miss);
+    free(hit);
+    free(miss);
+    return 0;
+}
+
 int k25_bench_summarize(const struct k25_bench_run *run, const struct k25_bench_slo *slo,
                         struct k25_bench_summary *s, struct k25_error *err)
 {
@@ -214,6 +245,8 @@ int k25_bench_summarize_method(const struct k25_bench_run *run, const struct k25
         goto out_nomem;
     for (int m = 0; m < K25_M_NMETRICS; m++)
         k25_stats_describe_method(v[m], n[m], method, &s->d[m]);
+    if (prefix_split(run, method, s) != 0)
+        goto out_nomem;
 
     /* busy fraction of each 100 ms window (a final window under 50 ms is too short to count) */
     if (!(busy = malloc(sizeof(double) * (run->n_win + 1))))

@@ -87,7 +87,9 @@ static void test_defaults(void **state)
     assert_true(c.kv_compression_ratio == 0.85);
     assert_true(c.kv_merge_threshold == 0.92);
     assert_int_equal(c.kv_block_size, 256);
-    assert_int_equal(c.block_pattern_hint, K25_HINT_AUTO);
+    assert_int_equal(c.kv_hot_tokens, 0); /* KV tiers off */
+    assert_true(c.kv_warm_budget_mb == 0.0);
+    assert_string_equal(c.kv_cold_dir, "");
     assert_int_equal(c.memory_budget_mb, 0);
     assert_false(c.disable_prefill_optimization);
     assert_true(c.rope_theta == 0.0);
@@ -112,8 +114,10 @@ static void test_key_table(void **state)
 {
     (void)state;
     int n = k25_config_key_count();
-    assert_int_equal(n, 39); /* + kv_quant_*, kv_sink/recent_tokens, backend, the queue and breaker keys,
-                               * weight_dtype, quantize_weights, weight_quant_group, cpu_kernels */
+    assert_int_equal(n, 42); /* + kv_quant_*, kv_sink/recent_tokens, backend, the queue and breaker keys,
+                               * weight_dtype, quantize_weights, weight_quant_group, cpu_kernels,
+                               * enable_prefix_caching, kv_hot_tokens, kv_warm_budget_mb, kv_cold_dir;
+                               * - block_pattern_hint (removed: it was accepted and ignored) */
     assert_null(k25_config_key(-1));
     assert_null(k25_config_key(n));
     struct k25_config def, c;
@@ -160,8 +164,10 @@ static void test_set_valid_values(void **state)
     assert_true(c.top_p == 0.95);
     assert_int_equal(k25_config_set(&c, "kv_cache_dtype", "INT4", NULL, 0, &err), 0);
     assert_int_equal(c.kv_cache_dtype, K25_DTYPE_INT4);
-    assert_int_equal(k25_config_set(&c, "block_pattern_hint", "plain_text", NULL, 0, &err), 0);
-    assert_int_equal(c.block_pattern_hint, K25_HINT_PLAIN_TEXT);
+    assert_int_equal(k25_config_set(&c, "attention", "naive", NULL, 0, &err), 0);
+    assert_int_equal(c.attention, K25_ATTN_NAIVE);
+    assert_int_equal(k25_config_set(&c, "kv_warm_budget_mb", "0.25", NULL, 0, &err), 0);
+    assert_true(c.kv_warm_budget_mb == 0.25);
     assert_int_equal(k25_config_set(&c, "log_level", "debug", NULL, 0, &err), 0);
     assert_int_equal(c.log_level, K25_LOG_DEBUG);
     assert_int_equal(k25_config_set(&c, "model", "/models/llama", NULL, 0, &err), 0);
@@ -224,8 +230,13 @@ static void test_set_wrong_type(void **state)
               "expected a boolean (true/false, yes/no, on/off, 1/0), got \"maybe\"");
     check_bad("kv_cache_dtype", "fp64", K25_EINVAL,
               "expected one of fp32, fp16, int8, int4, got \"fp64\"");
-    check_bad("block_pattern_hint", "legal", K25_EINVAL,
-              "expected one of auto, legal_doc, plain_text, got \"legal\"");
+    check_bad("attention", "flash3", K25_EINVAL, "expected one of chunked, flash2, naive, got \"flash3\"");
+    {   /* removed (issue 18): no key is accepted and ignored */
+        struct k25_config c;
+        struct k25_error err;
+        k25_config_init(&c);
+        assert_int_equal(k25_config_set(&c, "block_pattern_hint", "legal_doc", NULL, 0, &err), K25_ENOTFOUND);
+    }
     check_bad("log_level", "warn", K25_EINVAL, "expected one of off, info, debug, got \"warn\"");
     check_bad("model", "", K25_EINVAL, "must not be empty");
     /* A long value is shortened in the message. */
@@ -310,7 +321,7 @@ static void test_yaml_good(void **state)
                        "kv_cache_dtype: fp16\n"
                        "prefill_chunk_size: \"4096\"\n"
                        "kv_compression_ratio: 0.5\n"
-                       "block_pattern_hint: legal_doc\n"
+                       "log_level: info\n"
                        "disable_prefill_optimization: yes\n"
                        "log_file: 'run 1.log'\n"
                        "seed: 42\n",
@@ -321,7 +332,7 @@ static void test_yaml_good(void **state)
     assert_int_equal(c.kv_cache_dtype, K25_DTYPE_FP16);
     assert_int_equal(c.prefill_chunk_size, 4096);
     assert_true(c.kv_compression_ratio == 0.5);
-    assert_int_equal(c.block_pattern_hint, K25_HINT_LEGAL_DOC);
+    assert_int_equal(c.log_level, K25_LOG_INFO);
     assert_true(c.disable_prefill_optimization);
     assert_string_equal(c.log_file, "run 1.log");
     assert_int_equal(c.seed, 42);
@@ -557,7 +568,7 @@ static void test_json_round_trip(void **state)
     assert_int_equal(k25_config_set(&c, "rope_theta", "500000.123456789012", NULL, 0, &err), 0);
     assert_int_equal(k25_config_set(&c, "seed", "4611686018427387905", NULL, 0, &err), 0);
     assert_int_equal(k25_config_set(&c, "kv_cache_dtype", "int8", NULL, 0, &err), 0);
-    assert_int_equal(k25_config_set(&c, "block_pattern_hint", "legal_doc", NULL, 0, &err), 0);
+    assert_int_equal(k25_config_set(&c, "kv_cold_dir", "/scratch/kv", NULL, 0, &err), 0);
     assert_int_equal(k25_config_set(&c, "log_file", "a \"quoted\"\\path", NULL, 0, &err), 0);
     assert_int_equal(k25_config_set(&c, "disable_prefill_optimization", "on", NULL, 0, &err), 0);
     assert_int_equal(k25_config_set(&c, "memory_budget_mb", "24576", NULL, 0, &err), 0);
@@ -575,7 +586,7 @@ static void test_json_round_trip(void **state)
     for (void *it = json_object_iter(obj); it; it = json_object_iter_next(obj, it), i++)
         assert_string_equal(json_object_iter_key(it), k25_config_key(i)->key);
     assert_string_equal(json_string_value(json_object_get(obj, "kv_cache_dtype")), "int8");
-    assert_string_equal(json_string_value(json_object_get(obj, "block_pattern_hint")), "legal_doc");
+    assert_string_equal(json_string_value(json_object_get(obj, "kv_cold_dir")), "/scratch/kv");
     assert_string_equal(json_string_value(json_object_get(obj, "log_level")), "off");
     assert_true(json_is_true(json_object_get(obj, "disable_prefill_optimization")));
     assert_int_equal(json_integer_value(json_object_get(obj, "seed")), INT64_C(4611686018427387905));

@@ -141,8 +141,8 @@ static void surge_run(const char *name, const char *flags, char *js, size_t n_js
     snprintf(h5, sizeof(h5), "%s/%s.h5", tu_dir, name);
     snprintf(js, n_js, "%s/%s.json", tu_dir, name);
     snprintf(cmd, sizeof(cmd),
-             "%s bench --dataset %s --threads 1 --quiet --rate 4 --duration 3 --surge 10:0.5:1.5 --seed 5 "
-             "--max-batch-size 2 --decode-max-tokens 8 %s --out %s --json %s",
+             "%s bench --dataset %s --threads 1 --quiet --rate 4 --duration 3 --surge 40:0.5:1.5 --seed 5 "
+             "--max-batch-size 1 --decode-max-tokens 32 %s --out %s --json %s",
              tu_k25(), gold, flags, h5, js);
     int st = tu_run(cmd, &out);
     if (st != 0 || !strstr(out, "accounting:") || !strstr(out, "none lost"))
@@ -154,7 +154,7 @@ static void surge_run(const char *name, const char *flags, char *js, size_t n_js
     expect_jq(js, ".summary | (.timed_out_requests == .requests.timed_out) and "
                   "(.spilled_requests == .requests.spilled) and has(\"degraded_requests_ratio\")",
               "true");
-    expect_jq(js, ".workload.surge", "{\"factor\":10,\"start_s\":0.5,\"duration_s\":1.5}");
+    expect_jq(js, ".workload.surge", "{\"factor\":40,\"start_s\":0.5,\"duration_s\":1.5}");
     struct k25_error err;
     if (k25_trace_read(h5, t, &err) != K25_OK)
         fail_msg("%s", err.msg);
