@@ -22,6 +22,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define K25_HAVE_X86 1
 #define TGT_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -37,13 +38,22 @@ const char *k25_kpath_name(enum k25_kpath p)
     return (unsigned)p < K25_KPATH_N ? names[p] : "?";
 }
 
+#if K25_HAVE_X86
+/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has no "f16c". */
+static bool cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 bool k25_kpath_available(enum k25_kpath p)
 {
     switch (p) {
     case K25_KPATH_SCALAR: return true;
 #if K25_HAVE_X86
     case K25_KPATH_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case K25_KPATH_AVX512:
         return k25_kpath_available(K25_KPATH_AVX2) && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw");
