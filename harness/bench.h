@@ -164,6 +164,37 @@ int k25_loadgen_schedule(double rate_rps, double burstiness, uint64_t seed, int6
 int k25_loadgen_schedule_surge(double rate_rps, double burstiness, double factor, int64_t start_ns, int64_t len_ns,
                                uint64_t seed, int64_t max_n, int64_t duration_ns, int64_t **out, size_t *n_out,
                                struct k25_error *err);
+/*
+ * The arrival clock both load generators share (the in-process engine's,
+ * loadgen.c, and the HTTP client's, endpoint.c).  Open loop: the seeded
+ * schedule of o (rate, burstiness, surge) from start_ns; closed loop:
+ * `users` users, each sending its next request when its last one ended
+ * (intended time = when it became free, so latencies count from there).
+ */
+struct k25_arrivals {
+    bool open;
+    int64_t start_ns;
+    int64_t total;        /* requests to send; 0 = closed loop for duration_ns */
+    int64_t duration_ns;
+    int64_t *sched;       /* [n_sched] open loop: offsets from start_ns (malloc'd) */
+    size_t n_sched;
+    int64_t *free_at;     /* [users] closed loop: when each user is free, -1 busy (malloc'd) */
+    int users, users_free;
+};
+/* K25_EINVAL for a surge without an open loop; K25_ENOMEM. */
+int k25_arrivals_init(struct k25_arrivals *a, const struct k25_bench_opts *o, bool open, int users, uint64_t seed,
+                      int64_t n_requests, uint64_t start_ns, struct k25_error *err);
+void k25_arrivals_free(struct k25_arrivals *a);
+/* Whether requests remain to be sent after `issued` of them, at now. */
+bool k25_arrivals_more(const struct k25_arrivals *a, int64_t issued, uint64_t now_ns);
+/* The next request is due at now: *intended gets its intended send time and *user the user that
+ * sends it (-1 in an open loop); that user is busy until k25_arrivals_user_free. */
+bool k25_arrivals_due(struct k25_arrivals *a, int64_t issued, uint64_t now_ns, int64_t *intended, int *user);
+/* User `user` (ignored when < 0) finished its request at t_ns. */
+void k25_arrivals_user_free(struct k25_arrivals *a, int user, int64_t t_ns);
+/* Open loop: when the next arrival is due (ns), -1 when none is left or in a closed loop. */
+int64_t k25_arrivals_next_ns(const struct k25_arrivals *a, int64_t issued);
+
 /* Parses --surge "FACTOR:START_S:DURATION_S" (each > 0, FACTOR > 1; an empty FACTOR is 5,
  * i.e. +400%) into o->surge_*.  K25_EINVAL naming the part otherwise. */
 int k25_bench_surge_parse(const char *s, struct k25_bench_opts *o, struct k25_error *err);

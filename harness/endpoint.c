@@ -599,28 +599,19 @@ int k25_endpoint_run(k25_endpoint_t *ep, const struct k25_bench_opts *o, size_t 
     bool open = o->mode == K25_BENCH_OPEN && rec_on;
     int users = open ? 0 : (o->concurrency > 0 ? o->concurrency : 1);
     int cap = open ? o->concurrency : users; /* 0 = no cap (open loop) */
-    int64_t *sched = NULL, *free_at = NULL;
-    size_t n_sched = 0;
     struct xfer **live = NULL; /* [n_live] in flight */
     size_t n_live = 0, cap_live = 0;
     uint64_t t_start = k25_now_ns();
     if (rec_on && rep == 0)
         run->t0_ns = t_start;
     int64_t rep_start = (int64_t)(t_start - run->t0_ns);
-    int64_t duration_ns = o->duration_s > 0 ? (int64_t)llround(o->duration_s * 1e9) : 0;
     size_t first_rec = run->n_reqs;
-    if (open && (rc = k25_loadgen_schedule(o->rate_rps, o->burstiness, seed, n_requests, duration_ns, &sched,
-                                           &n_sched, err)) != K25_OK)
+    struct k25_arrivals A; /* the same clock as the in-process engine's (surge included) */
+    if ((rc = k25_arrivals_init(&A, o, open, users, seed, n_requests, t_start, err)) != K25_OK) {
+        k25_arrivals_free(&A);
         return rc;
-    if (!open && !(free_at = malloc(sizeof(int64_t) * (size_t)users))) {
-        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-        goto out;
     }
-    for (int u = 0; u < users; u++)
-        free_at[u] = (int64_t)t_start;
-    int users_free = users;
     int64_t issued = 0, inflight = 0;
-    int64_t total = open ? (int64_t)n_sched : n_requests;
 
     for (;;) {
         if (o->stop && *o->stop) {
@@ -629,27 +620,12 @@ int k25_endpoint_run(k25_endpoint_t *ep, const struct k25_bench_opts *o, size_t 
             goto out;
         }
         uint64_t now = k25_now_ns();
-        bool can_issue = open ? (size_t)issued < n_sched
-                              : (total > 0 ? issued < total : (int64_t)(now - t_start) < duration_ns);
+        bool can_issue = k25_arrivals_more(&A, issued, now);
         while (can_issue && (cap == 0 || inflight < cap)) {
             int64_t intended;
-            int user = -1;
-            if (open) {
-                intended = (int64_t)t_start + sched[issued];
-                if (intended > (int64_t)now)
-                    break;
-            } else {
-                if (users_free == 0)
-                    break;
-                int best = -1; /* the user free the longest: each keeps its own clock */
-                for (int u = 0; u < users; u++)
-                    if (free_at[u] >= 0 && (best < 0 || free_at[u] < free_at[best]))
-                        best = u;
-                user = best;
-                intended = free_at[user];
-                free_at[user] = -1;
-                users_free--;
-            }
+            int user;
+            if (!k25_arrivals_due(&A, issued, now, &intended, &user))
+                break;
             size_t input = order[(first + (size_t)issued) % n_in];
             long rec = -1;
             if (rec_on) {
@@ -687,8 +663,7 @@ int k25_endpoint_run(k25_endpoint_t *ep, const struct k25_bench_opts *o, size_t 
             issued++;
             inflight++;
             now = k25_now_ns();
-            can_issue = open ? (size_t)issued < n_sched
-                             : (total > 0 ? issued < total : (int64_t)(now - t_start) < duration_ns);
+            can_issue = k25_arrivals_more(&A, issued, now);
         }
         int running = 0;
         if (curl_multi_perform(ep->multi, &running) != CURLM_OK) {
@@ -727,10 +702,7 @@ int k25_endpoint_run(k25_endpoint_t *ep, const struct k25_bench_opts *o, size_t 
                     break;
                 }
             int rrc = x->rec >= 0 ? record(x, run, end) : 0;
-            if (x->user >= 0) {
-                free_at[x->user] = (int64_t)end;
-                users_free++;
-            }
+            k25_arrivals_user_free(&A, x->user, (int64_t)end);
             xfer_free(x);
             inflight--;
             if (rrc != 0) {
@@ -742,12 +714,12 @@ int k25_endpoint_run(k25_endpoint_t *ep, const struct k25_bench_opts *o, size_t 
             break;
         /* wait for bytes, or until the next arrival is due */
         int wait_ms = 100;
-        if (open && (size_t)issued < n_sched && (cap == 0 || inflight < cap)) {
-            int64_t dt = (int64_t)t_start + sched[issued] - (int64_t)k25_now_ns();
+        if (k25_arrivals_next_ns(&A, issued) >= 0 && (cap == 0 || inflight < cap)) {
+            int64_t dt = k25_arrivals_next_ns(&A, issued) - (int64_t)k25_now_ns();
             wait_ms = dt <= 0 ? 0 : (int)((dt + 999999) / 1000000);
             if (wait_ms > 100)
                 wait_ms = 100;
-        } else if (!open && can_issue && users_free > 0) {
+        } else if (!open && can_issue && A.users_free > 0) {
             wait_ms = 0;
         }
         if (wait_ms > 0 && curl_multi_poll(ep->multi, NULL, 0, wait_ms, NULL) != CURLM_OK) {
@@ -774,8 +746,7 @@ out:
         xfer_free(live[i]);
     }
     free(live);
-    free(sched);
-    free(free_at);
+    k25_arrivals_free(&A);
     return rc;
 }
 

@@ -341,7 +341,7 @@ static int sample_state(struct loop *L, int64_t now_rel, int n_held, int rep)
 }
 
 /* Copies a finished request's result into its record and releases it. */
-static int collect(struct loop *L, int h, int64_t *free_at, int *users_free)
+static int collect(struct loop *L, int h, struct k25_arrivals *A)
 {
     const struct k25_result *r = k25_engine_result(L->e, h);
     struct inflight *f = &L->fl[h];
@@ -382,10 +382,7 @@ static int collect(struct loop *L, int h, int64_t *free_at, int *users_free)
     free(f->cs);
     free(f->ce);
     f->cs = f->ce = NULL;
-    if (f->user >= 0) {
-        free_at[f->user] = (int64_t)r->finish_t_ns;
-        (*users_free)++;
-    }
+    k25_arrivals_user_free(A, f->user, (int64_t)r->finish_t_ns);
     k25_engine_release(L->e, h);
     return 0;
 }
@@ -427,6 +424,79 @@ static void progress(const struct k25_bench_run *run, size_t first_rec, int64_t 
         fprintf(stderr, "-");
 }
 
+int k25_arrivals_init(struct k25_arrivals *a, const struct k25_bench_opts *o, bool open, int users, uint64_t seed,
+                      int64_t n_requests, uint64_t start_ns, struct k25_error *err)
+{
+    memset(a, 0, sizeof(*a));
+    a->open = open;
+    a->start_ns = (int64_t)start_ns;
+    a->duration_ns = o->duration_s > 0 ? (int64_t)llround(o->duration_s * 1e9) : 0;
+    if (o->surge_factor > 0 && o->mode != K25_BENCH_OPEN)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--surge", "needs an open loop (--rate)");
+    if (open) {
+        int rc = k25_loadgen_schedule_surge(o->rate_rps, o->burstiness, o->surge_factor,
+                                            (int64_t)llround(o->surge_start_s * 1e9),
+                                            (int64_t)llround(o->surge_duration_s * 1e9), seed, n_requests,
+                                            a->duration_ns, &a->sched, &a->n_sched, err);
+        a->total = (int64_t)a->n_sched;
+        return rc;
+    }
+    a->total = n_requests;
+    a->users = a->users_free = users;
+    if (!(a->free_at = malloc(sizeof(int64_t) * (size_t)(users > 0 ? users : 1))))
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    for (int u = 0; u < users; u++)
+        a->free_at[u] = a->start_ns;
+    return K25_OK;
+}
+
+void k25_arrivals_free(struct k25_arrivals *a)
+{
+    free(a->sched);
+    free(a->free_at);
+    memset(a, 0, sizeof(*a));
+}
+
+bool k25_arrivals_more(const struct k25_arrivals *a, int64_t issued, uint64_t now_ns)
+{
+    if (a->open)
+        return (size_t)issued < a->n_sched;
+    return a->total > 0 ? issued < a->total : (int64_t)now_ns - a->start_ns < a->duration_ns;
+}
+
+bool k25_arrivals_due(struct k25_arrivals *a, int64_t issued, uint64_t now_ns, int64_t *intended, int *user)
+{
+    *user = -1;
+    if (a->open) {
+        *intended = a->start_ns + a->sched[issued];
+        return *intended <= (int64_t)now_ns;
+    }
+    if (a->users_free == 0)
+        return false;
+    int best = -1; /* the user free the longest: each keeps its own clock */
+    for (int u = 0; u < a->users; u++)
+        if (a->free_at[u] >= 0 && (best < 0 || a->free_at[u] < a->free_at[best]))
+            best = u;
+    *user = best;
+    *intended = a->free_at[best];
+    a->free_at[best] = -1;
+    a->users_free--;
+    return true;
+}
+
+void k25_arrivals_user_free(struct k25_arrivals *a, int user, int64_t t_ns)
+{
+    if (user < 0)
+        return;
+    a->free_at[user] = t_ns;
+    a->users_free++;
+}
+
+int64_t k25_arrivals_next_ns(const struct k25_arrivals *a, int64_t issued)
+{
+    return a->open && (size_t)issued < a->n_sched ? a->start_ns + a->sched[issued] : -1;
+}
+
 int k25_loadgen_run(k25_engine_t *e, const struct k25_bench_opts *o, const struct k25_bench_input *in,
                     size_t n_in, const size_t *order, size_t first, int64_t n_requests, int rep, bool record,
                     struct k25_bench_run *run, struct k25_error *err)
@@ -437,31 +507,18 @@ int k25_loadgen_run(k25_engine_t *e, const struct k25_bench_opts *o, const struc
     bool open = o->mode == K25_BENCH_OPEN && record;
     int users = open ? 0 : (o->concurrency > 0 ? o->concurrency : 1);
     int cap = open ? o->concurrency : users; /* 0 = no cap (open loop) */
-    int64_t *sched = NULL, *free_at = NULL;
-    size_t n_sched = 0;
     uint64_t start = k25_now_ns();
     if (record && rep == 0)
         run->t0_ns = start;
     int64_t rep_start = (int64_t)(start - run->t0_ns);
-    int64_t duration_ns = o->duration_s > 0 ? (int64_t)llround(o->duration_s * 1e9) : 0;
     size_t first_rec = run->n_reqs;
-    if (o->surge_factor > 0 && o->mode != K25_BENCH_OPEN)
-        return k25_error_set(err, K25_EINVAL, "command line", 0, "--surge", "needs an open loop (--rate)");
-    if (open && (rc = k25_loadgen_schedule_surge(o->rate_rps, o->burstiness, o->surge_factor,
-                                                 (int64_t)llround(o->surge_start_s * 1e9),
-                                                 (int64_t)llround(o->surge_duration_s * 1e9),
-                                                 k25_engine_config(e)->seed, n_requests, duration_ns, &sched,
-                                                 &n_sched, err)) != K25_OK)
+    struct k25_arrivals A;
+    if ((rc = k25_arrivals_init(&A, o, open, users, k25_engine_config(e)->seed, n_requests, start, err)) != K25_OK) {
+        k25_arrivals_free(&A);
         return rc;
-    if (!open && !(free_at = malloc(sizeof(int64_t) * (size_t)users))) {
-        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-        goto out;
     }
-    for (int u = 0; u < users; u++)
-        free_at[u] = (int64_t)start;
-    int users_free = users;
     int64_t issued = 0, inflight = 0, done = 0;
-    int64_t total = open ? (int64_t)n_sched : n_requests; /* 0: closed loop for a duration */
+    const int64_t total = A.total; /* 0: closed loop for a duration */
     struct k25_engine_stats st;
     k25_engine_get_stats(e, &st);
     uint64_t busy_prev = st.busy_ns;
@@ -478,29 +535,13 @@ int k25_loadgen_run(k25_engine_t *e, const struct k25_bench_opts *o, const struc
             goto out;
         }
         uint64_t now = k25_now_ns();
-        bool can_issue = open ? (size_t)issued < n_sched
-                              : (total > 0 ? issued < total : (int64_t)(now - start) < duration_ns);
+        bool can_issue = k25_arrivals_more(&A, issued, now);
         /* submit what is due */
         while (can_issue && (cap == 0 || inflight < cap)) {
             int64_t intended;
-            int user = -1;
-            if (open) {
-                intended = (int64_t)start + sched[issued];
-                if (intended > (int64_t)now)
-                    break;
-            } else {
-                if (users_free == 0)
-                    break;
-                /* the user free the longest: each keeps its own clock */
-                int best = -1;
-                for (int u = 0; u < users; u++)
-                    if (free_at[u] >= 0 && (best < 0 || free_at[u] < free_at[best]))
-                        best = u;
-                user = best;
-                intended = free_at[user];
-                free_at[user] = -1;
-                users_free--;
-            }
+            int user;
+            if (!k25_arrivals_due(&A, issued, now, &intended, &user))
+                break;
             const struct k25_bench_input *bi = &in[order[(first + (size_t)issued) % n_in]];
             long rec = -1;
             if (record) {
@@ -545,12 +586,8 @@ int k25_loadgen_run(k25_engine_t *e, const struct k25_bench_opts *o, const struc
                 rc = K25_OK;
                 issued++;
                 done++;
-                if (user >= 0) {
-                    free_at[user] = (int64_t)s1;
-                    users_free++;
-                }
-                can_issue = open ? (size_t)issued < n_sched
-                                 : (total > 0 ? issued < total : (int64_t)(k25_now_ns() - start) < duration_ns);
+                k25_arrivals_user_free(&A, user, (int64_t)s1);
+                can_issue = k25_arrivals_more(&A, issued, k25_now_ns());
                 continue;
             }
             if (rc != K25_OK) {
@@ -571,11 +608,11 @@ int k25_loadgen_run(k25_engine_t *e, const struct k25_bench_opts *o, const struc
             L.fl[h] = (struct inflight){.rec = rec, .user = user};
             issued++;
             inflight++;
-            can_issue = open ? (size_t)issued < n_sched : (total > 0 ? issued < total : (int64_t)(k25_now_ns() - start) < duration_ns);
+            can_issue = k25_arrivals_more(&A, issued, k25_now_ns());
         }
         int n_held = 0;
         if (open)
-            for (size_t i = (size_t)issued; i < n_sched && (int64_t)start + sched[i] <= (int64_t)now; i++)
+            for (size_t i = (size_t)issued; i < A.n_sched && A.start_ns + A.sched[i] <= (int64_t)now; i++)
                 n_held++;
         if (record && sample_state(&L, (int64_t)(now - run->t0_ns), n_held, rep) != 0) {
             rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
@@ -609,7 +646,7 @@ int k25_loadgen_run(k25_engine_t *e, const struct k25_bench_opts *o, const struc
             }
             busy_prev = st.busy_ns;
             for (int i = 0; i < L.n_finished; i++) {
-                if (collect(&L, L.finished[i], free_at, &users_free) != 0) {
+                if (collect(&L, L.finished[i], &A) != 0) {
                     rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
                     goto out;
                 }
@@ -618,8 +655,8 @@ int k25_loadgen_run(k25_engine_t *e, const struct k25_bench_opts *o, const struc
             }
         } else if (!can_issue && inflight == 0) {
             break; /* everything issued and finished */
-        } else if (open && (size_t)issued < n_sched) {
-            uint64_t t = start + (uint64_t)sched[issued];
+        } else if (k25_arrivals_next_ns(&A, issued) >= 0) {
+            uint64_t t = (uint64_t)k25_arrivals_next_ns(&A, issued);
             uint64_t s0 = k25_now_ns();
             if (t > s0) {
                 sleep_until(t);
@@ -676,7 +713,6 @@ out:
     }
     free(L.fl);
     free(L.finished);
-    free(sched);
-    free(free_at);
+    k25_arrivals_free(&A);
     return rc;
 }
