@@ -269,13 +269,6 @@ static void prefill_score(const struct k25_attn_job *job, int g, int group, int 
 
 /* -------------------------------------------------------------- decode */
 
-/*
- * One decode item: every query of job (n_q <= DECODE_MAX_Q), query heads of
- * KV head g, keys [k_lo, k_hi).  Leaves the partial state of each row in
- * part: [rows][hd + 2] = unnormalized output, max, sum.  Scores are dot
- * products over head_dim (no GEMM: a few rows against a stream of keys is
- * bandwidth-bound, and SGEMM's packing would read every tile twice).
- */
 #if defined(__AVX512F__)
 /* 16 elements of a KV row as floats (fp16 converted in the register). */
 static inline __m512 kv_load16(const void *base, bool half, size_t i)
@@ -350,15 +343,20 @@ static void decode_tile_avx512(const void *kb, const void *vb, bool half, int nk
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define K25_FUSED_QUANT 1
-/* Horizontal sum of 8 lanes in a fixed order. */
-static inline float hsum8(__m256 a)
-{
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-}
+#define K25_DECODE_AVX2 1
+/*
+ * AVX2 decode tiles.  A tile's keys and values are first made fp32 rows in
+ * L1 (fp32 rows in place; fp16 converted by F16C; int8/int4 codes scaled
+ * and offset, one FMA per 8 channels), then two fp32 kernels do the work:
+ *  - scores: each query row against four keys at a time, four vector
+ *    accumulators reduced together by a fixed hadd tree (one reduction per
+ *    four dot products instead of a horizontal sum per dot product);
+ *  - P V: the accumulators of up to four rows x 16 channels stay in
+ *    registers while the tile's value rows stream past (no load/store of
+ *    the output per value row).
+ * Per row every operation and its order are fixed by head_dim alone: which
+ * other rows or keys share a tile never changes a row's value.
+ */
 
 /* Channels [d0, d0+16) of a quantized row (int8, or int4 with the even
  * channel in the low nibble) as two vectors of floats: the integer codes,
@@ -376,101 +374,188 @@ static inline void q16_codes(const uint8_t *row, int bits, int d0, __m256 *lo, _
     *hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(x, 8)));
 }
 
-/*
- * Decode tile over quantized storage with the dequantization fused into
- * the dot products (AVX2 + FMA + F16C; head_dim a multiple of 16, at most
- * 128; rows <= TK).  The nk slots [k0, k0+nk) lie in one block, below
- * n_quant and inside one key group, so one per-channel scale s and zero z
- * hold for all their keys:
- *   q . k_t = sum_d (q_d s_d) c_td + sum_d q_d z_d
- * with c_td the integer codes: the scaled query and the zero term are made
- * once per tile, and each key row is read as bytes and only converted to
- * float (no scale, no store).  Values are per token over channel groups:
- * each value row is dequantized once into registers and added to every
- * row's accumulator.  The reduction order is fixed by the shapes.
- */
+/* Keys [k0, k0+nk) of KV head g as fp32 rows in dst[nk][hd]: all in one
+ * block, below n_quant and inside one key group, so one per-channel scale
+ * and zero row (fp16) hold for every key: x = code * scale + zero. */
 static inline __attribute__((always_inline)) void
-decode_tile_quant_nv(const struct k25_kv_view *kv, int g, int k0, int nk, int rows, int lim0, int group,
-                     struct scratch *sc, float *raw, int raw_ld, const int nv)
+dequant_keys_avx2(const struct k25_kv_view *kv, int g, int k0, int nk, float *dst, const int nv)
 {
     const int bs = kv->block_size, hd = nv * 8, bits = kv->dtype == K25_DTYPE_INT8 ? 8 : 4;
     const size_t rb = (size_t)hd * bits / 8;
-    const unsigned char *kb = kv->k_blocks[k0 / bs], *vb = kv->v_blocks[k0 / bs];
-    const int o = k0 % bs, nvg = hd / kv->vgroup;
-    const uint8_t *kq = kb + ((size_t)g * bs + o) * rb, *vq = vb + ((size_t)g * bs + o) * rb;
+    const unsigned char *kb = kv->k_blocks[k0 / bs];
+    const int o = k0 % bs;
+    const uint8_t *kq = kb + ((size_t)g * bs + o) * rb;
     const uint16_t *ksz = (const uint16_t *)(kb + kv->ks_off) + ((size_t)g * (bs / kv->group) + o / kv->group) * 2 * hd;
-    const uint16_t *vsz = (const uint16_t *)(kb + kv->vs_off) + ((size_t)g * bs + o) * nvg * 2;
-    float *qs = sc->kt, *zc = sc->vt; /* [rows][hd] scaled queries, [rows] zero terms */
-    /* ask for the tile's rows now: the loops below compute between loads */
-    for (size_t off = 0; off < (size_t)nk * rb; off += 64) {
-        _mm_prefetch((const char *)kq + off, _MM_HINT_T0);
-        _mm_prefetch((const char *)vq + off, _MM_HINT_T0);
-    }
-    for (int r = 0; r < rows; r++) {
-        const float *qr = sc->q + (size_t)r * hd;
-        __m256 z = _mm256_setzero_ps();
-        for (int v = 0; v < nv; v++) {
-            __m256 qv = _mm256_loadu_ps(qr + 8 * v);
-            __m256 sv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ksz + 8 * v)));
-            __m256 zv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ksz + hd + 8 * v)));
-            _mm256_storeu_ps(qs + (size_t)r * hd + 8 * v, _mm256_mul_ps(qv, sv));
-            z = _mm256_fmadd_ps(qv, zv, z);
-        }
-        zc[r] = hsum8(z);
+    __m256 sv[16], zv[16];
+    for (int v = 0; v < nv; v++) {
+        sv[v] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ksz + 8 * v)));
+        zv[v] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ksz + hd + 8 * v)));
     }
     for (int t = 0; t < nk; t++) {
-        __m256 kf[16];
-        for (int v = 0; v < nv; v += 2)
-            q16_codes(kq + (size_t)t * rb, bits, 8 * v, &kf[v], &kf[v + 1]);
-        for (int r = 0; r < rows; r++) {
-            const float *qr = qs + (size_t)r * hd;
-            __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qr), kf[0]);
-            for (int v = 1; v < nv; v++)
-                a = _mm256_fmadd_ps(_mm256_loadu_ps(qr + 8 * v), kf[v], a);
-            sc->s[(size_t)r * DT + t] = hsum8(a) + zc[r];
+        float *d = dst + (size_t)t * hd;
+        for (int v = 0; v < nv; v += 2) {
+            __m256 lo, hi;
+            q16_codes(kq + (size_t)t * rb, bits, 8 * v, &lo, &hi);
+            _mm256_storeu_ps(d + 8 * v, _mm256_fmadd_ps(lo, sv[v], zv[v]));
+            _mm256_storeu_ps(d + 8 * v + 8, _mm256_fmadd_ps(hi, sv[v + 1], zv[v + 1]));
         }
     }
+}
+
+/* Values [k0, k0+nk) of KV head g as fp32 rows in dst[nk][hd]: per token,
+ * a scale and zero (fp16) per group of vgroup channels (a multiple of 8). */
+static inline __attribute__((always_inline)) void
+dequant_values_avx2(const struct k25_kv_view *kv, int g, int k0, int nk, float *dst, const int nv)
+{
+    const int bs = kv->block_size, hd = nv * 8, bits = kv->dtype == K25_DTYPE_INT8 ? 8 : 4;
+    const size_t rb = (size_t)hd * bits / 8;
+    const int o = k0 % bs, nvg = hd / kv->vgroup, cpg = kv->vgroup / 8;
+    const uint8_t *vq = (const uint8_t *)kv->v_blocks[k0 / bs] + ((size_t)g * bs + o) * rb;
+    const uint16_t *vsz = (const uint16_t *)((const unsigned char *)kv->k_blocks[k0 / bs] + kv->vs_off) +
+                          ((size_t)g * bs + o) * nvg * 2;
+    for (int t = 0; t < nk; t++) {
+        const uint16_t *sz = vsz + (size_t)t * nvg * 2;
+        float *d = dst + (size_t)t * hd;
+        for (int v = 0; v < nv; v += 2) {
+            __m256 c[2];
+            q16_codes(vq + (size_t)t * rb, bits, 8 * v, &c[0], &c[1]);
+            for (int h = 0; h < 2; h++) {
+                int k = (v + h) / cpg;
+                _mm256_storeu_ps(d + 8 * (v + h), _mm256_fmadd_ps(c[h], _mm256_set1_ps(_cvtsh_ss(sz[2 * k])),
+                                                                  _mm256_set1_ps(_cvtsh_ss(sz[2 * k + 1]))));
+            }
+        }
+    }
+}
+
+/* The four dot products in a0..a3 (8 lanes each) as [sum a0, sum a1, sum a2, sum a3]. */
+static inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
+{
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* s[r][t] = q_r . K_t for rows query rows q[rows][hd] and nk keys K[nk][hd]
+ * (s rows DT apart).  Four keys at a time; a missing fourth key is a zero
+ * accumulator, which leaves the other lanes' reductions as they are. */
+static inline __attribute__((always_inline)) void
+qk_tile_avx2(const float *q, const float *K, int rows, int nk, float *s, const int nv)
+{
+    const int hd = nv * 8;
+    for (int r = 0; r < rows; r++) {
+        const float *qr = q + (size_t)r * hd;
+        float *sr = s + (size_t)r * DT;
+        for (int t = 0; t < nk; t += 4) {
+            __m256 a[4];
+            for (int j = 0; j < 4; j++) {
+                if (t + j < nk) {
+                    const float *kr = K + (size_t)(t + j) * hd;
+                    a[j] = _mm256_mul_ps(_mm256_loadu_ps(qr), _mm256_loadu_ps(kr));
+                    for (int v = 1; v < nv; v++)
+                        a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qr + 8 * v), _mm256_loadu_ps(kr + 8 * v), a[j]);
+                } else {
+                    a[j] = _mm256_setzero_ps();
+                }
+            }
+            __m128 r4 = reduce4(a[0], a[1], a[2], a[3]);
+            if (t + 4 <= nk) {
+                _mm_storeu_ps(sr + t, r4);
+            } else {
+                float tmp[4];
+                _mm_storeu_ps(tmp, r4);
+                for (int j = 0; t + j < nk; j++)
+                    sr[t + j] = tmp[j];
+            }
+        }
+    }
+}
+
+/* acc[r] += sum_t p[r][t] V_t for rr (<= 4) rows starting at acc (rows hd
+ * apart) and p (rows DT apart), channels [8 v0, 8 v0 + 16): the 2 rr
+ * accumulators stay in registers over the nk value rows. */
+static inline __attribute__((always_inline)) void
+pv_rows_avx2(const float *p, const float *V, int nk, int hd, float *acc, int v0, const int rr)
+{
+    __m256 a[4][2];
+    for (int j = 0; j < rr; j++) {
+        a[j][0] = _mm256_loadu_ps(acc + (size_t)j * hd + 8 * v0);
+        a[j][1] = _mm256_loadu_ps(acc + (size_t)j * hd + 8 * v0 + 8);
+    }
+    for (int t = 0; t < nk; t++) {
+        const __m256 x0 = _mm256_loadu_ps(V + (size_t)t * hd + 8 * v0), x1 = _mm256_loadu_ps(V + (size_t)t * hd + 8 * v0 + 8);
+        for (int j = 0; j < rr; j++) {
+            const __m256 pb = _mm256_broadcast_ss(p + (size_t)j * DT + t);
+            a[j][0] = _mm256_fmadd_ps(pb, x0, a[j][0]);
+            a[j][1] = _mm256_fmadd_ps(pb, x1, a[j][1]);
+        }
+    }
+    for (int j = 0; j < rr; j++) {
+        _mm256_storeu_ps(acc + (size_t)j * hd + 8 * v0, a[j][0]);
+        _mm256_storeu_ps(acc + (size_t)j * hd + 8 * v0 + 8, a[j][1]);
+    }
+}
+
+static inline __attribute__((always_inline)) void
+pv_tile_avx2(const float *p, const float *V, int rows, int nk, float *acc, const int nv)
+{
+    const int hd = nv * 8;
+    for (int r0 = 0; r0 < rows; r0 += 4) {
+        const float *pr = p + (size_t)r0 * DT;
+        float *ar = acc + (size_t)r0 * hd;
+        for (int v0 = 0; v0 < nv; v0 += 2) {
+            switch (rows - r0 < 4 ? rows - r0 : 4) {
+            case 1: pv_rows_avx2(pr, V, nk, hd, ar, v0, 1); break;
+            case 2: pv_rows_avx2(pr, V, nk, hd, ar, v0, 2); break;
+            case 3: pv_rows_avx2(pr, V, nk, hd, ar, v0, 3); break;
+            default: pv_rows_avx2(pr, V, nk, hd, ar, v0, 4); break;
+            }
+        }
+    }
+}
+
+/*
+ * One decode tile of nk keys from k0 (inside one block; for int8/int4
+ * below n_quant, inside one key group), every row: scores, ln-count
+ * offsets, raw logits for scoring, online softmax, then P V.
+ */
+static inline __attribute__((always_inline)) void
+decode_tile_avx2_nv(const struct k25_kv_view *kv, int g, int k0, int nk, int rows, int lim0, int group,
+                    struct scratch *sc, float *raw, int raw_ld, const int nv)
+{
+    const int hd = nv * 8;
+    const bool quant = (kv->dtype == K25_DTYPE_INT8 || kv->dtype == K25_DTYPE_INT4) && k0 < kv->n_quant;
+    const float *K, *V;
+    if (quant) {
+        dequant_keys_avx2(kv, g, k0, nk, sc->kt, nv);
+        K = sc->kt;
+    } else {
+        K = k25_kv_rows(kv, kv->k_blocks, g, k0, nk, sc->kt);
+    }
+    qk_tile_avx2(sc->q, K, rows, nk, sc->s, nv);
     add_logc(kv, g, k0, nk, sc->s, rows, DT, sc->lc);
     raw_store(kv, raw, raw_ld, k0, nk, sc->s, rows);
     for (int r = 0; r < rows; r++)
         k25_softmax_tile_row(sc->s + (size_t)r * DT, nk, lim0 + r / group + 1, &sc->m[r], &sc->l[r],
                              sc->acc + (size_t)r * hd, hd);
-    const int cpg = kv->vgroup / 8; /* vectors per value group (vgroup a multiple of 8 here) */
-    for (int t = 0; t < nk; t++) {
-        __m256 vf[16];
-        for (int v = 0; v < nv; v += 2)
-            q16_codes(vq + (size_t)t * rb, bits, 8 * v, &vf[v], &vf[v + 1]);
-        const uint16_t *sz = vsz + (size_t)t * nvg * 2;
-        for (int v = 0; v < nv; v++) { /* x = code * scale + zero, the group's halves */
-            int k = v / cpg;
-            vf[v] = _mm256_fmadd_ps(vf[v], _mm256_set1_ps(_cvtsh_ss(sz[2 * k])), _mm256_set1_ps(_cvtsh_ss(sz[2 * k + 1])));
-        }
-        for (int r = 0; r < rows; r++) {
-            const __m256 p = _mm256_set1_ps(sc->s[(size_t)r * DT + t]);
-            float *a = sc->acc + (size_t)r * hd;
-            for (int v = 0; v < nv; v++)
-                _mm256_storeu_ps(a + 8 * v, _mm256_fmadd_ps(p, vf[v], _mm256_loadu_ps(a + 8 * v)));
-        }
+    if (quant) {
+        dequant_values_avx2(kv, g, k0, nk, sc->vt, nv);
+        V = sc->vt;
+    } else {
+        V = k25_kv_rows(kv, kv->v_blocks, g, k0, nk, sc->vt);
     }
+    pv_tile_avx2(sc->s, V, rows, nk, sc->acc, nv);
 }
 
-/* decode_tile_quant_nv with head_dim / 8 a constant for the common head sizes, so the key and
- * value row vectors stay in registers and the channel loops unroll. */
-static void decode_tile_quant(const struct k25_kv_view *kv, int g, int k0, int nk, int rows, int lim0, int group,
-                              struct scratch *sc, float *raw, int raw_ld)
+/* decode_tile_avx2_nv with head_dim / 8 a constant for the common head sizes, so the channel
+ * loops unroll and the query row stays in registers. */
+static void decode_tile_avx2(const struct k25_kv_view *kv, int g, int k0, int nk, int rows, int lim0, int group,
+                             struct scratch *sc, float *raw, int raw_ld)
 {
     switch (kv->head_dim) {
-    case 32:
-        decode_tile_quant_nv(kv, g, k0, nk, rows, lim0, group, sc, raw, raw_ld, 4);
-        break;
-    case 64:
-        decode_tile_quant_nv(kv, g, k0, nk, rows, lim0, group, sc, raw, raw_ld, 8);
-        break;
-    case 128:
-        decode_tile_quant_nv(kv, g, k0, nk, rows, lim0, group, sc, raw, raw_ld, 16);
-        break;
-    default:
-        decode_tile_quant_nv(kv, g, k0, nk, rows, lim0, group, sc, raw, raw_ld, kv->head_dim / 8);
+    case 32: decode_tile_avx2_nv(kv, g, k0, nk, rows, lim0, group, sc, raw, raw_ld, 4); break;
+    case 64: decode_tile_avx2_nv(kv, g, k0, nk, rows, lim0, group, sc, raw, raw_ld, 8); break;
+    case 128: decode_tile_avx2_nv(kv, g, k0, nk, rows, lim0, group, sc, raw, raw_ld, 16); break;
+    default: decode_tile_avx2_nv(kv, g, k0, nk, rows, lim0, group, sc, raw, raw_ld, kv->head_dim / 8);
     }
 }
 #endif
@@ -494,22 +579,21 @@ static void decode_split(const struct k25_attn_job *job, int g, int group, int k
                       (kv->dtype == K25_DTYPE_FP32 || kv->dtype == K25_DTYPE_FP16);
 #endif
 
-#if defined(K25_FUSED_QUANT)
-    const bool fused_q = (kv->dtype == K25_DTYPE_INT8 || kv->dtype == K25_DTYPE_INT4) && hd % 16 == 0 &&
-                         hd <= 128 && kv->vgroup % 8 == 0 && rows <= TK && sc->kt != NULL;
+#if defined(K25_DECODE_AVX2)
+    const bool quant = kv->dtype == K25_DTYPE_INT8 || kv->dtype == K25_DTYPE_INT4;
+    const bool avx2 = hd % 16 == 0 && hd <= 128 && rows <= TK && (!quant || kv->vgroup % 8 == 0) &&
+                      (sc->kt != NULL || !k25_kv_rows_need_tmp(kv, DT));
 #endif
 
     for (int k0 = k_lo, nk; k0 < k_hi; k0 += nk) {
         nk = k_hi - k0 < DT ? k_hi - k0 : DT;
         if (bs - k0 % bs < nk)
             nk = bs - k0 % bs;
-#if defined(K25_FUSED_QUANT)
-        if (fused_q && k0 < kv->n_quant) { /* quantized slots: one key group, below the residual */
+#if defined(K25_DECODE_AVX2)
+        if (avx2 && quant && k0 < kv->n_quant) { /* quantized slots: one key group, below the residual */
             int end = (k0 / kv->group + 1) * kv->group;
             end = end < kv->n_quant ? end : kv->n_quant;
             nk = end - k0 < nk ? end - k0 : nk;
-            decode_tile_quant(kv, g, k0, nk, rows, job->q_pos0 - k0, group, sc, raw, job->q_pos0 + job->n_q);
-            continue;
         }
 #endif
 #if defined(__AVX512F__)
@@ -519,6 +603,12 @@ static void decode_split(const struct k25_attn_job *job, int g, int group, int k
             decode_tile_avx512((const char *)kv->k_blocks[k0 / bs] + off,
                                (const char *)kv->v_blocks[k0 / bs] + off, kv->dtype != K25_DTYPE_FP32, nk,
                                rows, hd, job->q_pos0 - k0, group, sc, kv, g, k0, raw, job->q_pos0 + job->n_q);
+            continue;
+        }
+#endif
+#if defined(K25_DECODE_AVX2)
+        if (avx2) {
+            decode_tile_avx2(kv, g, k0, nk, rows, job->q_pos0 - k0, group, sc, raw, job->q_pos0 + job->n_q);
             continue;
         }
 #endif
