@@ -6,6 +6,8 @@
 #                   and the CI timing gate (ci/timing-gate.sh: the baseline commit built from
 #                   source, measured beside the candidate, interleaved)
 #   make test-quick the unit tests only (no integration tests)
+#   make layering-check  the include paths refuse upward and internal includes
+#                   (ci/layering-check.sh; README.md "Source layout"); part of test, test-quick
 #   make demo       install deps, build, run the demo (k25 run, bench, then the ci-smoke
 #                   sweep + report + gate; prints where the report is and the best setting)
 #   make baselines  re-measure baselines/results/ci-smoke, the gate's stored baseline
@@ -38,23 +40,74 @@ PKGS     := openblas yaml-0.1 jansson hdf5 libcrypto libmicrohttpd libcurl
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
 
-CFLAGS_ALL = -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp $(OPT) $(SAN) -g \
-             -MMD -MP -Iengine -Ibaselines -Iharness -Idatasets -Isweeps -I$(BUILD) $(PKG_CFLAGS) $(CFLAGS)
+# Source layout (README.md, "Source layout"): one library per folder, bottom to top
+#   util -> engine (+ baselines) -> datasets -> harness -> sweeps -> reports -> gates -> cli
+# Each folder compiles with its own directory on the include path plus the public-header
+# directories of the folders below it, $(BUILD)/include/FOLDER/, which hold symbolic links
+# to those folders' public headers only (PUB_*).  So an upward include, or an include of
+# another folder's internal header, is a compile error ("No such file or directory");
+# `make layering-check` proves it for every pair.  tests/ and tests/fuzz/ see every folder
+# (they test internals).
+LAYERS         := util engine datasets harness sweeps reports gates cli
+SRCDIRS_util     := util
+SRCDIRS_engine   := engine baselines
+SRCDIRS_datasets := datasets
+SRCDIRS_harness  := harness
+SRCDIRS_sweeps   := sweeps
+SRCDIRS_reports  := reports
+SRCDIRS_gates    := gates
+SRCDIRS_cli      := cli
+PUB_util       := util/k25util.h
+PUB_engine     := engine/k25.h engine/k25_attn.h
+PUB_datasets   := datasets/gold.h
+PUB_harness    := harness/harness.h
+PUB_sweeps     := sweeps/sweep.h
+PUB_reports    := reports/report.h
+PUB_gates      := gates/gate.h
+PUB_cli        := cli/cli.h
+BELOW_util     :=
+BELOW_engine   := util
+BELOW_datasets := $(BELOW_engine) engine
+BELOW_harness  := $(BELOW_datasets) datasets
+BELOW_sweeps   := $(BELOW_harness) harness
+BELOW_reports  := $(BELOW_sweeps) sweeps
+BELOW_gates    := $(BELOW_reports) reports
+BELOW_cli      := $(BELOW_gates) gates
+PUBDIR         := $(BUILD)/include
+GENDIR         := $(BUILD)/gen
+# A folder's include flags: its own source directories, then the public headers below it.
+layer_inc       = $(SRCDIRS_$(1):%=-I%) $(BELOW_$(1):%=-I$(PUBDIR)/%) -I$(GENDIR)
+ALL_SRCDIRS    := $(foreach L,$(LAYERS),$(SRCDIRS_$(L)))
+ALL_INC        := $(ALL_SRCDIRS:%=-I%) -I$(GENDIR)
+
+# LAYER_INC is set per object below (pattern-specific); tests use ALL_INC.
+CFLAGS_BASE = -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp $(OPT) $(SAN) -g \
+              -MMD -MP $(PKG_CFLAGS) $(CFLAGS)
+CFLAGS_ALL  = $(CFLAGS_BASE) $(ALL_INC)
 LDLIBS_ALL = $(SAN) -fopenmp $(PKG_LIBS) -lm -lpthread $(LDLIBS)
 
-ENGINE_SRC  := $(wildcard engine/*.c) $(wildcard baselines/*.c)
-HARNESS_SRC := $(filter-out harness/main.c,$(wildcard harness/*.c)) $(wildcard datasets/*.c) $(wildcard sweeps/*.c)
+# One static library per folder (libk25.a: engine + baselines), linked top to bottom.
+LIBNAME_util     := libk25util.a
+LIBNAME_engine   := libk25.a
+LIBNAME_datasets := libk25datasets.a
+LIBNAME_harness  := libk25harness.a
+LIBNAME_sweeps   := libk25sweeps.a
+LIBNAME_reports  := libk25reports.a
+LIBNAME_gates    := libk25gates.a
+LIBNAME_cli      := libk25cli.a
+CLI_MAIN       := cli/main.c
+$(foreach L,$(LAYERS),$(eval SRC_$(L) := $(filter-out $(CLI_MAIN),$(foreach D,$(SRCDIRS_$(L)),$(wildcard $(D)/*.c)))))
+$(foreach L,$(LAYERS),$(eval OBJ_$(L) := $(SRC_$(L):%.c=$(BUILD)/obj/%.o)))
+$(foreach L,$(LAYERS),$(eval LIB_$(L) := $(BUILD)/$(LIBNAME_$(L))))
+$(foreach L,$(LAYERS),$(foreach D,$(SRCDIRS_$(L)),$(eval $(BUILD)/obj/$(D)/%.o: LAYER_INC = $(call layer_inc,$(L)))))
+LIBS_TOPDOWN   := $(foreach L,cli gates reports sweeps harness datasets engine util,$(LIB_$(L)))
+MAIN_OBJ       := $(BUILD)/obj/cli/main.o
 TEST_SRC    := $(wildcard tests/test_*.c)
-
-ENGINE_OBJ  := $(ENGINE_SRC:%.c=$(BUILD)/obj/%.o)
-HARNESS_OBJ := $(HARNESS_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-LIBK25      := $(BUILD)/libk25.a
-LIBHARNESS  := $(BUILD)/libk25harness.a
 K25         := $(BUILD)/k25
 
-.PHONY: all deps test test-quick demo asan clean cuda-note tests-bin baselines gate-ab
+.PHONY: all deps test test-quick demo asan clean cuda-note tests-bin baselines gate-ab layering-check
 all: cuda-note $(K25)
 
 cuda-note:
@@ -66,49 +119,65 @@ deps:
 	@./ci/install-deps.sh
 
 # Build info recorded in every result's provenance; rewritten only when it changes.
-$(BUILD)/buildinfo.h: FORCE
-	@mkdir -p $(BUILD)
+$(GENDIR)/buildinfo.h: FORCE
+	@mkdir -p $(GENDIR)
 	@{ echo '#define K25_BUILD_CC "$(shell $(CC) --version | head -n1)"'; \
 	   echo '#define K25_BUILD_CFLAGS "$(strip $(OPT) $(SAN) $(CFLAGS))"'; \
 	   echo '#define K25_BUILD_GIT "$(shell git describe --always --dirty 2>/dev/null || echo unknown)"'; \
 	 } > $@.tmp; cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
 FORCE:
 
-$(BUILD)/obj/%.o: %.c | $(BUILD)/buildinfo.h
+# The public-header directories: rebuilt from PUB_* whenever the Makefile changes.
+$(PUBDIR)/.stamp: Makefile
+	@rm -rf $(PUBDIR)
+	@$(foreach L,$(LAYERS),mkdir -p $(PUBDIR)/$(L) && \
+	   $(foreach H,$(PUB_$(L)),ln -s $(abspath $(H)) $(PUBDIR)/$(L)/ &&)) touch $@
+
+$(BUILD)/obj/%.o: %.c | $(GENDIR)/buildinfo.h $(PUBDIR)/.stamp
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(CC) $(CFLAGS_BASE) $(LAYER_INC) -c $< -o $@
 
-$(LIBK25): $(ENGINE_OBJ)
+# make layering-check: proves the include paths above enforce the layout
+# (ci/layering-check.sh: every folder against every other folder's headers); part of
+# make test and make test-quick.
+layering-check: $(PUBDIR)/.stamp $(GENDIR)/buildinfo.h
+	@mkdir -p $(BUILD)/layering
+	@: > $(BUILD)/layering/spec.txt
+	@$(foreach L,$(LAYERS),echo '$(L)|$(SRCDIRS_$(L))|$(call layer_inc,$(L))|$(foreach B,$(BELOW_$(L)),$(PUB_$(B)))' \
+	   >> $(BUILD)/layering/spec.txt;)
+	@CC="$(CC)" CPPFLAGS_BASE="-std=c11 -D_GNU_SOURCE -fopenmp $(PKG_CFLAGS)" \
+	   ./ci/layering-check.sh $(BUILD)/layering/spec.txt $(ALL_SRCDIRS)
+
+$(foreach L,$(LAYERS),$(eval $(LIB_$(L)): $(OBJ_$(L))))
+$(LIBS_TOPDOWN):
 	@rm -f $@
 	ar rcs $@ $^
 
-$(LIBHARNESS): $(HARNESS_OBJ)
-	@rm -f $@
-	ar rcs $@ $^
-
-$(K25): $(BUILD)/obj/harness/main.o $(LIBHARNESS) $(LIBK25)
+$(K25): $(MAIN_OBJ) $(LIBS_TOPDOWN)
 	$(CC) -o $@ $^ $(LDLIBS_ALL)
 
-$(BUILD)/tests/%: tests/%.c $(LIBHARNESS) $(LIBK25) $(wildcard tests/*.h)
+$(BUILD)/tests/%: tests/%.c $(LIBS_TOPDOWN) $(wildcard tests/*.h) | $(GENDIR)/buildinfo.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(LIBHARNESS) $(LIBK25) $(LDLIBS_ALL) -lcmocka
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(LIBS_TOPDOWN) $(LDLIBS_ALL) -lcmocka
 
 # TEST-ONLY: k25 with extra work linked in (2 of 3 GEMMs twice, tests/extra_work.c), the
 # "slower commit" of the timing-gate proof in tests/test_gate.c
-$(BUILD)/tests/k25-extra-work: $(BUILD)/obj/harness/main.o $(LIBHARNESS) $(LIBK25) tests/extra_work.c
+$(BUILD)/tests/k25-extra-work: $(MAIN_OBJ) $(LIBS_TOPDOWN) tests/extra_work.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ tests/extra_work.c $(BUILD)/obj/harness/main.o $(LIBHARNESS) $(LIBK25) \
+	$(CC) $(CFLAGS_ALL) -o $@ tests/extra_work.c $(MAIN_OBJ) $(LIBS_TOPDOWN) \
 	   -Wl,--wrap=cblas_sgemm $(LDLIBS_ALL)
 
 tests-bin: $(K25) $(TEST_BIN) $(BUILD)/tests/k25-extra-work
 
 test: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) tests-bin
+	@$(MAKE) --no-print-directory layering-check
 	@K25=$(K25) ./ci/run-tests.sh $(TEST_BIN)
 	@K25=$(K25) ./ci/pipeline.sh test
 
 test-quick: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) tests-bin
+	@$(MAKE) --no-print-directory layering-check
 	@K25=$(K25) K25_QUICK=1 ./ci/run-tests.sh $(TEST_BIN)
 
 asan: deps
@@ -168,16 +237,16 @@ fuzz:
 
 fuzz-bins: $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
 
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(LIBHARNESS) $(LIBK25)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(LIBS_TOPDOWN) | $(GENDIR)/buildinfo.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests/fuzz -fsanitize=fuzzer -o $@ $< $(LIBHARNESS) $(LIBK25) $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -Itests/fuzz -fsanitize=fuzzer -o $@ $< $(LIBS_TOPDOWN) $(LDLIBS_ALL)
 
 fuzz-smoke: fuzz
 	@./tests/fuzz/smoke.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # make install PREFIX=/opt/k25 (default /usr/local; DESTDIR for staging): bin/k25, the report
 # templates where k25 report looks for them (share/k25/templates, next to bin/), and the
-# aliases that dispatch on argv[0] (harness/main.c): k25-benchmark, k25-mem-calculator,
+# aliases that dispatch on argv[0] (cli/main.c): k25-benchmark, k25-mem-calculator,
 # k25-log-analyzer, k25-checksum, each a symbolic link to k25.
 PREFIX        ?= /usr/local
 K25_ALIASES   := k25-benchmark k25-mem-calculator k25-log-analyzer k25-checksum

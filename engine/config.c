@@ -120,8 +120,8 @@ static const struct key_def keys[] = {
       "attention reads them, 0 = tiers off", ">= 0"},
      KIND_INT, F(kv_hot_tokens), 0, INT_MAX, 0, 0, false, false, NULL, 0},
     {{"kv_warm_budget_mb", "float", "0",
-      "KV tiers: host-memory pool in MiB for blocks that are not hot (a quarter of it, at least 2 "
-      "blocks, is prefetch staging when there is a cold tier)", "0..8796093022207"},
+      "KV tiers: host-memory pool in MiB for blocks that are not hot (with a cold tier, at least 2 "
+      "blocks of it are prefetch staging, grown to what the steps stream)", "0..8796093022207"},
      KIND_FLOAT, F(kv_warm_budget_mb), 0, 0, 0.0, (double)MEM_MB_MAX, false, false, NULL, 0},
     {{"kv_cold_dir", "string", "",
       "KV tiers: folder of the cold tier (an unlinked file read by a prefetch thread); empty = no "

@@ -2,8 +2,9 @@
  * engine.c - the engine object and its scheduler: continuous batching.
  *
  * Requests wait in a FIFO until admitted (at most max_batch_size run at
- * once; with a memory budget, only when the KV blocks for their prompt and
- * output can be reserved).  Each step builds one batch under the token
+ * once, and the degraded model's own share beside them; with a memory
+ * budget, only when the KV blocks for their prompt and output can be
+ * reserved).  Each step builds one batch under the token
  * budget max_num_batched_tokens: first one decode token for every running
  * sequence that has finished its prefill (latency first), then prefill
  * chunks of up to prefill_chunk_size tokens for sequences still
@@ -12,15 +13,13 @@
  * token ran get a sampled token; finished sequences free their blocks at
  * once, so a new request can join in the next step.
  *
- * Elastic queue (docs/engine.md "Elastic request queue"): the waiting FIFO
- * is the memory queue of queue_memory_capacity requests (high priority
- * goes ahead of the others and is never turned away).  Beyond it a request
- * spills to the durable disk queue (spill.c) as low priority, or, without
- * queue_spill_dir, is rejected with a reason.  Spilled requests move to
- * the memory queue in arrival order as it frees.  A request waiting longer
- * than queue_timeout_ms ends timed_out.  While the circuit breaker
- * (breaker.c) is open, new requests are marked degraded and run in their
- * own forward pass over the first degraded_layers layers.
+ * The waiting requests belong to the elastic queue (queue.c, docs/engine.md
+ * "Elastic request queue"): submission, routing to the memory, disk or
+ * degraded queue, admission into the batch, timeouts, and FINISH events
+ * once a request's done record is durable.  A step calls it at its start
+ * (admission) and after retiring finished sequences.  Degraded requests
+ * (the circuit breaker was open at their arrival) run in their own
+ * forward pass over the first degraded_layers layers.
  */
 #include "engine.h"
 #include "prefix.h"
@@ -52,52 +51,6 @@ const char *k25_finish_reason_name(enum k25_finish_reason f)
     case K25_FINISH_CANCELLED: return "cancelled";
     }
     return "?";
-}
-
-const char *k25_priority_name(enum k25_priority p)
-{
-    switch (p) {
-    case K25_PRIORITY_HIGH: return "high";
-    case K25_PRIORITY_STANDARD: return "standard";
-    case K25_PRIORITY_LOW: return "low";
-    }
-    return "?";
-}
-
-int k25_priority_parse(const char *name, enum k25_priority *out, struct k25_error *err)
-{
-    static const enum k25_priority all[] = {K25_PRIORITY_HIGH, K25_PRIORITY_STANDARD, K25_PRIORITY_LOW};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        if (name && !strcmp(name, k25_priority_name(all[i]))) {
-            *out = all[i];
-            return K25_OK;
-        }
-    return k25_error_set(err, K25_EINVAL, NULL, 0, "priority", "unknown priority '%s' (high, standard or low)",
-                         name ? name : "");
-}
-
-static uint64_t default_clock(void *user)
-{
-    (void)user;
-    return k25_now_ns();
-}
-
-/* The engine's clock (k25_now_ns unless a test replaced it). */
-static inline uint64_t now_ns(const struct k25_engine *e)
-{
-    return e->clock(e->clock_user);
-}
-
-void k25_engine_set_clock(k25_engine_t *e, k25_clock_fn fn, void *user)
-{
-    e->clock = fn ? fn : default_clock;
-    e->clock_user = fn ? user : NULL;
-    k25_breaker_init(&e->breaker, &e->cfg, now_ns(e)); /* its window starts on the new clock */
-}
-
-void k25_engine_set_spill_io(k25_engine_t *e, const struct k25_spill_io *io)
-{
-    k25_spill_set_io(&e->spill, io);
 }
 
 /*
@@ -230,54 +183,6 @@ static void engine_free(struct k25_engine *e)
     k25_free(e);
 }
 
-static int submit(struct k25_engine *e, const struct k25_request *req, const struct k25_spill_entry *replayed,
-                  int *handle, struct k25_error *err);
-
-/*
- * Opens the spill log and re-submits its unfinished requests (arrival
- * order) into the disk queue.  A request this engine cannot take (a log
- * written for another model) is marked done with a warning in the log.
- */
-static int spill_start(struct k25_engine *e, const struct k25_spill_io *io, struct k25_error *err)
-{
-    struct k25_spill_replay rep;
-    int rc = k25_spill_open(&e->spill, e->cfg.queue_spill_dir, io, &rep, err);
-    if (rc != K25_OK)
-        return rc;
-    e->replay.n_records = rep.n_records;
-    e->replay.n_done = rep.n_done;
-    e->replay.torn_bytes = rep.torn_bytes;
-    snprintf(e->replay.warning, sizeof(e->replay.warning), "%s", rep.warning);
-    if (rep.torn_bytes > 0)
-        k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=torn_record bytes=%lld path=%s",
-                      (long long)rep.torn_bytes, e->spill.path);
-    if (rep.n_pend > 0 && !(e->replayed = malloc(sizeof(int) * (size_t)rep.n_pend))) {
-        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (replay)");
-        goto out_free;
-    }
-    for (int i = 0; i < rep.n_pend; i++) {
-        struct k25_error serr;
-        int h;
-        if ((rc = submit(e, &rep.pend[i].req, &rep.pend[i], &h, &serr)) == K25_OK) {
-            e->replayed[e->replay.n_replayed++] = h;
-            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=replay req_id=%s seq=%llu", rep.pend[i].id,
-                          (unsigned long long)rep.pend[i].seq);
-            continue;
-        }
-        if (rc == K25_ENOMEM)
-            goto out_free;
-        k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=replay_skip req_id=%s seq=%llu reason=\"%s\"",
-                      rep.pend[i].id, (unsigned long long)rep.pend[i].seq, serr.msg);
-        if ((rc = k25_spill_done(&e->spill, rep.pend[i].seq, err)) != K25_OK)
-            goto out_free;
-    }
-    e->replay.handles = e->replayed;
-    rc = K25_OK;
-out_free:
-    k25_spill_replay_free(&rep);
-    return rc;
-}
-
 /* A cached block leaves the prefix cache to make room (prefix.c's on_evict). */
 static void log_block_evict(int32_t id, void *user)
 {
@@ -304,8 +209,7 @@ int k25_engine_create_io(const struct k25_config *cfg, const k25_model_t *model,
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     e->cfg = *cfg;
     e->model = model;
-    e->spill.fd = -1;
-    e->clock = default_clock;
+    e->q.spill.fd = -1;
     const struct k25_backend *B = k25_backend_find(cfg->backend); /* validated: built in */
     if ((rc = k25_bctx_init(&e->be, B, &e->acct, err)) != K25_OK)
         goto out_free;
@@ -340,6 +244,8 @@ int k25_engine_create_io(const struct k25_config *cfg, const k25_model_t *model,
             goto out_free;
         }
     }
+    if ((rc = k25_kv_tier_block_cap(cfg, probe.block_bytes, &max_blocks, err)) != K25_OK)
+        goto out_free; /* KV tiers: block ids past the RAM pool (kvtier.h) */
     if ((rc = k25_kv_pool_init(&e->pool, s, cfg, max_blocks, &e->be, err)) != K25_OK)
         goto out_free;
     if (cfg->enable_prefix_caching &&
@@ -353,7 +259,8 @@ int k25_engine_create_io(const struct k25_config *cfg, const k25_model_t *model,
     e->sample_work = k25_alloc_acct(&e->acct, K25_MEM_OTHER, sizeof(float) * (size_t)s->vocab_size);
     e->sample_idx = k25_alloc_acct(&e->acct, K25_MEM_OTHER, sizeof(int32_t) * (size_t)s->vocab_size);
     e->inv_freq = k25_alloc_acct(&e->acct, K25_MEM_OTHER, sizeof(double) * (size_t)(s->head_dim / 2));
-    e->running = k25_alloc_acct(&e->acct, K25_MEM_OTHER, sizeof(int) * (size_t)cfg->max_batch_size);
+    k25_queue_init(e); /* sizes the degraded batch share; starts the breaker */
+    e->running = k25_alloc_acct(&e->acct, K25_MEM_OTHER, sizeof(int) * (size_t)(cfg->max_batch_size + e->q.deg_slots));
     if (!e->sample_work || !e->sample_idx || !e->inv_freq || !e->running) {
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
         goto out_log;
@@ -364,15 +271,14 @@ int k25_engine_create_io(const struct k25_config *cfg, const k25_model_t *model,
     /* early exit after ceil(f * n_layers) layers, at least 1 */
     e->degraded_layers = (int)ceil(cfg->degraded_layer_fraction * s->n_layers - 1e-9);
     e->degraded_layers = e->degraded_layers < 1 ? 1 : e->degraded_layers > s->n_layers ? s->n_layers : e->degraded_layers;
-    k25_breaker_init(&e->breaker, cfg, now_ns(e));
-    if (cfg->queue_spill_dir[0] && (rc = spill_start(e, io, err)) != K25_OK) {
+    if (cfg->queue_spill_dir[0] && (rc = k25_queue_spill_start(e, io, err)) != K25_OK) {
         *out = e;
         k25_engine_destroy(e);
         *out = NULL;
         return rc;
     }
-    if (e->replay.torn_bytes > 0 && err) { /* a warning, not a failure (k25.h) */
-        k25_error_set(err, K25_EFORMAT, e->spill.path, 0, "queue_spill_dir", "%s", e->replay.warning);
+    if (e->q.replay.torn_bytes > 0 && err) { /* a warning, not a failure (k25.h) */
+        k25_error_set(err, K25_EFORMAT, e->q.spill.path, 0, "queue_spill_dir", "%s", e->q.replay.warning);
         err->code = K25_OK;
     }
     *out = e;
@@ -395,7 +301,7 @@ void k25_engine_mem_reset_peak(k25_engine_t *e)
     k25_mem_acct_reset_peak(&e->acct);
 }
 
-static void slot_free(struct k25_engine *e, struct k25_slot *sl)
+void k25_engine_slot_free(struct k25_engine *e, struct k25_slot *sl)
 {
     if (!sl)
         return;
@@ -422,13 +328,9 @@ void k25_engine_destroy(k25_engine_t *e)
     if (k25_threads_applied() != e->threads)
         k25_threads_apply(e->threads); /* leave the pools as configured */
     for (int i = 0; i < e->n_slots; i++)
-        slot_free(e, e->slots[i]);
+        k25_engine_slot_free(e, e->slots[i]);
     free(e->slots);
-    free(e->waiting);
-    free(e->spillq);
-    free(e->announce);
-    free(e->replayed);
-    k25_spill_close(&e->spill);
+    k25_queue_free(e);
     k25_log_close(&e->log, NULL);
     engine_free(e);
 }
@@ -459,7 +361,7 @@ static void call_step_hook(struct k25_engine *e, const struct k25_span *spans, i
     e->step_hook(&info, e->step_user);
 }
 
-static void emit(struct k25_engine *e, enum k25_event_type type, int handle, int32_t tok, int index,
+void k25_engine_emit(struct k25_engine *e, enum k25_event_type type, int handle, int32_t tok, int index,
                  uint64_t t_ns)
 {
     if (!e->cb)
@@ -468,306 +370,6 @@ static void emit(struct k25_engine *e, enum k25_event_type type, int handle, int
     e->cb(&ev, e->cb_user);
 }
 
-/* Makes room for one more int in a growable array. */
-static int grow_ints(int **a, int *cap, int n)
-{
-    if (n < *cap)
-        return K25_OK;
-    int ncap = *cap ? 2 * *cap : 64;
-    int *na = realloc(*a, sizeof(int) * (size_t)ncap);
-    if (!na)
-        return K25_ENOMEM;
-    *a = na;
-    *cap = ncap;
-    return K25_OK;
-}
-
-/* Makes room at the end of a FIFO [*head, *end) of capacity *cap. */
-static int grow_fifo(int **a, int *head, int *end, int *cap)
-{
-    if (*end == *cap && *head > 0) { /* compact before growing */
-        memmove(*a, *a + *head, sizeof(int) * (size_t)(*end - *head));
-        *end -= *head;
-        *head = 0;
-    }
-    return grow_ints(a, cap, *end);
-}
-
-static int mem_waiting(const struct k25_engine *e)
-{
-    return e->wait_end - e->wait_head;
-}
-
-static void breaker_tick(struct k25_engine *e, uint64_t now);
-
-int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handle, struct k25_error *err)
-{
-    return submit(e, req, NULL, handle, err);
-}
-
-/*
- * Appends req's record (with priority prio) to the spill log, fsync'd,
- * before the request is acknowledged: with a spill folder every accepted
- * request is durable, whichever queue it waits in, so a crash loses none
- * that a client saw accepted (replayed at the next start).  On failure the
- * slot is freed and nothing is accepted.
- */
-static int log_accepted(struct k25_engine *e, struct k25_slot *sl, const struct k25_request *req,
-                        enum k25_priority prio, struct k25_error *err)
-{
-    struct k25_request r = *req;
-    r.priority = prio;
-    r.id = sl->res.id;
-    int rc = k25_spill_append(&e->spill, &r, &sl->spill_seq, err);
-    if (rc != K25_OK) { /* nothing accepted: the caller must not acknowledge it */
-        k25_log_write(&e->log, K25_LOG_INFO, "QUEUE",
-                      "req_id=%s priority=%s queue_time=0ms degraded=%s state=rejected reason=spill_failed", sl->res.id,
-                      k25_priority_name(req->priority), sl->res.degraded ? "True" : "False");
-        slot_free(e, sl);
-        return rc;
-    }
-    sl->spill_live = true;
-    return K25_OK;
-}
-
-/*
- * Validates and copies a request, then routes it: memory queue, disk queue
- * (spill record fsync'd first), or rejected on arrival (memory queue full,
- * no spill tier).  replayed: a request read back from the spill log at
- * create (already in the log: goes to the disk queue as it was).
- */
-static int submit(struct k25_engine *e, const struct k25_request *req, const struct k25_spill_entry *replayed,
-                  int *handle, struct k25_error *err)
-{
-    const int V = e->model->shape.vocab_size;
-    const char *id = req->id ? req->id : "";
-    if (req->n_input <= 0)
-        return k25_error_set(err, K25_EINVAL, NULL, 0, "input_ids", "request '%s': empty prompt", id);
-    for (int i = 0; i < req->n_input; i++)
-        if (req->input_ids[i] < 0 || req->input_ids[i] >= V)
-            return k25_error_set(err, K25_EINVAL, NULL, 0, "input_ids",
-                                 "request '%s': token %d is %d, outside the vocabulary [0, %d)", id, i,
-                                 req->input_ids[i], V);
-    if (req->n_forced < 0 || (req->n_forced > 0 && !req->forced_ids))
-        return k25_error_set(err, K25_EINVAL, NULL, 0, "forced_ids", "request '%s': bad forced tokens", id);
-    for (int i = 0; i < req->n_forced; i++)
-        if (req->forced_ids[i] < 0 || req->forced_ids[i] >= V)
-            return k25_error_set(err, K25_EINVAL, NULL, 0, "forced_ids",
-                                 "request '%s': forced token %d is %d, outside the vocabulary [0, %d)", id, i,
-                                 req->forced_ids[i], V);
-    if ((unsigned)req->priority > K25_PRIORITY_LOW)
-        return k25_error_set(err, K25_EINVAL, NULL, 0, "priority", "request '%s': unknown priority %d", id,
-                             (int)req->priority);
-    if (req->max_new_tokens < 0)
-        return k25_error_set(err, K25_EINVAL, NULL, 0, "max_new_tokens",
-                             "request '%s': negative max_new_tokens %d", id, req->max_new_tokens);
-    if (req->has_sampling && !(req->temperature >= 0.0 && req->temperature <= 100.0))
-        return k25_error_set(err, K25_EINVAL, NULL, 0, "temperature",
-                             "request '%s': temperature %g outside [0, 100]", id, req->temperature);
-    if (req->has_sampling && !(req->top_p > 0.0 && req->top_p <= 1.0))
-        return k25_error_set(err, K25_EINVAL, NULL, 0, "top_p", "request '%s': top_p %g outside (0, 1]", id,
-                             req->top_p);
-    if (req->n_stop < 0 || (req->n_stop > 0 && (!req->stop_ids || !req->stop_lens)))
-        return k25_error_set(err, K25_EINVAL, NULL, 0, "stop", "request '%s': bad stop sequences", id);
-    for (int i = 0; i < req->n_stop; i++) {
-        if (req->stop_lens[i] < 1 || !req->stop_ids[i])
-            return k25_error_set(err, K25_EINVAL, NULL, 0, "stop", "request '%s': stop sequence %d is empty", id, i);
-        for (int j = 0; j < req->stop_lens[i]; j++)
-            if (req->stop_ids[i][j] < 0 || req->stop_ids[i][j] >= V)
-                return k25_error_set(err, K25_EINVAL, NULL, 0, "stop",
-                                     "request '%s': stop sequence %d has token %d outside the vocabulary", id, i,
-                                     req->stop_ids[i][j]);
-    }
-
-    if (e->n_slots == e->cap_slots) {
-        int ncap = e->cap_slots ? 2 * e->cap_slots : 64;
-        struct k25_slot **ns = realloc(e->slots, sizeof(*ns) * (size_t)ncap);
-        if (!ns)
-            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-        e->slots = ns;
-        e->cap_slots = ncap;
-    }
-    if (grow_fifo(&e->waiting, &e->wait_head, &e->wait_end, &e->wait_cap) != K25_OK ||
-        grow_fifo(&e->spillq, &e->spill_head, &e->spill_end, &e->spill_cap) != K25_OK ||
-        grow_ints(&e->announce, &e->announce_cap, e->n_announce) != K25_OK)
-        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-
-    struct k25_slot *sl = calloc(1, sizeof(*sl));
-    if (!sl || !(sl->prompt = malloc(sizeof(int32_t) * (size_t)req->n_input))) {
-        free(sl);
-        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-    }
-    memcpy(sl->prompt, req->input_ids, sizeof(int32_t) * (size_t)req->n_input);
-    snprintf(sl->res.id, sizeof(sl->res.id), "%s", id);
-    sl->res.state = K25_REQ_WAITING;
-    sl->res.n_input = req->n_input;
-    sl->res.submit_t_ns = now_ns(e);
-    int cap = e->cfg.decode_max_tokens;
-    sl->max_new = (req->max_new_tokens > 0 && req->max_new_tokens < cap) ? req->max_new_tokens : cap;
-    sl->keep_logits = req->keep_logits;
-    sl->keep_attn = req->keep_attn;
-    if (req->n_forced > 0) {
-        if (!(sl->forced = malloc(sizeof(int32_t) * (size_t)req->n_forced))) {
-            free(sl->prompt);
-            free(sl);
-            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-        }
-        memcpy(sl->forced, req->forced_ids, sizeof(int32_t) * (size_t)req->n_forced);
-        sl->n_forced = req->n_forced;
-    }
-    if (req->n_stop > 0) {
-        sl->stop = calloc((size_t)req->n_stop, sizeof(*sl->stop));
-        sl->stop_len = malloc(sizeof(int) * (size_t)req->n_stop);
-        sl->n_stop = sl->stop && sl->stop_len ? req->n_stop : 0;
-        for (int i = 0; i < sl->n_stop; i++) {
-            if (!(sl->stop[i] = malloc(sizeof(int32_t) * (size_t)req->stop_lens[i]))) {
-                slot_free(e, sl);
-                return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-            }
-            memcpy(sl->stop[i], req->stop_ids[i], sizeof(int32_t) * (size_t)req->stop_lens[i]);
-            sl->stop_len[i] = req->stop_lens[i];
-        }
-        if (sl->n_stop == 0) {
-            slot_free(e, sl);
-            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-        }
-    }
-    if (req->has_sampling) {
-        sl->temperature = req->temperature;
-        sl->top_p = req->top_p;
-        sl->rng = req->seed ? req->seed : 1; /* xorshift needs a non-zero state */
-    } else {
-        sl->temperature = e->cfg.temperature;
-        sl->top_p = e->cfg.top_p;
-        sl->rng = k25_sample_seed(e->cfg.seed, sl->res.id);
-    }
-
-    /* routing: every allocation is done, so after a spill append nothing can fail */
-    int h = e->n_slots, rc0;
-    breaker_tick(e, sl->res.submit_t_ns);
-    sl->res.priority = req->priority;
-    sl->res.degraded = e->breaker.open;
-    if (replayed) {
-        sl->res.spilled = sl->res.replayed = true;
-        sl->res.priority = K25_PRIORITY_LOW;
-        sl->spill_seq = replayed->seq;
-        sl->spill_live = true;
-        e->spillq[e->spill_end++] = h;
-        e->stats.spilled_requests++;
-        e->stats.replayed_requests++;
-    } else if (req->priority != K25_PRIORITY_HIGH && mem_waiting(e) >= e->cfg.queue_memory_capacity) {
-        if (e->spill.fd >= 0) {
-            int rc = log_accepted(e, sl, req, K25_PRIORITY_LOW, err);
-            if (rc != K25_OK)
-                return rc;
-            sl->res.spilled = true;
-            sl->res.priority = K25_PRIORITY_LOW;
-            e->spillq[e->spill_end++] = h;
-            e->stats.spilled_requests++;
-            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill req_id=%s seq=%llu spill_depth=%d",
-                          sl->res.id, (unsigned long long)sl->spill_seq, e->spill_end - e->spill_head);
-        } else {
-            sl->res.state = K25_REQ_REJECTED;
-            sl->res.finish_t_ns = sl->res.submit_t_ns;
-            snprintf(sl->res.reason, sizeof(sl->res.reason),
-                     "queue full: %d requests waiting (queue_memory_capacity), no queue_spill_dir",
-                     mem_waiting(e));
-            e->announce[e->n_announce++] = h;
-            e->stats.rejected_queue_full++;
-            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE",
-                          "req_id=%s priority=%s queue_time=0ms degraded=%s state=rejected reason=queue_full",
-                          sl->res.id, k25_priority_name(req->priority), sl->res.degraded ? "True" : "False");
-        }
-    } else if (e->spill.fd >= 0 && (rc0 = log_accepted(e, sl, req, req->priority, err)) != K25_OK) {
-        return rc0; /* with a spill log every accepted request is durable before it is acknowledged */
-    } else if (req->priority == K25_PRIORITY_HIGH) { /* ahead of every non-high request */
-        int at = e->wait_head;
-        while (at < e->wait_end && e->slots[e->waiting[at]]->res.priority == K25_PRIORITY_HIGH)
-            at++;
-        memmove(e->waiting + at + 1, e->waiting + at, sizeof(int) * (size_t)(e->wait_end - at));
-        e->waiting[at] = h;
-        e->wait_end++;
-    } else {
-        e->waiting[e->wait_end++] = h;
-    }
-    if (sl->res.degraded)
-        e->stats.degraded_requests++;
-    sl->res.ttft_sla_ms = sl->res.degraded                           ? e->cfg.degraded_ttft_ms
-                          : sl->res.priority == K25_PRIORITY_LOW ? e->cfg.queue_low_priority_ttft_ms
-                                                                 : 0;
-    e->n_slots++;
-    e->slots[h] = sl;
-    *handle = h;
-    return K25_OK;
-}
-
-/* Writes the request's done record when it has a live one in the spill log. */
-static void spill_mark_done(struct k25_engine *e, struct k25_slot *sl)
-{
-    if (!sl->spill_live)
-        return;
-    sl->spill_live = false;
-    struct k25_error err;
-    if (k25_spill_done(&e->spill, sl->spill_seq, &err) != K25_OK) /* it may come back at replay */
-        k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_error req_id=%s reason=\"%s\"", sl->res.id,
-                      err.msg);
-}
-
-/* The [QUEUE] line of a request leaving the queue (admitted, timed out, rejected). */
-static void log_queue(struct k25_engine *e, const struct k25_slot *sl, uint64_t now, const char *state,
-                      const char *reason)
-{
-    if (!k25_log_on(&e->log, K25_LOG_INFO))
-        return;
-    k25_log_write(&e->log, K25_LOG_INFO, "QUEUE",
-                  "req_id=%s priority=%s queue_time=%.0fms degraded=%s spilled=%s state=%s%s%s", sl->res.id,
-                  k25_priority_name(sl->res.priority), (double)(now - sl->res.submit_t_ns) / 1e6,
-                  sl->res.degraded ? "True" : "False", sl->res.spilled ? "True" : "False", state,
-                  reason ? " reason=" : "", reason ? reason : "");
-}
-
-/* Ends a waiting request (already out of its queue) as rejected or timed out. */
-static void end_waiting(struct k25_engine *e, int h, enum k25_req_state st, uint64_t now)
-{
-    struct k25_slot *sl = e->slots[h];
-    sl->res.state = st;
-    sl->res.finish_t_ns = now;
-    spill_mark_done(e, sl);
-    emit(e, K25_EV_FINISH, h, -1, 0, now);
-}
-
-/* Times out requests of one FIFO [*head, *end) that waited longer than queue_timeout_ms, keeping the order. */
-static void expire_fifo(struct k25_engine *e, int *q, int head, int *end, uint64_t now)
-{
-    uint64_t lim = (uint64_t)e->cfg.queue_timeout_ms * 1000000ull;
-    int w = head;
-    for (int i = head; i < *end; i++) {
-        int h = q[i];
-        struct k25_slot *sl = e->slots[h];
-        if (now - sl->res.submit_t_ns <= lim) {
-            q[w++] = h;
-            continue;
-        }
-        snprintf(sl->res.reason, sizeof(sl->res.reason), "waited %.0f ms in the %s queue (queue_timeout_ms %d)",
-                 (double)(now - sl->res.submit_t_ns) / 1e6, sl->res.spilled ? "disk" : "memory",
-                 e->cfg.queue_timeout_ms);
-        e->stats.timed_out_requests++;
-        k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=timeout req_id=%s", sl->res.id);
-        log_queue(e, sl, now, "timed_out", "queue_timeout");
-        end_waiting(e, h, K25_REQ_TIMED_OUT, now);
-    }
-    *end = w;
-}
-
-/* Moves spilled requests to the memory queue, in arrival order, while it has room. */
-static void unspill(struct k25_engine *e)
-{
-    while (e->spill_head < e->spill_end && mem_waiting(e) < e->cfg.queue_memory_capacity) {
-        if (grow_fifo(&e->waiting, &e->wait_head, &e->wait_end, &e->wait_cap) != K25_OK)
-            return; /* out of memory: stays on disk, tried again next step */
-        e->waiting[e->wait_end++] = e->spillq[e->spill_head++];
-    }
-}
 
 /*
  * Prefix caching: an admitted request takes the cached blocks that match
@@ -777,7 +379,7 @@ static void unspill(struct k25_engine *e)
  * in the pool, so reservations still bound it).  Degraded requests neither
  * take nor give blocks: their KV has fewer layers.  Out of memory: a miss.
  */
-static void prefix_attach(struct k25_engine *e, struct k25_slot *sl)
+void k25_engine_prefix_attach(struct k25_engine *e, struct k25_slot *sl)
 {
     if (!e->pool.px || sl->res.degraded || sl->res.n_input < 2)
         return;
@@ -808,50 +410,6 @@ static void prefix_publish(struct k25_engine *e, struct k25_slot *sl)
         memcpy(tok + np, sl->res.output_ids, sizeof(int32_t) * (size_t)(n - np));
     k25_prefix_publish(&e->pool, &sl->seq, tok, n);
     free(tok);
-}
-
-/* Admits waiting requests while the batch and the KV budget allow. */
-static void admit(struct k25_engine *e)
-{
-    struct k25_kv_pool *p = &e->pool;
-    uint64_t now = now_ns(e);
-    if (e->cfg.queue_timeout_ms > 0) {
-        expire_fifo(e, e->waiting, e->wait_head, &e->wait_end, now);
-        expire_fifo(e, e->spillq, e->spill_head, &e->spill_end, now);
-    }
-    unspill(e);
-    while (e->wait_head < e->wait_end && e->n_running < e->cfg.max_batch_size) {
-        int h = e->waiting[e->wait_head];
-        struct k25_slot *sl = e->slots[h];
-        /* the blocks the sequence can hold at once: with compression, the kept
-         * slots plus the slack compression needs (k25_kv_peak_slots) */
-        int64_t need = k25_kv_blocks_for(p, k25_kv_peak_slots(&e->cfg, sl->res.n_input,
-                                                               (int64_t)sl->res.n_input + sl->max_new));
-        if (p->max_blocks > 0) {
-            if (need > p->max_blocks) {
-                e->wait_head++;
-                snprintf(sl->res.reason, sizeof(sl->res.reason),
-                         "needs %lld KV blocks, the memory budget holds %lld", (long long)need,
-                         (long long)p->max_blocks);
-                log_queue(e, sl, now, "rejected", "kv_budget");
-                end_waiting(e, h, K25_REQ_REJECTED, now_ns(e));
-                unspill(e);
-                continue;
-            }
-            if (p->reserved + need > p->max_blocks)
-                break; /* FIFO: wait until running requests free blocks */
-            p->reserved += need;
-            sl->reserved_blocks = need;
-        }
-        e->wait_head++;
-        prefix_attach(e, sl);
-        sl->res.state = K25_REQ_PREFILL;
-        sl->res.admit_t_ns = now_ns(e);
-        e->running[e->n_running++] = h;
-        log_queue(e, sl, sl->res.admit_t_ns, "admitted", NULL);
-        emit(e, K25_EV_ADMIT, h, -1, 0, sl->res.admit_t_ns);
-        unspill(e);
-    }
 }
 
 static const char *const tier_names[] = {"hot", "warm", "cold"}; /* kvcache.h tier_access */
@@ -975,8 +533,13 @@ static bool ends_with_stop(const struct k25_slot *sl)
     return false;
 }
 
-/* Completes a running request: result figures, blocks back to the pool, FINISH event. */
-static void finish(struct k25_engine *e, int h, enum k25_finish_reason f)
+/*
+ * Completes a request (running, or waiting when cancelled): result
+ * figures, blocks back to the pool; queue.c writes its done record and
+ * emits its FINISH event at the next k25_queue_flush.  now: the engine
+ * clock when it ran to its end (a degraded-service sample), 0 otherwise.
+ */
+void k25_engine_finish(struct k25_engine *e, int h, enum k25_finish_reason f, uint64_t now)
 {
     struct k25_slot *sl = e->slots[h];
     sl->res.state = K25_REQ_COMPLETED;
@@ -992,39 +555,7 @@ static void finish(struct k25_engine *e, int h, enum k25_finish_reason f)
     }
     e->pool.reserved -= sl->reserved_blocks;
     sl->reserved_blocks = 0;
-    spill_mark_done(e, sl);
-    emit(e, K25_EV_FINISH, h, -1, sl->res.n_output, sl->res.finish_t_ns);
-}
-
-void k25_engine_cancel(k25_engine_t *e, int handle, const char *reason)
-{
-    if (handle < 0 || handle >= e->n_slots || !e->slots[handle])
-        return;
-    struct k25_slot *sl = e->slots[handle];
-    enum k25_req_state st = sl->res.state;
-    if (st == K25_REQ_COMPLETED || st == K25_REQ_REJECTED || st == K25_REQ_TIMED_OUT)
-        return;
-    snprintf(sl->res.reason, sizeof(sl->res.reason), "%s", reason ? reason : "cancelled");
-    if (st == K25_REQ_WAITING) { /* out of its FIFO (memory or disk), keeping the others' order */
-        int w = e->wait_head;
-        for (int i = e->wait_head; i < e->wait_end; i++)
-            if (e->waiting[i] != handle)
-                e->waiting[w++] = e->waiting[i];
-        e->wait_end = w;
-        w = e->spill_head;
-        for (int i = e->spill_head; i < e->spill_end; i++)
-            if (e->spillq[i] != handle)
-                e->spillq[w++] = e->spillq[i];
-        e->spill_end = w;
-    } else {
-        int kept = 0;
-        for (int i = 0; i < e->n_running; i++)
-            if (e->running[i] != handle)
-                e->running[kept++] = e->running[i];
-        e->n_running = kept;
-    }
-    k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "req_id=%s state=cancelled", sl->res.id);
-    finish(e, handle, K25_FINISH_CANCELLED);
+    k25_queue_ended(e, h, now);
 }
 
 /*
@@ -1051,34 +582,6 @@ static int step_threads(const struct k25_engine *e, const struct k25_span *spans
         flops += per_token * spans[i].n +
                  4.0 * spans[i].n * (spans[i].pos0 + spans[i].n) * (double)s->n_heads * s->head_dim * s->n_layers;
     return flops < K25_SERIAL_STEP_FLOPS ? 1 : e->threads;
-}
-
-/* Re-evaluates the circuit breaker at now and logs a transition. */
-static void breaker_tick(struct k25_engine *e, uint64_t now)
-{
-    struct k25_breaker *b = &e->breaker;
-    if (!b->enabled)
-        return;
-    int t = k25_breaker_update(b, now, atomic_load(&e->acct.total_cur));
-    if (t == 0)
-        return;
-    if (t > 0)
-        e->stats.breaker_opens++;
-    k25_log_write(&e->log, K25_LOG_INFO, "QUEUE",
-                  "event=%s busy=%.3f memory=%.3f busy_threshold=%.2f memory_threshold=%.2f degraded_layers=%d",
-                  t > 0 ? "breaker_open" : "breaker_close", b->busy, b->mem, b->busy_thr, b->mem_thr,
-                  e->degraded_layers);
-}
-
-/* FINISH events of requests rejected on arrival (deferred so they come from a step, after submit returned). */
-static void announce(struct k25_engine *e)
-{
-    for (int i = 0; i < e->n_announce; i++) {
-        int h = e->announce[i];
-        if (e->slots[h])
-            emit(e, K25_EV_FINISH, h, -1, 0, e->slots[h]->res.finish_t_ns);
-    }
-    e->n_announce = 0;
 }
 
 /*
@@ -1112,10 +615,10 @@ static int forward_groups(struct k25_engine *e, struct k25_span *spans, int *spa
 
 int k25_engine_step(k25_engine_t *e, struct k25_error *err)
 {
-    announce(e);
-    admit(e);
+    k25_queue_announce(e);
+    k25_queue_admit(e);
     if (e->n_running == 0) {
-        breaker_tick(e, now_ns(e));
+        k25_queue_breaker_tick(e, k25_queue_now(e));
         return K25_OK;
     }
 
@@ -1177,18 +680,16 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
     if (nt != k25_threads_applied()) /* process-wide: another engine may have changed it */
         k25_threads_apply(nt);
 
-    uint64_t t0 = now_ns(e);
+    uint64_t t0 = k25_queue_now(e);
     if ((rc = forward_groups(e, spans, span_h, n_spans, err)) != K25_OK)
         goto out;
     if (e->step_hook)
         call_step_hook(e, spans, n_spans, t0);
-    uint64_t t1 = now_ns(e), dt = t1 - t0;
+    uint64_t t1 = k25_queue_now(e), dt = t1 - t0;
     /* occupancy: full when anything still waits (the engine cannot take more), else the batch's share */
-    double occupancy = e->wait_head < e->wait_end || e->spill_head < e->spill_end
-                           ? 1.0
-                           : (double)e->n_running / e->cfg.max_batch_size;
-    k25_breaker_record(&e->breaker, t0, t1, occupancy);
-    breaker_tick(e, t1);
+    double occupancy = k25_queue_waiting(e) ? 1.0 : (double)e->n_running / e->cfg.max_batch_size;
+    k25_breaker_record(&e->q.breaker, t0, t1, occupancy);
+    k25_queue_breaker_tick(e, t1);
     e->stats.steps++;
     e->stats.busy_ns += dt;
     if (has_prefill)
@@ -1211,7 +712,7 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
             sl->res.prefill_chunks++;
             sl->res.prefill_ns += dt;
             e->stats.prefill_tokens += spans[i].n;
-            emit(e, K25_EV_PREFILL_CHUNK, h, -1, sl->res.prefill_chunks - 1, t1);
+            k25_engine_emit(e, K25_EV_PREFILL_CHUNK, h, -1, sl->res.prefill_chunks - 1, t1);
             if (!spans[i].logits)
                 continue;
             sl->res.state = K25_REQ_DECODE;
@@ -1234,7 +735,7 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
             k25_log_write(&e->log, K25_LOG_DEBUG, "DECODE", "req_id=%s token_id=%d kv_block_access=%s(%d) cache_hit=%s",
                           sl->res.id, tok, tier_names[sl->seq.tier_access], sl->seq.tier_access_id,
                           sl->seq.tier_step_hit ? "True" : "False");
-        emit(e, K25_EV_TOKEN, h, tok, sl->res.n_output - 1, t1);
+        k25_engine_emit(e, K25_EV_TOKEN, h, tok, sl->res.n_output - 1, t1);
     }
 
     /* retire finished sequences, keeping the running list in order */
@@ -1248,12 +749,13 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         else if (sl->res.state == K25_REQ_DECODE && ends_with_stop(sl))
             f = K25_FINISH_STOP;
         if (f != K25_FINISH_NONE) {
-            finish(e, h, f);
+            k25_engine_finish(e, h, f, t1);
         } else {
             e->running[kept++] = h;
         }
     }
     e->n_running = kept;
+    k25_queue_flush(e); /* done records durable (one fsync), then the FINISH events */
 
     /* KV tiers: the step's sequences give back what need not stay hot, and the cold blocks of
      * the next decode step start loading while the caller works (double buffering) */
@@ -1274,11 +776,6 @@ out:
     return rc;
 }
 
-bool k25_engine_idle(const k25_engine_t *e)
-{
-    return e->n_running == 0 && e->wait_head == e->wait_end && e->spill_head == e->spill_end && e->n_announce == 0;
-}
-
 int k25_engine_run(k25_engine_t *e, struct k25_error *err)
 {
     while (!k25_engine_idle(e)) {
@@ -1296,33 +793,14 @@ const struct k25_result *k25_engine_result(const k25_engine_t *e, int handle)
     return &e->slots[handle]->res;
 }
 
-void k25_engine_release(k25_engine_t *e, int handle)
-{
-    if (handle < 0 || handle >= e->n_slots || !e->slots[handle])
-        return;
-    struct k25_slot *sl = e->slots[handle];
-    K25_ASSERT(sl->res.state == K25_REQ_COMPLETED || sl->res.state == K25_REQ_REJECTED ||
-               sl->res.state == K25_REQ_TIMED_OUT);
-    for (int i = 0; i < e->n_announce; i++) /* its FINISH event is no longer due */
-        if (e->announce[i] == handle)
-            e->announce[i--] = e->announce[--e->n_announce];
-    slot_free(e, sl);
-    e->slots[handle] = NULL;
-}
-
 void k25_engine_get_stats(const k25_engine_t *e, struct k25_engine_stats *out)
 {
     *out = e->stats;
     out->kv_blocks_in_use = e->pool.in_use;
     out->kv_blocks_peak = e->pool.peak_in_use;
     out->kv_blocks_capacity = e->pool.max_blocks;
-    out->n_waiting_memory = e->wait_end - e->wait_head;
-    out->n_waiting_spill = e->spill_end - e->spill_head;
-    out->n_waiting = out->n_waiting_memory + out->n_waiting_spill;
     out->n_running = e->n_running;
-    out->breaker_open = e->breaker.open;
-    out->busy_fraction = e->breaker.busy;
-    out->memory_fraction = e->breaker.mem;
+    k25_queue_stats(e, out);
     if (e->tier) {
         struct k25_kv_tier_totals tt;
         k25_kv_tier_totals(e->tier, &tt);
@@ -1342,12 +820,6 @@ void k25_engine_get_stats(const k25_engine_t *e, struct k25_engine_stats *out)
     out->prefix_hit_tokens = ps.hit_tokens;
     out->prefix_cached_blocks = ps.cached_blocks;
     out->prefix_evictions = ps.evictions;
-}
-
-void k25_engine_replay_info(const k25_engine_t *e, struct k25_replay_info *out)
-{
-    *out = e->replay;
-    out->handles = e->replayed;
 }
 
 const struct k25_config *k25_engine_config(const k25_engine_t *e)

@@ -1,8 +1,9 @@
 /*
  * engine.h - the engine object (engine-internal): request slots, the
  * waiting queue, the running batch, the KV pool and activation buffers.
- * engine.c schedules, forward.c runs the model over one step's batch,
- * sample.c picks tokens.
+ * engine.c steps the running batch, queue.c keeps the waiting requests
+ * (queue.h), forward.c runs the model over one step's batch, sample.c
+ * picks tokens.
  */
 #ifndef K25_ENGINE_H
 #define K25_ENGINE_H
@@ -71,20 +72,9 @@ struct k25_engine {
 
     struct k25_slot **slots;  /* [n_slots], by handle */
     int n_slots, cap_slots;
-    int *waiting;             /* handles, FIFO: [wait_head, n_wait_end) */
-    int wait_head, wait_end, wait_cap;
-    int *running;             /* handles in admission order */
-    int n_running;
-
-    /* elastic queue (queue.h): the waiting FIFO above is the memory queue */
-    int *spillq;              /* handles in the disk queue, arrival order: [spill_head, spill_end) (malloc'd) */
-    int spill_head, spill_end, spill_cap;
-    int *announce;            /* rejected on arrival: FINISH events due at the next step (malloc'd) */
-    int n_announce, announce_cap;
-    struct k25_spill_log spill; /* fd -1 without queue_spill_dir */
-    struct k25_replay_info replay; /* what create found in the log; handles -> replayed */
-    int *replayed;            /* [replay.n_replayed] (malloc'd) */
-    struct k25_breaker breaker;
+    int *running;             /* handles in admission order [max_batch_size + q.deg_slots] */
+    int n_running;            /* degraded ones included (q.n_running_deg of them) */
+    struct k25_queue q;       /* elastic queue (queue.h, queue.c): waiting requests, spill log, breaker */
     int degraded_layers;      /* layers of the degraded (early-exit) model */
     k25_clock_fn clock;       /* queue, step and breaker times (TEST-ONLY replaceable) */
     void *clock_user;

@@ -17,9 +17,9 @@
  * stopped after its first n_layers layers (engine.c runs its spans in a
  * pass of their own); its sequences get KV for those layers only.
  *
- * With KV tiers on (kvtier.c), each span's blocks are made hot (backend
- * memory) right after its reserve, before any layer writes or reads them;
- * engine.c gives them back after the step.
+ * With KV tiers on (kvtier.c), each span's blocks are prepared right
+ * after its reserve (hot, or streamed layer by layer: k25_kv_tier_layer
+ * before each layer's KV writes); engine.c gives them back after the step.
  * Every touch of tensor memory is a backend call (backend.h): this file
  * holds the order of operations and host bookkeeping (token ids,
  * positions, row numbers) only.
@@ -156,6 +156,8 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, int n
         for (int i = 0; i < n_spans; i++) {
             struct k25_tensor k = k25_tensor_view(&K, aseq[i].row0, spans[i].n, 0, nkv * hd),
                               v = k25_tensor_view(&V, aseq[i].row0, spans[i].n, 0, nkv * hd);
+            if (e->tier && (rc = k25_kv_tier_layer(e->tier, spans[i].seq, l, err)) != K25_OK)
+                goto out_free; /* KV tiers: layer l of the streamed blocks */
             B->kv_write(ctx, &e->pool, spans[i].seq, l, aseq[i].q_slot0, &k, &v);
             e->stats.kv_block_accesses += spans[i].seq->n_blocks;
         }

@@ -18,55 +18,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define K25_VERSION "0.1.0"
-
-/* ---------------------------------------------------------------- errors */
-
-enum {
-    K25_OK = 0,
-    K25_EINVAL = -1,       /* bad argument or bad value in an input   */
-    K25_ENOMEM = -2,       /* allocation failed or budget exhausted   */
-    K25_EIO = -3,          /* read/write/open failed                  */
-    K25_EFORMAT = -4,      /* malformed file                          */
-    K25_ENOTFOUND = -5,    /* missing file, key, tensor or preset     */
-    K25_ERANGE = -6,       /* value out of its allowed range          */
-    K25_EUNSUPPORTED = -7, /* valid but not supported by this build   */
-    K25_EINTERNAL = -8,    /* should not happen                       */
-};
-
-/*
- * Where and why something failed.  msg is the full human-readable line,
- * already prefixed with "FILE:LINE: " and "key 'x': " when those are known;
- * file/line/field repeat them for programs and tests.
- */
-struct k25_error {
-    int code;
-    int line;         /* 0 when not known */
-    char file[256];   /* "" when not known */
-    char field[96];   /* key, tensor or field name; "" when not known */
-    char msg[1024];
-};
-
-const char *k25_strerror(int code);
-
-/*
- * Fills err (if not NULL) and returns code, so callers can write
- * `return k25_error_set(err, K25_EINVAL, path, line, "key", "...")`.
- * file may be NULL, line 0, field NULL when not known.
- */
-int k25_error_set(struct k25_error *err, int code, const char *file, int line,
-                  const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-
-void k25_error_clear(struct k25_error *err);
-
-/* K25_ASSERT: a broken internal invariant aborts with expression, file, line. */
-void k25_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
-#define K25_ASSERT(e) ((e) ? (void)0 : k25_assert_fail(#e, __FILE__, __LINE__))
-
-/* ----------------------------------------------------------------- time */
-
-uint64_t k25_now_ns(void); /* CLOCK_MONOTONIC in nanoseconds */
+/* Status codes (K25_E*), struct k25_error, K25_ASSERT, k25_now_ns and K25_VERSION come
+ * from util/ (k25util.h), the layer below the engine. */
+#include "k25util.h"
 
 /* ------------------------------------------------------- memory tracking */
 
@@ -459,7 +413,11 @@ struct k25_engine_stats {
     int64_t spilled_requests;  /* written to the disk queue (replayed ones included) */
     int64_t replayed_requests; /* re-submitted from the log at create */
     int64_t timed_out_requests;
-    int64_t rejected_queue_full; /* rejected on arrival: memory queue full, no spill tier */
+    int64_t rejected_queue_full; /* rejected on arrival: their queue was full (memory queue without a
+                                  * spill tier, or the degraded queue: rejected_degraded of them) */
+    int n_waiting_degraded;    /* in the degraded queue (also in n_waiting) */
+    int64_t rejected_degraded; /* degraded arrivals whose first token could not meet degraded_ttft_ms */
+    int64_t spill_fsyncs;      /* fsyncs of the spill log (group commit: fewer than its records) */
     /* KV tiers (per run; per request in struct k25_result).  kv_cache_hit_rate = hits / reads
      * (1 when there were no reads); wait: total and the longest of one sequence in one step;
      * bytes moved between tiers, and the time the copies took (bytes / copy_ns = tier-copy
@@ -519,10 +477,26 @@ void k25_engine_set_step_hook(k25_engine_t *e, k25_step_hook fn, void *user);
  * fails with K25_EIO and a reason, and nothing was accepted.  Without a
  * spill folder it gets a handle in state K25_REQ_REJECTED with a reason
  * (its K25_EV_FINISH event comes with the next k25_engine_step).  While
- * the circuit breaker is open the request runs on the degraded model.
+ * the circuit breaker is open the request runs on the degraded model, in
+ * the degraded queue with its own batch slots; a degraded arrival whose
+ * first token is predicted later than degraded_ttft_ms gets a handle in
+ * state K25_REQ_REJECTED with the reason (high priority never does).
+ * With queue_spill_dir a request's K25_EV_FINISH event comes only once
+ * its done record is durable.
  */
 int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handle,
                       struct k25_error *err);
+/*
+ * Submits n requests as n k25_engine_submit calls would, in order, except
+ * that with queue_spill_dir their records share one fsync (group commit):
+ * a server submits every request that arrived during a step at once and
+ * acknowledges each whose rcs[i] is 0.  handles[i] is -1 and errs[i] (may
+ * be NULL) says why when rcs[i] is not 0; when the shared fsync fails,
+ * every request of the batch that had a record gets K25_EIO with the
+ * reason and none of them was accepted.  Returns 0 or the first failure.
+ */
+int k25_engine_submit_batch(k25_engine_t *e, const struct k25_request *reqs, int n, int *handles, int *rcs,
+                            struct k25_error *errs);
 
 /*
  * Runs one engine step: admits waiting requests, builds a batch of decode
@@ -686,6 +660,10 @@ struct k25_mem_estimate {
     int64_t attn_q_rows;        /* queries of the largest attention call */
     int64_t attn_kv_tokens;     /* keys it reads */
     int threads;                /* thread count the scratch figure assumes */
+    /* KV tiers (kv_hot_tokens > 0): bytes[K25_MEM_KV] is what RAM holds - the hot blocks
+     * (k25_kv_tier_hot_blocks per sequence) + the warm pool + the copy buffer - and the
+     * blocks beyond them live in the cold file (at least kv_cold_bytes; not in total_bytes) */
+    int64_t kv_hot_bytes, kv_warm_bytes, kv_cold_bytes;
 };
 
 /* Fails with K25_EINVAL (naming the argument) for context or batch < 1. */

@@ -69,8 +69,51 @@ void k25_kv_pool_free(struct k25_kv_pool *p)
     free(p->blocks);
     free(p->free_ids);
     free(p->refs);
+    for (int i = 0; i < p->n_spare; i++)
+        p->be->be->buf_free(p->be, p->spare[i]);
+    free(p->spare);
     k25_prefix_destroy(p);
     memset(p, 0, sizeof(*p));
+}
+
+int k25_kv_buf_take(struct k25_kv_pool *p, struct k25_buf **out, struct k25_error *err)
+{
+    p->spare_taken++;
+    if (p->n_spare > 0) {
+        *out = p->spare[--p->n_spare];
+        return K25_OK;
+    }
+    if (p->be->be->buf_alloc(p->be, K25_MEM_KV, p->block_bytes, out, NULL) != K25_OK)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (a KV block buffer of %zu bytes)",
+                             p->block_bytes);
+    return K25_OK;
+}
+
+void k25_kv_buf_give(struct k25_kv_pool *p, struct k25_buf *b)
+{
+    if (p->n_spare < p->spare_keep) {
+        if (p->n_spare == p->spare_cap) {
+            int ncap = p->spare_cap ? 2 * p->spare_cap : 8;
+            struct k25_buf **ns = realloc(p->spare, sizeof(*ns) * (size_t)ncap);
+            if (ns) {
+                p->spare = ns;
+                p->spare_cap = ncap;
+            }
+        }
+        if (p->n_spare < p->spare_cap) {
+            p->spare[p->n_spare++] = b;
+            return;
+        }
+    }
+    p->be->be->buf_free(p->be, b);
+}
+
+void k25_kv_spare_trim(struct k25_kv_pool *p, int min)
+{
+    int keep = p->spare_taken > min ? p->spare_taken : min;
+    while (p->n_spare > keep)
+        p->be->be->buf_free(p->be, p->spare[--p->n_spare]);
+    p->spare_taken = 0;
 }
 
 /* One block id from the free list, or a new block, or (at the budget) a
@@ -81,7 +124,7 @@ static int32_t block_get(struct k25_kv_pool *p)
     if (p->n_free > 0) {
         id = p->free_ids[--p->n_free];
         /* freed while in the warm or cold tier (kvtier.c): it gets a hot buffer again */
-        if (!p->blocks[id] && p->be->be->buf_alloc(p->be, K25_MEM_KV, p->block_bytes, &p->blocks[id], NULL) != K25_OK) {
+        if (!p->blocks[id] && k25_kv_buf_take(p, &p->blocks[id], NULL) != K25_OK) {
             p->free_ids[p->n_free++] = id;
             return -1;
         }

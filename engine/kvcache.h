@@ -73,6 +73,15 @@ struct k25_kv_pool {
     int64_t in_use, peak_in_use; /* blocks with refs > 0 */
     int32_t *refs;       /* [cap] block tables holding each block (prefix caching shares blocks; 0: free or cached idle) */
     struct k25_prefix *px; /* the prefix cache (prefix.c), NULL when enable_prefix_caching is off (owned) */
+    /* KV tiers (kvtier.c).  A block streamed through a step has blocks[id] == NULL and its layer
+     * stream_l[id] in the host area stream[id] (kvtier.c owns both arrays, [cap]; NULL with tiers off).
+     * Whole-block buffers that left an id wait in spare for the next id that needs one, so tier
+     * moves do not allocate, zero and free a block buffer per step. */
+    unsigned char **stream; /* [cap] one layer of a streamed block, or NULL */
+    int16_t *stream_l;      /* [cap] the layer stream[id] holds */
+    struct k25_buf **spare; /* [n_spare] block buffers without an id (K25_MEM_KV, owned) */
+    int n_spare, spare_cap, spare_keep; /* spare_keep: the most kept; more are freed */
+    int spare_taken;        /* buffers taken since the last trim */
 };
 
 /* The blocks of one sequence. */
@@ -92,11 +101,13 @@ struct k25_kv_seq {
     int64_t pruned_slots, merged_slots;
     /* KV tiers (kvtier.c; all 0 / unused with tiers off, where forward.c counts every read a hit).
      * A block of a sequence whose bytes sit in the warm or cold tier has pool->blocks[id] == NULL
-     * between steps; k25_kv_tier_acquire makes it hot again before a step reads it. */
+     * between steps; k25_kv_tier_acquire makes it hot, or streams it (pool->stream), for a step. */
     int64_t tier_reads, tier_hits; /* block reads by steps; those served without waiting */
     int64_t tier_bytes;            /* bytes this sequence's blocks moved between tiers */
     uint64_t tier_wait_ns;         /* time its steps waited for cold blocks */
     int tier_dirty_from;           /* first slot written since the blocks were last released */
+    int tier_qdirty_lo, tier_qdirty_hi; /* int8/int4: slots [lo, hi) quantization may write below
+                                         * tier_dirty_from since then (empty when lo >= hi) */
     int tier_access;               /* the last step's slowest tier read: 0 hot, 1 warm, 2 cold */
     int32_t tier_access_id;        /* a block read from that tier (the newest block when hot) */
     bool tier_step_hit;            /* the last step read every block without waiting */
@@ -136,9 +147,14 @@ static inline int64_t k25_kv_blocks_for(const struct k25_kv_pool *p, int64_t n)
  * (backend_cpu.c), valid for backends whose buffers are host memory.
  */
 
-/* The layer-l area of block id (host memory). */
+/* The layer-l area of block id (host memory): in its buffer, or in its stream area while a
+ * step streams it (kvtier.c), where only the layer being computed is present. */
 static inline unsigned char *k25_kv_layer(const struct k25_kv_pool *p, int32_t id, int l)
 {
+    if (!p->blocks[id]) {
+        K25_ASSERT(p->stream && p->stream[id] && p->stream_l[id] == l);
+        return p->stream[id];
+    }
     return (unsigned char *)p->blocks[id]->data + (size_t)l * p->layer_bytes;
 }
 
@@ -173,6 +189,14 @@ void k25_kv_seq_slot(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, 
  * statistics).
  */
 int k25_kv_seq_reserve(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n, struct k25_error *err);
+/* A whole-block buffer for an id without one: a spare one, else a new one (K25_MEM_KV).
+ * K25_ENOMEM when the backend cannot allocate. */
+int k25_kv_buf_take(struct k25_kv_pool *p, struct k25_buf **out, struct k25_error *err);
+/* Gives a block buffer back: kept as a spare (up to spare_keep) or freed. */
+void k25_kv_buf_give(struct k25_kv_pool *p, struct k25_buf *b);
+/* Between steps: frees the spares beyond what the last step took (at least `min`), so a prefill's
+ * turnover is not held through decode. */
+void k25_kv_spare_trim(struct k25_kv_pool *p, int min);
 void k25_kv_seq_write(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int slot0, int n,
                       const float *k, const float *v, int stride);
 /* Drops seq's reference to each of its blocks; a block no sequence holds goes

@@ -3,21 +3,47 @@
  * cold (a file read by a prefetch thread).  See kvtier.h for the model and
  * docs/engine.md "KV tiers" for the policy and the figures.
  *
- * Residency is per block and per step: a step makes the blocks of the
- * sequences it runs hot (k25_kv_tier_acquire), and afterwards every block
- * that need not stay hot goes back to its host tier (k25_kv_tier_release).
- * A block keeps its warm slot or cold copy while hot, so a block the step
- * did not write goes back by dropping its hot copy, without a byte moved.
+ * Residency is per block and per step.  Between steps a block's bytes are
+ * hot (its buffer, pool->blocks[id]), warm (a slot of the warm pool) or
+ * cold (the file).  In a step (k25_kv_tier_acquire) a warm or cold block
+ * is either *streamed* - it gets no block buffer; before each layer's
+ * attention (k25_kv_tier_layer) pool->stream[id] points at that layer of
+ * its bytes: inside its warm slot, inside the staging slot the prefetch
+ * thread read it into, or (a unit that was not staged) in a reused stream
+ * area it is read into here - or, when the step may write it (the newest
+ * slots, int8/int4 groups that close, or any block when compression may
+ * compact it), made whole-hot in a block buffer.  So a step holds the hot
+ * blocks, the warm pool and the staging area, never the sequence's whole
+ * KV.  After the step (k25_kv_tier_release) a streamed block simply stops
+ * streaming; a whole-hot block that need not stay hot gives its buffer back
+ * to the pool's spares (clean: no bytes move; written: copied out first).
+ * Block buffers and stream areas are reused from step to step: the hot
+ * path neither allocates nor frees.  Pointing attention at host tier memory
+ * is the CPU backend's path (k25_kv_layer is its host implementation of
+ * the KV ops); the layer units a GPU backend streams would go through
+ * buf_set into device memory.
  *
  * Eviction policy (warm -> cold when the warm pool is full): the warm block
  * read least recently goes first; among equals the one with the least
  * attention mass (mean compression score of its slots, where compression
  * still keeps scores for them; unknown counts as least), then the lowest id.
  *
+ * Prefetch works in units of one layer of one block (layer_bytes).  The
+ * staging area is the tail of the warm pool's memory, in units: at least 2
+ * blocks' worth, grown between steps (warm slots give way, their blocks
+ * going cold) until two layers of the cold blocks a step streams fit -
+ * the layer being computed, held by attention, and the next one, loading -
+ * so a sequence whose non-hot KV is S blocks, with W warm-pool blocks and
+ * L layers, stages 2 (S - W) / (L - 2) blocks and keeps the rest warm.
  * The prefetch thread serves a FIFO of staging slots: the engine thread
- * queues a cold block on a free slot (state QUEUED), the thread preads it
- * (READING -> READY), the engine thread copies it hot and frees the slot,
- * queueing the next cold block at once (double buffering).  Everything the
+ * queues the cold units a sequence reads next, layer after layer from the
+ * layer it is about to compute, wrapping round to the next step's first
+ * layers (a cold block's bytes do not change while it stays cold); the
+ * thread preads them (QUEUED -> READING -> READY); the layer that needs a
+ * unit holds it (HELD) until the next layer starts, and the freed slots
+ * take the next units.  So layer l+1's cold units load while layer l
+ * computes.  A unit that was not ready when its layer needed it makes the
+ * block's read of that step a miss, and the wait is timed.  Everything the
  * two threads share is under t->mu.
  */
 #include "kvtier.h"
@@ -31,45 +57,56 @@
 #include <unistd.h>
 
 enum { AT_HOT, AT_WARM, AT_COLD };
-enum { ST_FREE, ST_QUEUED, ST_READING, ST_READY, ST_FAILED, ST_CANCEL };
+enum { ST_FREE, ST_QUEUED, ST_READING, ST_READY, ST_FAILED, ST_CANCEL, ST_HELD };
 
 /* Tier state of one pool block id. */
 struct blk {
     int8_t where;      /* AT_*: where the block's current bytes are (hot: pool->blocks[id]) */
     bool cold_ok;      /* the cold file holds its current bytes */
+    bool waited;       /* a read of it this step had to wait (the step's read is a miss) */
+    bool streamed;     /* streamed through this step (no block buffer) */
     int32_t warm;      /* its warm slot (current bytes unless hot and written since), or -1 */
-    int32_t stage;     /* the staging slot prefetching it, or -1 */
     uint64_t last_use; /* step of its last read */
     float mass;        /* mean attention score of its slots; -1 unknown */
 };
+#define BLK_NEW ((struct blk){AT_HOT, false, false, false, -1, 0, -1.0f})
 
 struct stage {
-    int state;         /* ST_* */
-    int32_t id;        /* block being staged */
-    uint64_t qno;      /* FIFO order */
-    unsigned char *buf; /* [block_bytes] inside stage_mem */
+    int state;          /* ST_* */
+    int32_t id;         /* block of the unit being staged */
+    int layer;          /* its layer */
+    uint64_t qno;       /* FIFO order */
+    unsigned char *buf; /* [layer_bytes] in the staging tail of warm_mem */
 };
 
 struct k25_kv_tier {
     struct k25_kv_pool *pool;
     struct k25_log *log;
     struct k25_mem_acct *acct;
-    int hot_tokens;
+    int hot_tokens, L;
+    size_t lb;                /* layer_bytes: one prefetch unit */
+    bool stream_ok;           /* blocks may stream (not with compression: compaction rewrites any block) */
     struct blk *b;            /* [nb] by block id (malloc'd) */
+    int32_t *unit;            /* [nb][L] staging slot of each (block, layer) unit, or -1 (malloc'd) */
     int64_t nb;
-    unsigned char *warm_mem;  /* [n_warm][block_bytes] (k25_alloc_acct, K25_MEM_KV) */
-    int32_t *warm_owner;      /* [n_warm] block id or -1 (malloc'd) */
-    int n_warm;
-    struct stage *st;         /* [n_stage] (malloc'd) */
-    unsigned char *stage_mem; /* [n_stage][block_bytes] (k25_alloc_acct, K25_MEM_KV) */
+    unsigned char *warm_mem;  /* [W][block_bytes] (k25_alloc_acct, K25_MEM_KV): warm slots [0, n_warm),
+                               * the staging area's units from the end backwards */
+    int32_t *warm_owner;      /* [W] block id or -1 (malloc'd) */
+    int W, n_warm, sb;        /* slots in all; warm slots; staging blocks (W = n_warm + sb) */
+    struct stage *st;         /* [W * L] (malloc'd); the first n_stage = sb * L are in use */
     int n_stage;
-    unsigned char *tmp;       /* [block_bytes]: synchronous cold reads and writes (K25_MEM_KV) */
+    struct k25_buf **ss;      /* [n_ss] stream areas of one layer (backend buffers, K25_MEM_KV), reused */
+    int n_ss, ss_cap, ss_used, ss_peak; /* ss_peak: the most one layer of this step used */
+    int cur_layer;            /* the layer the last k25_kv_tier_layer call was for, -1 between steps */
+    int64_t step_streamed;    /* blocks streamed in the current step */
+    unsigned char *tmp;       /* [block_bytes]: synchronous cold writes (K25_MEM_KV) */
     int fd;                   /* the cold file, -1 without kv_cold_dir */
     pthread_t thr;
     bool thr_on, quit, prefetch_on;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
     uint64_t qno, step;
+    uint64_t step_wait_ns;    /* the wait of the current step so far */
     uint64_t thr_read_ns;     /* the prefetch thread's pread time (under mu) */
     struct k25_kv_tier_totals tot; /* the engine thread's */
 };
@@ -79,10 +116,9 @@ static uint64_t nsec(void)
     return k25_now_ns();
 }
 
-/* pread/pwrite of a whole block at its id's offset; false on error or short transfer. */
-static bool io_block(int fd, bool write, int32_t id, size_t bytes, unsigned char *buf)
+/* pread/pwrite of bytes at off; false on error or short transfer. */
+static bool io_at(int fd, bool write, off_t off, size_t bytes, unsigned char *buf)
 {
-    off_t off = (off_t)id * (off_t)bytes;
     size_t done = 0;
     while (done < bytes) {
         ssize_t r = write ? pwrite(fd, buf + done, bytes - done, off + (off_t)done)
@@ -96,10 +132,15 @@ static bool io_block(int fd, bool write, int32_t id, size_t bytes, unsigned char
     return true;
 }
 
+/* Offset of (block id, layer l) in the cold file: block id at id * block_bytes. */
+static off_t unit_off(const struct k25_kv_tier *t, int32_t id, int l)
+{
+    return (off_t)id * (off_t)t->pool->block_bytes + (off_t)l * (off_t)t->lb;
+}
+
 static void *prefetch_main(void *arg)
 {
     struct k25_kv_tier *t = arg;
-    const size_t bb = t->pool->block_bytes;
     pthread_mutex_lock(&t->mu);
     for (;;) {
         int pick = -1;
@@ -114,10 +155,10 @@ static void *prefetch_main(void *arg)
         }
         struct stage *s = &t->st[pick];
         s->state = ST_READING;
-        int32_t id = s->id;
+        off_t off = unit_off(t, s->id, s->layer);
         pthread_mutex_unlock(&t->mu);
         uint64_t t0 = nsec();
-        bool ok = io_block(t->fd, false, id, bb, s->buf);
+        bool ok = io_at(t->fd, false, off, t->lb, s->buf);
         uint64_t dt = nsec() - t0;
         pthread_mutex_lock(&t->mu);
         t->thr_read_ns += dt;
@@ -126,6 +167,14 @@ static void *prefetch_main(void *arg)
     }
     pthread_mutex_unlock(&t->mu);
     return NULL;
+}
+
+/* Staging units [from, to) start free; their buffers run backwards from the end of warm_mem. */
+static void stage_init(struct k25_kv_tier *t, int from, int to)
+{
+    unsigned char *end = t->warm_mem + t->pool->block_bytes * (size_t)t->W;
+    for (int u = from; u < to; u++)
+        t->st[u] = (struct stage){ST_FREE, -1, 0, 0, end - t->lb * (size_t)(u + 1)};
 }
 
 int k25_kv_tier_create(struct k25_kv_pool *pool, const struct k25_config *cfg, struct k25_log *log,
@@ -138,8 +187,8 @@ int k25_kv_tier_create(struct k25_kv_pool *pool, const struct k25_config *cfg, s
     const size_t bb = pool->block_bytes;
     int64_t slots = (int64_t)(cfg->kv_warm_budget_mb * 1048576.0) / (int64_t)bb;
     bool cold = cfg->kv_cold_dir[0] != '\0';
-    if (slots > INT_MAX / 2)
-        slots = INT_MAX / 2;
+    if (slots > INT_MAX / (2 * pool->n_layers))
+        slots = INT_MAX / (2 * pool->n_layers);
     if (cold && slots < 2)
         return k25_error_set(err, K25_EINVAL, NULL, 0, "kv_warm_budget_mb",
                              "%.3f MB holds %lld KV blocks of %zu bytes; the cold tier needs at least 2 "
@@ -153,29 +202,34 @@ int k25_kv_tier_create(struct k25_kv_pool *pool, const struct k25_config *cfg, s
     t->log = log;
     t->acct = pool->be->acct;
     t->hot_tokens = cfg->kv_hot_tokens;
+    t->L = pool->n_layers;
+    t->lb = pool->layer_bytes;
+    t->stream_ok = !pool->compress;
     t->fd = -1;
     t->prefetch_on = true;
-    /* a quarter of the warm budget (at least 2 slots) is the prefetch staging area when there is a cold tier */
-    t->n_stage = cold ? (int)(slots / 4 > 2 ? slots / 4 : 2) : 0;
-    t->n_warm = (int)slots - t->n_stage;
+    t->cur_layer = -1;
+    t->W = (int)slots;
+    t->sb = cold ? 2 : 0; /* grown between steps to what the steps stream (above) */
+    t->n_warm = t->W - t->sb;
+    t->n_stage = t->sb * t->L;
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv_work, NULL);
     pthread_cond_init(&t->cv_done, NULL);
-    t->warm_owner = malloc(sizeof(int32_t) * (size_t)(t->n_warm > 0 ? t->n_warm : 1));
-    t->st = calloc((size_t)(t->n_stage > 0 ? t->n_stage : 1), sizeof(*t->st));
-    t->warm_mem = t->n_warm > 0 ? k25_alloc_acct(t->acct, K25_MEM_KV, bb * (size_t)t->n_warm) : NULL;
-    t->stage_mem = t->n_stage > 0 ? k25_alloc_acct(t->acct, K25_MEM_KV, bb * (size_t)t->n_stage) : NULL;
+    t->warm_owner = malloc(sizeof(int32_t) * (size_t)(t->W > 0 ? t->W : 1));
+    t->st = calloc((size_t)(t->W > 0 ? t->W * t->L : 1), sizeof(*t->st));
+    t->warm_mem = t->W > 0 ? k25_alloc_acct(t->acct, K25_MEM_KV, bb * (size_t)t->W) : NULL;
     t->tmp = k25_alloc_acct(t->acct, K25_MEM_KV, bb);
-    if (!t->warm_owner || !t->st || (t->n_warm > 0 && !t->warm_mem) || (t->n_stage > 0 && !t->stage_mem) ||
-        !t->tmp) {
+    if (!t->warm_owner || !t->st || (t->W > 0 && !t->warm_mem) || !t->tmp) {
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, "kv_warm_budget_mb", "cannot allocate the warm KV pool (%.1f MB)",
                            cfg->kv_warm_budget_mb);
         goto out_destroy;
     }
-    for (int i = 0; i < t->n_warm; i++)
+    for (int i = 0; i < t->W; i++)
         t->warm_owner[i] = -1;
-    for (int i = 0; i < t->n_stage; i++)
-        t->st[i] = (struct stage){ST_FREE, -1, 0, t->stage_mem + bb * (size_t)i};
+    stage_init(t, 0, t->n_stage);
+    /* whole-hot buffers a step gives back wait for the next step, as many as the step took
+     * (k25_kv_tier_end_step trims the rest): in decode the one written block or so */
+    pool->spare_keep = INT_MAX;
     if (cold) {
         char path[1100];
         snprintf(path, sizeof(path), "%s/k25-kv-cold-XXXXXX", cfg->kv_cold_dir);
@@ -218,28 +272,54 @@ void k25_kv_tier_destroy(struct k25_kv_tier *t)
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv_work);
     pthread_cond_destroy(&t->cv_done);
+    struct k25_kv_pool *p = t->pool;
+    for (int i = 0; i < t->n_ss; i++)
+        p->be->be->buf_free(p->be, t->ss[i]);
+    free(p->stream); /* the pool outlives the tiers (engine.c destroys these first) */
+    free(p->stream_l);
+    p->stream = NULL;
+    p->stream_l = NULL;
+    free(t->ss);
     k25_free(t->warm_mem);
-    k25_free(t->stage_mem);
     k25_free(t->tmp);
     free(t->warm_owner);
     free(t->st);
+    free(t->unit);
     free(t->b);
     free(t);
 }
 
-/* Grows the per-id state to the pool's ids; K25_ENOMEM on failure. */
+/* Grows the per-id state (and the pool's stream arrays) to the pool's ids; K25_ENOMEM on failure. */
 static int ensure_ids(struct k25_kv_tier *t, struct k25_error *err)
 {
-    if (t->nb >= t->pool->n_alloc)
+    struct k25_kv_pool *p = t->pool;
+    if (t->nb >= p->n_alloc)
         return K25_OK;
-    int64_t n = t->pool->cap > t->pool->n_alloc ? t->pool->cap : t->pool->n_alloc;
+    int64_t n = p->cap > p->n_alloc ? p->cap : p->n_alloc;
     struct blk *nb = realloc(t->b, sizeof(*nb) * (size_t)n);
-    if (!nb)
+    if (nb)
+        t->b = nb;
+    int32_t *nu = realloc(t->unit, sizeof(int32_t) * (size_t)n * (size_t)t->L);
+    if (nu)
+        t->unit = nu;
+    unsigned char **ns = realloc(p->stream, sizeof(*ns) * (size_t)n);
+    if (ns)
+        p->stream = ns;
+    int16_t *nl = realloc(p->stream_l, sizeof(*nl) * (size_t)n);
+    if (nl)
+        p->stream_l = nl;
+    if (!nb || !nu || !ns || !nl)
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV tier state)");
-    for (int64_t i = t->nb; i < n; i++)
-        nb[i] = (struct blk){AT_HOT, false, -1, -1, 0, -1.0f};
-    t->b = nb;
+    pthread_mutex_lock(&t->mu); /* the thread reads t->unit only under mu, but the table moved */
+    for (int64_t i = t->nb; i < n; i++) {
+        nb[i] = BLK_NEW;
+        ns[i] = NULL;
+        nl[i] = -1;
+        for (int l = 0; l < t->L; l++)
+            nu[i * t->L + l] = -1;
+    }
     t->nb = n;
+    pthread_mutex_unlock(&t->mu);
     return K25_OK;
 }
 
@@ -256,14 +336,34 @@ static void log_evict(struct k25_kv_tier *t, int32_t id, const char *reason, int
                       tier_name(from), tier_name(to));
 }
 
-/* Frees a staging slot a block holds (under t->mu); one being read is cancelled. */
-static void stage_drop_locked(struct k25_kv_tier *t, struct blk *k)
+/* Frees the staging slot of unit (id, l), if any (under t->mu); one being read is cancelled. */
+static void unit_drop_locked(struct k25_kv_tier *t, int32_t id, int l)
 {
-    if (k->stage < 0)
+    int32_t *u = &t->unit[(int64_t)id * t->L + l];
+    if (*u < 0)
         return;
-    struct stage *s = &t->st[k->stage];
+    struct stage *s = &t->st[*u];
     s->state = s->state == ST_READING ? ST_CANCEL : ST_FREE;
-    k->stage = -1;
+    *u = -1;
+}
+
+/* Drops every staged unit of block id (its cold copy is going out of date or away). */
+static void block_drop_units(struct k25_kv_tier *t, int32_t id)
+{
+    pthread_mutex_lock(&t->mu);
+    for (int l = 0; l < t->L; l++)
+        unit_drop_locked(t, id, l);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* Frees the staging slots attention held for a layer other than `keep` (-1: all) (under t->mu). */
+static void release_held_locked(struct k25_kv_tier *t, int keep)
+{
+    for (int u = 0; u < t->n_stage; u++)
+        if (t->st[u].state == ST_HELD && t->st[u].layer != keep) {
+            t->unit[(int64_t)t->st[u].id * t->L + t->st[u].layer] = -1;
+            t->st[u].state = ST_FREE;
+        }
 }
 
 /* Writes warm slot w's block to the cold file (when not there yet) and frees the slot. */
@@ -274,7 +374,7 @@ static int warm_to_cold(struct k25_kv_tier *t, int w, const char *reason, struct
     struct blk *k = &t->b[id];
     if (!k->cold_ok) {
         uint64_t t0 = nsec();
-        if (!io_block(t->fd, true, id, bb, t->warm_mem + bb * (size_t)w))
+        if (!io_at(t->fd, true, unit_off(t, id, 0), bb, t->warm_mem + bb * (size_t)w))
             return k25_error_set(err, K25_EIO, NULL, 0, "kv_cold_dir", "cannot write KV block %d to the cold file: %s",
                                  id, strerror(errno));
         t->tot.copy_ns += nsec() - t0;
@@ -312,7 +412,7 @@ static int warm_take(struct k25_kv_tier *t, int32_t id, struct k25_error *err, i
         int32_t o = t->warm_owner[w];
         if (o < 0)
             return w;
-        if (t->b[o].where == AT_WARM &&
+        if (t->b[o].where == AT_WARM && !t->b[o].streamed &&
             (victim < 0 || evict_before(&t->b[o], o, &t->b[t->warm_owner[victim]], t->warm_owner[victim])))
             victim = w;
     }
@@ -321,6 +421,31 @@ static int warm_take(struct k25_kv_tier *t, int32_t id, struct k25_error *err, i
     if ((*rc = warm_to_cold(t, victim, "MEMORY_PRESSURE", err)) != K25_OK)
         return -1;
     return victim;
+}
+
+/*
+ * Between steps: grows the staging area to `want` blocks (at most W), the
+ * warm slots that give way sending their blocks cold (MEMORY_PRESSURE).
+ */
+static int grow_staging(struct k25_kv_tier *t, int want, struct k25_error *err)
+{
+    if (want > t->W)
+        want = t->W;
+    if (want <= t->sb)
+        return K25_OK;
+    for (int w = t->W - want; w < t->n_warm; w++)
+        if (t->warm_owner[w] >= 0) {
+            int rc = warm_to_cold(t, w, "MEMORY_PRESSURE", err);
+            if (rc != K25_OK)
+                return rc;
+        }
+    pthread_mutex_lock(&t->mu);
+    stage_init(t, t->n_stage, want * t->L);
+    t->sb = want;
+    t->n_warm = t->W - want;
+    t->n_stage = want * t->L;
+    pthread_mutex_unlock(&t->mu);
+    return K25_OK;
 }
 
 /* Mean attention score of block i of seq where compression keeps scores for its slots, else -1. */
@@ -342,30 +467,33 @@ static float block_mass(const struct k25_kv_pool *p, const struct k25_kv_seq *se
     return seen > 0.0 ? (float)(score / seen) : -1.0f;
 }
 
-/* Queues seq's cold blocks that are not staged yet on free staging slots (under t->mu). */
-static void prefetch_locked(struct k25_kv_tier *t, const struct k25_kv_seq *seq)
+/*
+ * Queues seq's cold units on free staging slots (under t->mu): layer by
+ * layer from l0, wrapping round to the next step's first layers, blocks in
+ * order, each unit once.  Stops when the slots run out.
+ */
+static void prefetch_locked(struct k25_kv_tier *t, const struct k25_kv_seq *seq, int l0)
 {
     if (!t->thr_on || !t->prefetch_on)
         return;
     int s = 0;
     bool queued = false;
-    for (int i = 0; i < seq->n_blocks; i++) {
-        int32_t id = seq->ids[i];
-        if (id >= t->nb)
-            continue;
-        struct blk *k = &t->b[id];
-        if (k->where != AT_COLD || k->stage >= 0)
-            continue;
-        while (s < t->n_stage && t->st[s].state != ST_FREE)
-            s++;
-        if (s == t->n_stage)
-            break;
-        t->st[s].state = ST_QUEUED;
-        t->st[s].id = id;
-        t->st[s].qno = t->qno++;
-        k->stage = s;
-        queued = true;
+    for (int d = 0; d < t->L; d++) {
+        int l = (l0 + d) % t->L;
+        for (int i = 0; i < seq->n_blocks; i++) {
+            int32_t id = seq->ids[i];
+            if (id >= t->nb || t->b[id].where != AT_COLD || t->unit[(int64_t)id * t->L + l] >= 0)
+                continue;
+            while (s < t->n_stage && t->st[s].state != ST_FREE)
+                s++;
+            if (s == t->n_stage)
+                goto out_signal;
+            t->st[s] = (struct stage){ST_QUEUED, id, l, t->qno++, t->st[s].buf};
+            t->unit[(int64_t)id * t->L + l] = s;
+            queued = true;
+        }
     }
+out_signal:
     if (queued)
         pthread_cond_signal(&t->cv_work);
 }
@@ -373,148 +501,307 @@ static void prefetch_locked(struct k25_kv_tier *t, const struct k25_kv_seq *seq)
 void k25_kv_tier_prefetch(struct k25_kv_tier *t, const struct k25_kv_seq *seq)
 {
     pthread_mutex_lock(&t->mu);
-    prefetch_locked(t, seq);
+    prefetch_locked(t, seq, 0);
     pthread_mutex_unlock(&t->mu);
 }
 
-/*
- * Brings a cold block hot: from its staging slot when the prefetch thread
- * has it (waiting if it is still being read), else by a pread here.  Sets
- * *waited when the block was not ready on arrival (a miss).
- */
-static int cold_to_hot(struct k25_kv_tier *t, const struct k25_kv_seq *seq, int32_t id, bool *waited,
-                       uint64_t *wait_ns, struct k25_error *err)
+/* A read of block k in this step had to wait: the step's read of it is a miss. */
+static void count_miss(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct blk *k)
 {
-    const struct k25_backend *B = t->pool->be->be;
-    const size_t bb = t->pool->block_bytes;
+    if (k->waited)
+        return;
+    k->waited = true;
+    seq->tier_hits--;
+    t->tot.hits--;
+    seq->tier_step_hit = false;
+}
+
+/* Adds wait time to seq and the totals. */
+static void add_wait(struct k25_kv_tier *t, struct k25_kv_seq *seq, uint64_t wait_ns)
+{
+    seq->tier_wait_ns += wait_ns;
+    t->tot.wait_ns += wait_ns;
+    t->step_wait_ns += wait_ns;
+    if (t->step_wait_ns > t->tot.max_step_wait_ns)
+        t->tot.max_step_wait_ns = t->step_wait_ns;
+}
+
+/* A stream area for the current layer (reused; a new one only when a layer streams more). */
+static int stream_area(struct k25_kv_tier *t, struct k25_error *err)
+{
+    struct k25_kv_pool *p = t->pool;
+    if (t->ss_used == t->n_ss) {
+        if (t->n_ss == t->ss_cap) {
+            int ncap = t->ss_cap ? 2 * t->ss_cap : 16;
+            struct k25_buf **n = realloc(t->ss, sizeof(*n) * (size_t)ncap);
+            if (!n)
+                return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV stream areas)");
+            t->ss = n;
+            t->ss_cap = ncap;
+        }
+        if (p->be->be->buf_alloc(p->be, K25_MEM_KV, t->lb, &t->ss[t->n_ss], NULL) != K25_OK)
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (a KV stream area of %zu bytes)",
+                                 t->lb);
+        t->n_ss++;
+    }
+    if (t->ss_used + 1 > t->ss_peak)
+        t->ss_peak = t->ss_used + 1;
+    return t->ss_used++;
+}
+
+/*
+ * Layer l of warm or cold block id, for attention: *src points at it in
+ * host memory - its warm slot, or its staging slot when the prefetch thread
+ * has it (waiting if it is still being read: a miss), which is then HELD
+ * until the next layer (hold) or freed (!hold: the caller copies it at
+ * once); with no staged copy it is read here into dst (a miss).  Counts the
+ * bytes a cold unit brought in.  K25_EIO when the cold file cannot be read.
+ */
+static int fetch_unit(struct k25_kv_tier *t, struct k25_kv_seq *seq, int32_t id, int l, bool hold,
+                      unsigned char *dst, const unsigned char **src, uint64_t *wait_ns, struct k25_error *err)
+{
+    struct k25_kv_pool *p = t->pool;
     struct blk *k = &t->b[id];
-    const unsigned char *src = NULL;
+    *src = NULL;
+    if (k->where == AT_WARM) {
+        *src = t->warm_mem + p->block_bytes * (size_t)k->warm + t->lb * (size_t)l;
+        return K25_OK;
+    }
+    K25_ASSERT(k->where == AT_COLD);
     pthread_mutex_lock(&t->mu);
-    if (k->stage >= 0) {
-        struct stage *s = &t->st[k->stage];
+    int32_t u = t->unit[(int64_t)id * t->L + l];
+    if (u >= 0) {
+        struct stage *s = &t->st[u];
         if (s->state == ST_QUEUED || s->state == ST_READING) {
-            *waited = true;
+            count_miss(t, seq, k);
             uint64_t t0 = nsec();
             while (s->state == ST_QUEUED || s->state == ST_READING)
                 pthread_cond_wait(&t->cv_done, &t->mu);
             *wait_ns += nsec() - t0;
         }
-        if (s->state == ST_READY)
-            src = s->buf;
-        else
-            stage_drop_locked(t, k); /* failed: read it here */
+        if (s->state == ST_READY) {
+            *src = s->buf;
+            /* not held: the slot is free again, but only this (engine) thread queues work into
+             * slots, and the caller copies it out before it queues any */
+            if (hold)
+                s->state = ST_HELD;
+            else
+                unit_drop_locked(t, id, l);
+        } else {
+            unit_drop_locked(t, id, l); /* failed: read it here */
+        }
     }
     pthread_mutex_unlock(&t->mu);
-    if (!src) {
-        *waited = true;
+    if (!*src) {
+        count_miss(t, seq, k);
+        if (!dst) { /* streaming: a free staging slot, held like a staged unit, else a stream area */
+            pthread_mutex_lock(&t->mu);
+            for (int u = 0; u < t->n_stage && !dst; u++)
+                if (t->st[u].state == ST_FREE) {
+                    t->st[u] = (struct stage){ST_HELD, id, l, 0, t->st[u].buf};
+                    t->unit[(int64_t)id * t->L + l] = u;
+                    dst = t->st[u].buf;
+                }
+            pthread_mutex_unlock(&t->mu);
+        }
+        if (!dst) {
+            int a = stream_area(t, err);
+            if (a < 0)
+                return a;
+            dst = (unsigned char *)t->ss[a]->data;
+        }
         uint64_t t0 = nsec();
-        if (!io_block(t->fd, false, id, bb, t->tmp))
-            return k25_error_set(err, K25_EIO, NULL, 0, "kv_cold_dir", "cannot read KV block %d from the cold file: %s",
-                                 id, strerror(errno));
+        if (!io_at(t->fd, false, unit_off(t, id, l), t->lb, dst))
+            return k25_error_set(err, K25_EIO, NULL, 0, "kv_cold_dir",
+                                 "cannot read layer %d of KV block %d from the cold file: %s", l, id, strerror(errno));
         uint64_t dt = nsec() - t0;
         *wait_ns += dt;
         t->tot.copy_ns += dt;
-        src = t->tmp;
+        *src = dst;
     }
-    uint64_t t0 = nsec();
-    B->kv_block_set(t->pool->be, t->pool, id, src);
-    t->tot.copy_ns += nsec() - t0;
-    pthread_mutex_lock(&t->mu);
-    stage_drop_locked(t, k);
-    prefetch_locked(t, seq); /* the freed slot takes the next cold block */
-    pthread_mutex_unlock(&t->mu);
+    t->tot.bytes_moved += (int64_t)t->lb; /* a cold unit came in (here or by the prefetch thread) */
+    seq->tier_bytes += (int64_t)t->lb;
     return K25_OK;
 }
 
+/* Loads all of a warm or cold block into its whole-hot buffer (buf_set, one layer at a time). */
+static int load_whole_layer(struct k25_kv_tier *t, struct k25_kv_seq *seq, int32_t id, int l, uint64_t *wait_ns,
+                            struct k25_error *err)
+{
+    struct k25_kv_pool *p = t->pool;
+    const unsigned char *src;
+    bool warm = t->b[id].where == AT_WARM;
+    int rc = fetch_unit(t, seq, id, l, false, t->tmp, &src, wait_ns, err); /* tmp: a unit not staged */
+    if (rc != K25_OK)
+        return rc;
+    uint64_t t0 = nsec();
+    p->be->be->buf_set(p->be, p->blocks[id], t->lb * (size_t)l, src, t->lb);
+    t->tot.copy_ns += nsec() - t0;
+    if (warm) { /* a warm unit's copy is its move; a cold one's was counted where it was read */
+        t->tot.bytes_moved += (int64_t)t->lb;
+        seq->tier_bytes += (int64_t)t->lb;
+    }
+    return K25_OK;
+}
+
+static void stream_end(struct k25_kv_tier *t, int32_t id);
+
+/* Whether block i of seq may have been written since its blocks were last released. */
+static bool may_write(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int i)
+{
+    int64_t s0 = (int64_t)i * p->block_size, s1 = s0 + p->block_size;
+    return s1 > seq->tier_dirty_from || (s1 > seq->tier_qdirty_lo && s0 < seq->tier_qdirty_hi);
+}
+
 /*
- * Makes blocks hot in three passes: state of the blocks new to seq reset
- * and the prefetch queue topped up; hot and warm blocks (the warm copies
- * give the prefetch thread time); then cold blocks in block order, each
- * from its staging slot when ready (a hit) or after a wait (a miss).
+ * Prepares seq's blocks for a step writing from slot `first_written` on:
+ * blocks new to seq start hot; warm and cold blocks the step may write
+ * (and every one with compression) become whole-hot in a block buffer,
+ * loaded layer-major so each layer's staged units are used in prefetch
+ * order; the others stream (k25_kv_tier_layer).  Every block is read once
+ * per step and counted a hit until one of its loads waits.
  */
 int k25_kv_tier_acquire(struct k25_kv_tier *t, struct k25_kv_seq *seq, int first_written, struct k25_error *err)
 {
     struct k25_kv_pool *p = t->pool;
-    const struct k25_backend *B = p->be->be;
     int rc = ensure_ids(t, err);
     if (rc != K25_OK)
         return rc;
     /* what this step may write: its new slots, and for int8/int4 the residual's groups that
-     * close (quantized into the blocks from n_quant on, which lags the newest slot) */
-    int dirty = first_written;
-    for (int l = 0; p->quant && seq->n_quant && l < p->n_layers; l++)
-        dirty = seq->n_quant[l] < dirty ? seq->n_quant[l] : dirty;
-    if (dirty < seq->tier_dirty_from)
-        seq->tier_dirty_from = dirty;
-    pthread_mutex_lock(&t->mu);
+     * close - quantized into the blocks from n_quant on, which lags the newest slot by up to
+     * the residual; a step of n new slots closes at most n / group + 1 groups per layer */
+    if (first_written < seq->tier_dirty_from)
+        seq->tier_dirty_from = first_written;
+    if (p->quant && seq->n_quant) {
+        int qlo = INT_MAX, qhi = 0;
+        for (int l = 0; l < p->n_layers; l++) {
+            qlo = seq->n_quant[l] < qlo ? seq->n_quant[l] : qlo;
+            qhi = seq->n_quant[l] > qhi ? seq->n_quant[l] : qhi;
+        }
+        qhi += seq->n_tokens - first_written + p->group;
+        if (seq->tier_qdirty_lo >= seq->tier_qdirty_hi) {
+            seq->tier_qdirty_lo = qlo;
+            seq->tier_qdirty_hi = qhi;
+        } else {
+            seq->tier_qdirty_lo = qlo < seq->tier_qdirty_lo ? qlo : seq->tier_qdirty_lo;
+            seq->tier_qdirty_hi = qhi > seq->tier_qdirty_hi ? qhi : seq->tier_qdirty_hi;
+        }
+    }
     for (int i = 0; i < seq->n_blocks; i++) {
         int32_t id = seq->ids[i];
         struct blk *k = &t->b[id];
         if ((int64_t)i * p->block_size >= first_written) { /* a block new to seq: no tier copy is its */
-            stage_drop_locked(t, k);
+            block_drop_units(t, id);
             if (k->warm >= 0 && t->warm_owner[k->warm] == id)
                 t->warm_owner[k->warm] = -1;
-            *k = (struct blk){AT_HOT, false, -1, -1, 0, -1.0f};
+            *k = BLK_NEW;
         }
     }
-    prefetch_locked(t, seq);
-    pthread_mutex_unlock(&t->mu);
-
-    bool waited_any = false;
-    uint64_t wait_ns = 0;
-    int access = AT_HOT;
+    seq->tier_step_hit = true;
+    int access = AT_HOT, n_whole = 0;
     int32_t access_id = seq->ids[seq->n_blocks - 1];
-    for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < seq->n_blocks; i++) {
+        int32_t id = seq->ids[i];
+        struct blk *k = &t->b[id];
+        bool shared_now = k->last_use == t->step && (k->where == AT_HOT || k->streamed);
+        if (k->streamed && !shared_now) /* left over from a step that failed before its release */
+            stream_end(t, id);
+        if (!shared_now)
+            k->waited = false;
+        k->last_use = t->step;
+        seq->tier_reads++;
+        seq->tier_hits++;
+        t->tot.reads++;
+        t->tot.hits++;
+        if (k->where == AT_HOT || k->streamed) /* hot, or streaming for another sequence already */
+            continue;
+        if (k->where > access) {
+            access = k->where;
+            access_id = id;
+        }
+        if (!t->stream_ok || may_write(p, seq, i)) {
+            K25_ASSERT(p->blocks[id] == NULL);
+            if ((rc = k25_kv_buf_take(p, &p->blocks[id], err)) != K25_OK)
+                return rc;
+            n_whole++;
+        } else {
+            k->streamed = true;
+            p->stream[id] = NULL;
+            p->stream_l[id] = -1;
+            t->step_streamed++;
+        }
+    }
+    /* whole-hot loads, layer-major (the order units are staged in) */
+    uint64_t wait_ns = 0;
+    for (int l = 0; n_whole > 0 && l < t->L; l++) {
         for (int i = 0; i < seq->n_blocks; i++) {
             int32_t id = seq->ids[i];
             struct blk *k = &t->b[id];
-            if (pass == 0) { /* every block is read once per step: count it here */
-                k->last_use = t->step;
-                seq->tier_reads++;
-                t->tot.reads++;
-            }
-            if (k->where == AT_HOT) {
-                if (pass == 0) {
-                    seq->tier_hits++;
-                    t->tot.hits++;
-                }
-                continue;
-            }
-            if ((pass == 0) != (k->where == AT_WARM))
-                continue;
-            K25_ASSERT(p->blocks[id] == NULL);
-            if (B->buf_alloc(p->be, K25_MEM_KV, p->block_bytes, &p->blocks[id], err) != K25_OK)
-                return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV block %d back to hot)", id);
-            bool waited = false;
-            if (k->where == AT_WARM) {
-                uint64_t t0 = nsec();
-                B->kv_block_set(p->be, p, id, t->warm_mem + p->block_bytes * (size_t)k->warm);
-                t->tot.copy_ns += nsec() - t0;
-            } else if ((rc = cold_to_hot(t, seq, id, &waited, &wait_ns, err)) != K25_OK) {
+            if (k->where != AT_HOT && !k->streamed &&
+                (rc = load_whole_layer(t, seq, id, l, &wait_ns, err)) != K25_OK)
                 return rc;
-            }
-            if (k->where > access) {
-                access = k->where;
-                access_id = id;
-            }
-            k->where = AT_HOT;
-            t->tot.bytes_moved += (int64_t)p->block_bytes;
-            seq->tier_bytes += (int64_t)p->block_bytes;
-            if (waited) {
-                waited_any = true;
-            } else {
-                seq->tier_hits++;
-                t->tot.hits++;
-            }
         }
-    seq->tier_wait_ns += wait_ns;
-    t->tot.wait_ns += wait_ns;
-    if (wait_ns > t->tot.max_step_wait_ns)
-        t->tot.max_step_wait_ns = wait_ns;
+        pthread_mutex_lock(&t->mu);
+        prefetch_locked(t, seq, l + 1);
+        pthread_mutex_unlock(&t->mu);
+    }
+    for (int i = 0; n_whole > 0 && i < seq->n_blocks; i++) { /* loaded: hot until released */
+        struct blk *k = &t->b[seq->ids[i]];
+        if (k->where != AT_HOT && !k->streamed)
+            k->where = AT_HOT;
+    }
+    add_wait(t, seq, wait_ns);
     seq->tier_access = access;
     seq->tier_access_id = access_id;
-    seq->tier_step_hit = !waited_any;
     return K25_OK;
+}
+
+/*
+ * Before layer l's KV writes and attention: every block of seq streaming
+ * this step points at its layer l (stream[id]); the staging slots held for
+ * the previous layer are freed first, and the free slots then take the
+ * next cold units (layer l+1 on, wrapping round to the next step).
+ */
+int k25_kv_tier_layer(struct k25_kv_tier *t, struct k25_kv_seq *seq, int l, struct k25_error *err)
+{
+    struct k25_kv_pool *p = t->pool;
+    if (l != t->cur_layer) { /* a new layer: the last one's attention is done */
+        pthread_mutex_lock(&t->mu);
+        release_held_locked(t, l);
+        pthread_mutex_unlock(&t->mu);
+        t->cur_layer = l;
+        t->ss_used = 0;
+    }
+    uint64_t wait_ns = 0;
+    bool any = false;
+    for (int i = 0; i < seq->n_blocks; i++) {
+        int32_t id = seq->ids[i];
+        struct blk *k = &t->b[id];
+        if (!k->streamed || p->stream_l[id] == l) /* not streamed, or set for another sequence */
+            continue;
+        const unsigned char *src;
+        int rc = fetch_unit(t, seq, id, l, true, NULL, &src, &wait_ns, err);
+        if (rc != K25_OK)
+            return rc;
+        p->stream[id] = (unsigned char *)src;
+        p->stream_l[id] = (int16_t)l;
+        any = true;
+    }
+    if (any) {
+        pthread_mutex_lock(&t->mu);
+        prefetch_locked(t, seq, l + 1);
+        pthread_mutex_unlock(&t->mu);
+    }
+    add_wait(t, seq, wait_ns);
+    return K25_OK;
+}
+
+/* A block of seq stops streaming (its tier copy holds its bytes). */
+static void stream_end(struct k25_kv_tier *t, int32_t id)
+{
+    t->b[id].streamed = false;
+    t->pool->stream[id] = NULL;
+    t->pool->stream_l[id] = -1;
 }
 
 int k25_kv_tier_release(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct k25_error *err)
@@ -525,14 +812,24 @@ int k25_kv_tier_release(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct k2
     int rc = ensure_ids(t, err);
     if (rc != K25_OK)
         return rc;
+    pthread_mutex_lock(&t->mu);
+    release_held_locked(t, -1);
+    pthread_mutex_unlock(&t->mu);
+    t->cur_layer = -1;
     for (int i = 0; i < seq->n_blocks; i++) {
         int32_t id = seq->ids[i];
         struct blk *k = &t->b[id];
+        const int64_t s0 = (int64_t)i * p->block_size;
+        bool dirty = may_write(p, seq, i);
+        if (k->streamed) { /* only blocks the step could not write stream */
+            K25_ASSERT(!dirty);
+            stream_end(t, id);
+            continue;
+        }
         if (k->where != AT_HOT)
             continue;
-        const int64_t s0 = (int64_t)i * p->block_size;
-        bool dirty = s0 + p->block_size > seq->tier_dirty_from;
         if (dirty) { /* its tier copies are out of date */
+            block_drop_units(t, id);
             k->cold_ok = false;
             if (k->warm >= 0 && t->warm_owner[k->warm] == id)
                 t->warm_owner[k->warm] = -1;
@@ -553,7 +850,7 @@ int k25_kv_tier_release(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct k2
                 log_evict(t, id, "MEMORY_PRESSURE", AT_HOT, AT_WARM);
             } else if (t->fd >= 0) {
                 B->kv_block_get(p->be, p, id, t->tmp);
-                if (!io_block(t->fd, true, id, bb, t->tmp))
+                if (!io_at(t->fd, true, unit_off(t, id, 0), bb, t->tmp))
                     return k25_error_set(err, K25_EIO, NULL, 0, "kv_cold_dir",
                                          "cannot write KV block %d to the cold file: %s", id, strerror(errno));
                 k->cold_ok = true;
@@ -566,18 +863,42 @@ int k25_kv_tier_release(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct k2
             t->tot.bytes_moved += (int64_t)bb;
             seq->tier_bytes += (int64_t)bb;
         }
-        B->buf_free(p->be, p->blocks[id]);
+        k25_kv_buf_give(p, p->blocks[id]);
         p->blocks[id] = NULL;
         k->where = k->warm >= 0 ? AT_WARM : AT_COLD;
     }
     seq->tier_dirty_from = INT_MAX;
+    seq->tier_qdirty_lo = seq->tier_qdirty_hi = 0;
     return K25_OK;
 }
 
+/*
+ * End of a step: the staging area grows to two layers of the cold blocks
+ * the step streamed (see the top), warm blocks unread for
+ * K25_KV_STALE_STEPS steps go cold (STALE_ACCESS_PATTERN).
+ */
 int k25_kv_tier_end_step(struct k25_kv_tier *t, struct k25_error *err)
 {
     t->step++;
-    if (t->fd < 0 || t->step <= K25_KV_STALE_STEPS)
+    t->step_wait_ns = 0;
+    int64_t streamed = t->step_streamed;
+    t->step_streamed = 0;
+    k25_kv_spare_trim(t->pool, 1);
+    while (t->n_ss > t->ss_peak) /* stream areas the step did not need (the staging area grew) */
+        t->pool->be->be->buf_free(t->pool->be, t->ss[--t->n_ss]);
+    t->ss_peak = 0;
+    if (t->fd < 0)
+        return K25_OK;
+    if (streamed > t->W && t->sb < t->W) {
+        /* two layers of the cold blocks (prefetch); with prefetch off, one (the reads of a layer) */
+        int64_t layers = t->prefetch_on ? 2 : 1, want = t->W;
+        if (t->L > layers)
+            want = (layers * (streamed - t->W) + t->L - layers - 1) / (t->L - layers);
+        int rc = grow_staging(t, want > t->W ? t->W : (int)want, err);
+        if (rc != K25_OK)
+            return rc;
+    }
+    if (t->step <= K25_KV_STALE_STEPS)
         return K25_OK;
     for (int w = 0; w < t->n_warm; w++) {
         int32_t o = t->warm_owner[w];
@@ -594,41 +915,73 @@ int k25_kv_tier_end_step(struct k25_kv_tier *t, struct k25_error *err)
  * Before k25_kv_seq_release.  A block another sequence still holds (prefix
  * caching shares blocks) keeps its tier state.  Of the others, with prefix
  * caching on a released block may stay cached for later requests, so one
- * in the warm or cold tier comes back hot first (the cache never sees a
- * block without its bytes); without it the block goes to the free list and
- * its tier copies are simply dropped (the pool allocates a hot buffer when
- * it reuses the id).  K25_ENOMEM / K25_EIO when a block cannot come back.
+ * in the warm or cold tier comes back whole-hot first (the cache never sees
+ * a block without its bytes); without it the block goes to the free list
+ * and its tier copies are simply dropped (the pool gives it a spare buffer
+ * when it reuses the id).  K25_ENOMEM / K25_EIO when a block cannot come back.
  */
 int k25_kv_tier_forget(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct k25_error *err)
 {
     struct k25_kv_pool *p = t->pool;
-    const struct k25_backend *B = p->be->be;
     int rc = ensure_ids(t, err);
     if (rc != K25_OK)
         return rc;
+    pthread_mutex_lock(&t->mu);
+    release_held_locked(t, -1); /* finishing comes after the step's layers */
+    pthread_mutex_unlock(&t->mu);
+    t->cur_layer = -1;
     for (int i = 0; i < seq->n_blocks; i++) {
         int32_t id = seq->ids[i];
         struct blk *k = &t->b[id];
         if (p->refs && p->refs[id] > 1)
             continue;
+        if (k->streamed)
+            stream_end(t, id);
         if (p->px && k->where != AT_HOT) {
-            if (B->buf_alloc(p->be, K25_MEM_KV, p->block_bytes, &p->blocks[id], err) != K25_OK)
-                return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV block %d back to hot)", id);
-            bool waited = false;
-            uint64_t wait_ns = 0;
-            if (k->where == AT_WARM)
-                B->kv_block_set(p->be, p, id, t->warm_mem + p->block_bytes * (size_t)k->warm);
-            else if ((rc = cold_to_hot(t, seq, id, &waited, &wait_ns, err)) != K25_OK)
+            K25_ASSERT(p->blocks[id] == NULL);
+            if ((rc = k25_kv_buf_take(p, &p->blocks[id], err)) != K25_OK)
                 return rc;
-            t->tot.bytes_moved += (int64_t)p->block_bytes;
+            uint64_t wait_ns = 0;
+            bool was = k->waited;
+            for (int l = 0; l < t->L; l++)
+                if ((rc = load_whole_layer(t, seq, id, l, &wait_ns, err)) != K25_OK)
+                    return rc;
+            if (k->waited && !was) { /* not a step's read: the request's figures are final */
+                seq->tier_hits++;
+                t->tot.hits++;
+            }
         }
-        pthread_mutex_lock(&t->mu);
-        stage_drop_locked(t, k);
-        pthread_mutex_unlock(&t->mu);
+        block_drop_units(t, id);
         if (k->warm >= 0 && t->warm_owner[k->warm] == id)
             t->warm_owner[k->warm] = -1;
-        *k = (struct blk){AT_HOT, false, -1, -1, 0, -1.0f};
+        *k = BLK_NEW;
     }
+    return K25_OK;
+}
+
+int64_t k25_kv_tier_hot_blocks(const struct k25_config *cfg)
+{
+    const int bs = cfg->kv_block_size;
+    int chunk = cfg->prefill_chunk_size < cfg->max_num_batched_tokens ? cfg->prefill_chunk_size
+                                                                      : cfg->max_num_batched_tokens;
+    return ((int64_t)cfg->kv_hot_tokens + bs - 1) / bs + ((int64_t)chunk + bs - 1) / bs + 2;
+}
+
+int k25_kv_tier_block_cap(const struct k25_config *cfg, size_t block_bytes, int64_t *max_blocks,
+                          struct k25_error *err)
+{
+    if (cfg->kv_hot_tokens <= 0 || *max_blocks <= 0)
+        return K25_OK;
+    int64_t warm = (int64_t)(cfg->kv_warm_budget_mb * 1048576.0) / (int64_t)block_bytes;
+    int64_t need = warm + k25_kv_tier_hot_blocks(cfg) + 1; /* + the copy buffer */
+    if (*max_blocks < need)
+        return k25_error_set(err, K25_ERANGE, NULL, 0, "kv_warm_budget_mb",
+                             "the memory budget leaves %lld KV blocks of %zu bytes; the warm pool (%lld), one "
+                             "sequence's hot blocks and a prefill chunk's (%lld) and the copy buffer need %lld",
+                             (long long)*max_blocks, block_bytes, (long long)warm,
+                             (long long)k25_kv_tier_hot_blocks(cfg), (long long)need);
+    /* block ids past RAM: with a cold tier the file holds any number; without, the warm slots */
+    *max_blocks = cfg->kv_cold_dir[0] ? 0 : *max_blocks - 1;
     return K25_OK;
 }
 
@@ -638,6 +991,8 @@ void k25_kv_tier_totals(const struct k25_kv_tier *t, struct k25_kv_tier_totals *
     pthread_mutex_lock(&m->mu);
     *out = t->tot;
     out->copy_ns += t->thr_read_ns;
+    out->staging_blocks = t->sb;
+    out->warm_blocks = t->n_warm;
     pthread_mutex_unlock(&m->mu);
 }
 

@@ -10,6 +10,7 @@
  */
 #include "engine.h"
 #include "kvcache.h"
+#include "kvtier.h"
 
 #include <omp.h>
 #include <string.h>
@@ -135,6 +136,17 @@ int k25_mem_estimate(const struct k25_config *cfg, const struct k25_model_shape 
     int64_t slots = k25_kv_peak_slots(cfg, context, context); /* what admission reserves */
     out->kv_blocks = (int64_t)batch * ((slots + cfg->kv_block_size - 1) / cfg->kv_block_size);
     out->bytes[K25_MEM_KV] = out->kv_blocks * lay.block_bytes + (int64_t)batch * lay.residual_bytes;
+    if (cfg->kv_hot_tokens > 0) { /* tiers (kvtier.c): RAM holds the hot blocks and the warm pool */
+        int64_t per_seq = out->kv_blocks / batch, hot = k25_kv_tier_hot_blocks(cfg);
+        hot = (hot < per_seq ? hot : per_seq) * batch;
+        int64_t warm = (int64_t)(cfg->kv_warm_budget_mb * 1048576.0) / lay.block_bytes;
+        int64_t cold = out->kv_blocks - hot - warm; /* staging slots hold no block between steps: at least */
+        out->kv_hot_bytes = hot * lay.block_bytes;
+        out->kv_warm_bytes = warm * lay.block_bytes;
+        out->kv_cold_bytes = cold > 0 ? cold * lay.block_bytes : 0;
+        out->bytes[K25_MEM_KV] = out->kv_hot_bytes + out->kv_warm_bytes + lay.block_bytes /* copy buffer */ +
+                                 (int64_t)batch * lay.residual_bytes;
+    }
     if (lay.compress) { /* pruning statistics of the uncompressed tail (kvcache.c: 64 slots, doubling) */
         int64_t ch = cfg->prefill_chunk_size < context ? cfg->prefill_chunk_size : context;
         int64_t tail = (int64_t)cfg->kv_recent_tokens + ch + cfg->kv_quant_group + 32, cap = 64;

@@ -2,10 +2,19 @@
  * spill.c - the durable disk queue of the elastic request queue: an
  * append-only log, <queue_spill_dir>/queue.log.
  *
- * Every request that spills gets one record, written with one write() and
- * fsync'd before k25_engine_submit returns success, so a caller that
- * acknowledges after submit never acknowledges a request a crash can lose.
- * When the request reaches a final state a small "done" record follows.
+ * Every accepted request gets one record, written with one write() and
+ * made durable before k25_engine_submit(_batch) returns success, so a
+ * caller that acknowledges after submit never acknowledges a request a
+ * crash can lose.  When the request reaches a final state a small "done"
+ * record follows, durable before its FINISH event.
+ *
+ * Group commit: writing and syncing are separate calls.  k25_spill_sync
+ * is leader/follower: the first caller fsyncs everything written so far
+ * while later callers wait on a condition variable; when the fsync
+ * returns, every caller whose record it covered is done, and the next
+ * uncovered one leads the next fsync.  So requests written while an fsync
+ * runs - a batch submitted together, or appenders on other threads - share
+ * the following one.
  * At engine create the log is read back: requests without a done record
  * are re-submitted in log (arrival) order.  When every request in the log
  * is done the file is truncated to empty (compaction).
@@ -20,14 +29,17 @@
  *   done:    u8 2, u64 seq
  * A crash during an append leaves a short or corrupt last record: its
  * length runs past the end of the file or its CRC fails.  Reading stops
- * there; the tail is cut off and reported, never fatal.  A failed append
- * (write or fsync error) is cut back at once, so the request the caller
- * was told failed cannot come back at replay.
+ * there; the tail is cut off and reported, never fatal.  A failed write is
+ * cut back at once; a failed fsync cuts back everything it was to cover
+ * (and whatever was written meanwhile), and every caller waiting for one
+ * of those records is told: a request the caller was told failed cannot
+ * come back at replay.
  */
 #include "queue.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,19 +133,19 @@ static void frame(struct wbuf *b)
 }
 
 /*
- * Writes one framed record and fsyncs.  On failure cuts the file back to
- * lg->end so no part of the record survives; if even that fails the log
- * is marked broken (later appends fail) since a half record followed by
- * good ones would hide the good ones at replay.
+ * Writes one framed record at the end of the file (lg->mu held), not yet
+ * durable; *lsn gets the logical position after it.  On a failed write
+ * cuts the file back to lg->end so no part of the record survives; if even
+ * that fails the log is marked broken (later appends fail) since a half
+ * record followed by good ones would hide the good ones at replay.
  */
-static int append_raw(struct k25_spill_log *lg, const unsigned char *p, size_t n, const char *what,
-                      struct k25_error *err)
+static int write_raw(struct k25_spill_log *lg, const unsigned char *p, size_t n, const char *what, uint64_t *lsn,
+                     struct k25_error *err)
 {
     if (lg->broken)
         return k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir",
                              "the spill log is unusable after an earlier write failure");
     size_t done = 0;
-    const char *call = "write";
     int e = 0;
     while (done < n) {
         ssize_t w = lg->io.write(lg->fd, p + done, n - done, lg->io.user);
@@ -146,28 +158,125 @@ static int append_raw(struct k25_spill_log *lg, const unsigned char *p, size_t n
         done += (size_t)w;
     }
     if (done == n) {
-        call = "fsync";
-        if (lg->io.fsync(lg->fd, lg->io.user) != 0)
-            e = errno ? errno : EIO;
-    }
-    if (done == n && e == 0) {
         lg->end += (int64_t)n;
+        lg->written += n;
+        *lsn = lg->written;
         return K25_OK;
     }
     if (ftruncate(lg->fd, lg->end) != 0 || lseek(lg->fd, lg->end, SEEK_SET) != lg->end)
         lg->broken = true;
-    return k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir", "cannot spill %s: %s failed: %s%s", what,
-                         call, strerror(e), lg->broken ? " (and the log could not be cut back)" : "");
+    return k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir", "cannot spill %s: write failed: %s%s", what,
+                         strerror(e), lg->broken ? " (and the log could not be cut back)" : "");
 }
 
-int k25_spill_append(struct k25_spill_log *lg, const struct k25_request *req, uint64_t *seq,
+/* The lost range holding lsn, or NULL. */
+static const struct k25_spill_lost *lost_range(const struct k25_spill_log *lg, uint64_t lsn)
+{
+    for (int i = lg->n_lost - 1; i >= 0; i--)
+        if (lsn > lg->lost[i].lo && lsn <= lg->lost[i].hi)
+            return &lg->lost[i];
+    return NULL;
+}
+
+/*
+ * A failed fsync (lg->mu held): the records since the durable prefix may
+ * or may not be on disk, so they are cut off and (durable, written]
+ * becomes a lost range that every waiter for one of them is told about.
+ */
+static void sync_failed(struct k25_spill_log *lg, int e)
+{
+    struct k25_spill_lost lost = {lg->durable, lg->written, ""};
+    if (ftruncate(lg->fd, lg->durable_end) != 0 || lseek(lg->fd, lg->durable_end, SEEK_SET) != lg->durable_end)
+        lg->broken = true;
+    lg->end = lg->durable_end;
+    snprintf(lost.why, sizeof(lost.why), "cannot make the spill record durable: fsync failed: %s%s", strerror(e),
+             lg->broken ? " (and the log could not be cut back)" : "");
+    if (lg->n_lost == lg->cap_lost) {
+        int ncap = lg->cap_lost ? 2 * lg->cap_lost : 8;
+        struct k25_spill_lost *nl = realloc(lg->lost, sizeof(*nl) * (size_t)ncap);
+        if (!nl) { /* cannot remember which records were lost: refuse everything from now on */
+            lg->broken = true;
+            return;
+        }
+        lg->lost = nl;
+        lg->cap_lost = ncap;
+    }
+    lg->lost[lg->n_lost++] = lost;
+}
+
+int k25_spill_sync(struct k25_spill_log *lg, uint64_t lsn, struct k25_error *err)
+{
+    int rc = K25_OK;
+    pthread_mutex_lock(&lg->mu);
+    for (;;) {
+        const struct k25_spill_lost *l = lost_range(lg, lsn);
+        if (l) {
+            rc = k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir", "%s", l->why);
+            break;
+        }
+        if (lg->durable >= lsn)
+            break;
+        if (lg->broken) {
+            rc = k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir",
+                               "the spill log is unusable after an earlier write failure");
+            break;
+        }
+        if (lg->syncing) { /* follower: the running fsync may cover lsn */
+            pthread_cond_wait(&lg->cv, &lg->mu);
+            continue;
+        }
+        /* leader: one fsync for everything written so far */
+        uint64_t target = lg->written;
+        int64_t target_end = lg->end;
+        lg->syncing = true;
+        pthread_mutex_unlock(&lg->mu);
+        errno = 0;
+        int r = lg->io.fsync(lg->fd, lg->io.user), e = r != 0 ? (errno ? errno : EIO) : 0;
+        pthread_mutex_lock(&lg->mu);
+        lg->syncing = false;
+        lg->n_fsyncs++;
+        if (r == 0) {
+            lg->durable = target;
+            lg->durable_end = target_end;
+        } else {
+            sync_failed(lg, e);
+        }
+        pthread_cond_broadcast(&lg->cv);
+    }
+    pthread_mutex_unlock(&lg->mu);
+    return rc;
+}
+
+/* Compaction (lg->mu held): every request in the log is done and durable so, nothing is pending. */
+static void compact(struct k25_spill_log *lg)
+{
+    if (lg->live > 0 || lg->durable != lg->written || lg->syncing || lg->end == 0)
+        return;
+    /* no fsync of its own: a crash before the next one leaves a log whose records are all
+     * done (nothing to replay), and the next fsync of the file makes the truncation durable */
+    if (ftruncate(lg->fd, 0) != 0 || lseek(lg->fd, 0, SEEK_SET) != 0) {
+        lg->broken = true; /* the file is in an unknown state */
+        return;
+    }
+    lg->end = lg->durable_end = 0;
+}
+
+void k25_spill_retire(struct k25_spill_log *lg, int64_t n)
+{
+    pthread_mutex_lock(&lg->mu);
+    lg->live -= n;
+    compact(lg);
+    pthread_mutex_unlock(&lg->mu);
+}
+
+int k25_spill_append(struct k25_spill_log *lg, const struct k25_request *req, uint64_t *seq, uint64_t *lsn,
                      struct k25_error *err)
 {
     struct wbuf b = {0};
     unsigned char hdr[SPILL_HDR] = {0};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts); /* provenance only: order is the log's */
-    uint64_t s = lg->next_seq, arrival = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    uint64_t s = 0, arrival = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     uint8_t type = SPILL_REQ, prio = (uint8_t)req->priority, has = req->has_sampling;
     int32_t max_new = req->max_new_tokens, n_input = req->n_input, n_stop = req->n_stop;
     const char *id = req->id ? req->id : "";
@@ -175,6 +284,7 @@ int k25_spill_append(struct k25_spill_log *lg, const struct k25_request *req, ui
     uint8_t id_len = (uint8_t)(idl > 63 ? 63 : idl);
     put(&b, hdr, sizeof(hdr));
     PUT(&b, type);
+    const size_t seq_at = b.n; /* the number is set under the lock, in write order */
     PUT(&b, s);
     PUT(&b, arrival);
     PUT(&b, prio);
@@ -199,20 +309,24 @@ int k25_spill_append(struct k25_spill_log *lg, const struct k25_request *req, ui
                            id);
         goto out_free;
     }
-    frame(&b);
     char what[96];
     snprintf(what, sizeof(what), "request '%s'", id);
-    if ((rc = append_raw(lg, b.p, b.n, what, err)) != K25_OK)
-        goto out_free;
-    lg->next_seq++;
-    lg->live++;
-    *seq = s;
+    pthread_mutex_lock(&lg->mu);
+    s = lg->next_seq;
+    memcpy(b.p + seq_at, &s, sizeof(s));
+    frame(&b);
+    if ((rc = write_raw(lg, b.p, b.n, what, lsn, err)) == K25_OK) {
+        lg->next_seq++;
+        lg->live++;
+        *seq = s;
+    }
+    pthread_mutex_unlock(&lg->mu);
 out_free:
     free(b.p);
     return rc;
 }
 
-int k25_spill_done(struct k25_spill_log *lg, uint64_t seq, struct k25_error *err)
+int k25_spill_append_done(struct k25_spill_log *lg, uint64_t seq, uint64_t *lsn, struct k25_error *err)
 {
     unsigned char rec[SPILL_HDR + 9];
     uint8_t type = SPILL_DONE;
@@ -220,17 +334,19 @@ int k25_spill_done(struct k25_spill_log *lg, uint64_t seq, struct k25_error *err
     memcpy(rec + SPILL_HDR + 1, &seq, 8);
     struct wbuf b = {rec, sizeof(rec), sizeof(rec), false};
     frame(&b);
-    int rc = append_raw(lg, rec, sizeof(rec), "a done record", err);
-    if (rc != K25_OK)
-        return rc;
-    if (--lg->live > 0)
-        return K25_OK;
-    /* compaction: every request in the log is done, nothing to replay */
-    if (ftruncate(lg->fd, 0) != 0 || lseek(lg->fd, 0, SEEK_SET) != 0 || lg->io.fsync(lg->fd, lg->io.user) != 0)
-        return k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir", "cannot compact the spill log: %s",
-                             strerror(errno));
-    lg->end = 0;
-    return K25_OK;
+    pthread_mutex_lock(&lg->mu);
+    int rc = write_raw(lg, rec, sizeof(rec), "a done record", lsn, err);
+    pthread_mutex_unlock(&lg->mu);
+    return rc;
+}
+
+int k25_spill_done(struct k25_spill_log *lg, uint64_t seq, struct k25_error *err)
+{
+    uint64_t lsn;
+    int rc = k25_spill_append_done(lg, seq, &lsn, err);
+    if (rc == K25_OK && (rc = k25_spill_sync(lg, lsn, err)) == K25_OK)
+        k25_spill_retire(lg, 1);
+    return rc;
 }
 
 /* A cursor over one record's payload. */
@@ -368,6 +484,9 @@ int k25_spill_open(struct k25_spill_log *lg, const char *dir, const struct k25_s
     memset(lg, 0, sizeof(*lg));
     memset(rep, 0, sizeof(*rep));
     lg->fd = -1;
+    pthread_mutex_init(&lg->mu, NULL);
+    pthread_cond_init(&lg->cv, NULL);
+    lg->mu_init = true;
     k25_spill_set_io(lg, io);
     snprintf(lg->path, sizeof(lg->path), "%s/queue.log", dir);
     if (mkdir(dir, 0700) != 0 && errno != EEXIST)
@@ -442,14 +561,14 @@ int k25_spill_open(struct k25_spill_log *lg, const char *dir, const struct k25_s
     for (int i = 0; i < rep->n_pend; i++) /* entries moved (realloc, removals): point at their own id */
         rep->pend[i].req.id = rep->pend[i].id;
     lg->live = rep->n_pend;
-    lg->end = (int64_t)off;
+    lg->end = lg->durable_end = (int64_t)off;
     if (lg->live == 0 && off > 0) { /* compaction: everything in it is done */
         if (ftruncate(fd, 0) != 0 || fsync(fd) != 0) {
             rc = k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir", "cannot compact the spill log: %s",
                                strerror(errno));
             goto out_free;
         }
-        lg->end = 0;
+        lg->end = lg->durable_end = 0;
     }
     if (lseek(fd, lg->end, SEEK_SET) != lg->end) {
         rc = k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir", "cannot seek the spill log: %s",
@@ -473,4 +592,12 @@ void k25_spill_close(struct k25_spill_log *lg)
     if (lg->fd >= 0)
         close(lg->fd);
     lg->fd = -1;
+    free(lg->lost);
+    lg->lost = NULL;
+    lg->n_lost = lg->cap_lost = 0;
+    if (lg->mu_init) {
+        pthread_mutex_destroy(&lg->mu);
+        pthread_cond_destroy(&lg->cv);
+        lg->mu_init = false;
+    }
 }

@@ -22,8 +22,8 @@
  * last-level cache, so decode reads come from DRAM as in a real model.
  */
 #include "harness.h"
-#include "attn.h"
-#include "h5store.h"
+#include "k25_attn.h"
+#include "k25util.h"
 #include "buildinfo.h"
 
 #include <jansson.h>

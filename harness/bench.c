@@ -15,11 +15,9 @@
  * so far, marked `interrupted` in the trace's /meta and in the JSON; the
  * command exits 128 + signal.
  */
-#include "bench.h"
-#include "harness.h" /* k25_output_file_check */
-#include "gate.h" /* k25_calib: the calibration k25 gate normalizes by */
+#include "harness.h"
 #include "gold.h"
-#include "h5store.h"
+#include "k25util.h"
 #include "fidelity.h"
 #include "endpoint.h"
 

@@ -4,7 +4,7 @@
  * unsupported percentile, a missing confidence bound, goodput without an
  * SLO) is null in JSON and "n/a" in text, never a number.
  */
-#include "bench.h"
+#include "harness.h"
 
 #include <math.h>
 #include <string.h>

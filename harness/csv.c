@@ -11,7 +11,6 @@
  * field, never 0 or NaN.  The file is written through k25_afile: under
  * PATH.tmp.PID, renamed onto PATH when complete.
  */
-#include "bench.h"
 #include "harness.h"
 
 #include <errno.h>

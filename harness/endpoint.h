@@ -14,7 +14,7 @@
 #ifndef K25_ENDPOINT_H
 #define K25_ENDPOINT_H
 
-#include "bench.h"
+#include "harness.h"
 
 #include <jansson.h>
 

@@ -5,7 +5,7 @@
 #ifndef K25_FIDELITY_H
 #define K25_FIDELITY_H
 
-#include "bench.h"
+#include "harness.h"
 
 /* One request's figures. */
 struct k25_fid_req {

@@ -20,7 +20,7 @@
  * from integer nanoseconds, exactly, so rounding cannot create an overlap
  * either (tests/test_inspect.c checks every track).
  */
-#include "bench.h"
+#include "harness.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -26,7 +26,7 @@
  * blocks and memory are sampled into each window at the first loop
  * iteration at or after its start.
  */
-#include "bench.h"
+#include "harness.h"
 
 #include <errno.h>
 #include <math.h>

@@ -9,7 +9,6 @@
  * the headline figures are also computed per repetition, for the
  * across-repetition confidence intervals.
  */
-#include "bench.h"
 #include "harness.h"
 
 #include <math.h>

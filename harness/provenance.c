@@ -9,7 +9,7 @@
  * /proc/driver/nvidia (GPU and driver), OpenBLAS's core name.  A field the
  * system does not expose is null, never guessed.
  */
-#include "bench.h"
+#include "harness.h"
 #include "buildinfo.h"
 
 #include <math.h>

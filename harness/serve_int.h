@@ -1,12 +1,12 @@
 /*
  * serve_int.h - what serve.c (threads, engine, HTTP) and serve_api.c (the
  * OpenAI wire format: request parsing, answer JSON, /metrics text) share.
- * Harness-internal; the public interface is serve.h.
+ * Harness-internal; the public interface is harness.h ("k25 serve").
  */
 #ifndef K25_SERVE_INT_H
 #define K25_SERVE_INT_H
 
-#include "serve.h"
+#include "harness.h"
 #include "sse.h"
 
 #include <jansson.h>

@@ -24,7 +24,6 @@
  * Repetitions: mean of the per-repetition figures with a Student-t
  * interval, mean +- t(0.975, K-1) s / sqrt(K).
  */
-#include "bench.h"
 #include "harness.h"
 
 #include <math.h>

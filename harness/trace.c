@@ -20,8 +20,8 @@
  * The file is created under a temporary name before the measurement and
  * renamed into place by k25_trace_write only when everything is written.
  */
-#include "bench.h"
-#include "h5store.h"
+#include "harness.h"
+#include "k25util.h"
 #include "fidelity.h"
 
 #include <math.h>

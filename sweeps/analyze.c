@@ -20,7 +20,6 @@
  */
 #include "sweep.h"
 
-#include "bench.h"
 #include "harness.h"
 
 #include <math.h>

@@ -8,7 +8,7 @@
 
 #include "harness.h"
 
-#include "h5store.h"
+#include "k25util.h"
 
 #include <math.h>
 #include <stddef.h>

@@ -17,10 +17,9 @@
  */
 #include "sweep_run.h"
 
-#include "bench.h"
 #include "harness.h"
 
-#include "h5store.h"
+#include "k25util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -116,7 +115,9 @@ static int write_point_config(const char *path, const struct k25_config *cfg, st
         } else if (json_is_integer(v)) {
             fprintf(f, "%s: %lld\n", key, (long long)json_integer_value(v));
         } else if (json_is_real(v)) {
-            fprintf(f, "%s: %.17g\n", key, json_real_value(v));
+            char num[40]; /* shortest text that reads back as the same double */
+            k25_fmt_double(json_real_value(v), num, sizeof(num));
+            fprintf(f, "%s: %s\n", key, num);
         }
     }
     json_decref(o);

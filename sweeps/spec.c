@@ -11,7 +11,6 @@
 
 #include "harness.h"
 
-#include "bench.h"
 #include "gold.h"
 
 #include <errno.h>

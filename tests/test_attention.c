@@ -18,7 +18,7 @@
 
 #include "backend.h"
 #include "baselines.h"
-#include "h5store.h"
+#include "k25util.h"
 #include "harness.h"
 
 #include <math.h>

@@ -11,7 +11,7 @@
  */
 #include "testutil.h"
 
-#include "bench.h"
+#include "harness.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -422,7 +422,7 @@ static void test_killed_run(void **state)
     }
 }
 
-/* The fell-behind rule on summaries with known answers (bench.h: served < 90% AND queue > 10% of E2E). */
+/* The fell-behind rule on summaries with known answers (harness.h: served < 90% AND queue > 10% of E2E). */
 static void test_open_loop_check(void **state)
 {
     (void)state;

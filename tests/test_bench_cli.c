@@ -1,6 +1,6 @@
 /*
  * test_bench_cli.c - `k25 bench` and `k25 serve` on the shared option
- * parser (harness/cliopt.c): the vLLM benchmark aliases give the same run
+ * parser (cli/cliopt.c): the vLLM benchmark aliases give the same run
  * as the k25 names; --percentile-method linear and nearest-rank read the
  * percentiles of the same samples as a reference computed here from the
  * run's own CSV (and differ where they must); --csv writes one row per

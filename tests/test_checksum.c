@@ -307,7 +307,7 @@ static void test_bad_input(void **state)
     free(out);
 }
 
-/* The installed alias name dispatches to the command (harness/main.c). */
+/* The installed alias name dispatches to the command (cli/main.c). */
 static void test_alias(void **state)
 {
     (void)state;

@@ -179,7 +179,7 @@ static void test_bad_inputs(void **state)
 
 
 /*
- * The shared option parser (harness/cliopt.c) behind every command but
+ * The shared option parser (cli/cliopt.c) behind every command but
  * bench and serve: --key=value everywhere, "did you mean", errors naming
  * the option, --help generated from the table.
  */

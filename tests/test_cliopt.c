@@ -1,6 +1,6 @@
 /*
  * test_cliopt.c - the option parser every k25 subcommand shares
- * (harness/cliopt.c), called as a library: both value forms, ranges,
+ * (cli/cliopt.c), called as a library: both value forms, ranges,
  * enums, lists and callbacks, repeated options, "--", missing values,
  * "did you mean", the generated --help, and the engine config flags.
  */

@@ -7,6 +7,7 @@
  */
 #include "testutil.h"
 
+#include "cli.h"
 #include "harness.h"
 #include "k25.h"
 

@@ -21,7 +21,7 @@
  */
 #include "testutil.h"
 
-#include "h5store.h"
+#include "k25util.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -6,7 +6,6 @@
  */
 #include "testutil.h"
 
-#include "bench.h"
 #include "harness.h"
 
 #include <math.h>

@@ -13,8 +13,7 @@
  */
 #include "testutil.h"
 
-#include "bench.h"
-#include "harness.h" /* k25_json_path */
+#include "harness.h"
 #include "sse.h"
 
 #include <arpa/inet.h>

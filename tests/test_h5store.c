@@ -5,7 +5,7 @@
  */
 #include "testutil.h"
 
-#include "h5store.h"
+#include "k25util.h"
 
 #include <stddef.h>
 #include <sys/stat.h>

@@ -11,7 +11,7 @@
  */
 #include "testutil.h"
 
-#include "bench.h"
+#include "harness.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -19,9 +19,9 @@
  */
 #include "testutil.h"
 
-#include "bench.h"
+#include "harness.h"
 #include "gold.h"
-#include "h5store.h"
+#include "k25util.h"
 
 #include <signal.h>
 #include <sys/stat.h>

@@ -6,7 +6,8 @@
  * every block to the pool or the cache; a request diverging inside a block
  * does not share it (copy-on-write); idle cached blocks are evicted, oldest
  * first, under a memory budget; int8 shares only quantized blocks;
- * compression is refused; off is today's engine, bit for bit.
+ * compression is refused; off is today's engine, bit for bit; with KV
+ * tiers the same holds (blocks published from the warm and cold tiers).
  *
  *   test_prefix --measure N [Q]   TTFT of a first request on an N-token
  *                                 document vs Q repeated questions (hits)
@@ -14,7 +15,7 @@
 #include "testutil.h"
 #include "tu_model.h"
 
-#include "bench.h"
+#include "harness.h"
 #include "gold.h"
 #include "k25.h"
 
@@ -489,6 +490,66 @@ static void test_bench_summary_split(void **state)
 }
 
 /* --measure N [Q]: TTFT of the first request on an N-token document and of Q questions that hit it. */
+/*
+ * Tiers and prefix caching together: with the KV four times the warm
+ * budget, a cold tier, and prefix caching, a first question on a document
+ * gives the plain engine's tokens and logits bit for bit (tiers move bytes,
+ * not arithmetic), and a second question hits the document's blocks -
+ * published from the warm and cold tiers, brought back whole first - and
+ * gives the plain cold run's tokens under the token-identity rule; the
+ * same prompt again hits too.  Every block goes back.
+ */
+static void test_tiers_with_prefix(void **state)
+{
+    (void)state;
+    enum { N_DOC = 1000, N_Q = 32, N_NEW = 12 };
+    char dir[] = "/tmp/k25-test-prefix-tier-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    int32_t *doc = make_prompt(N_DOC, 9);
+    int32_t *q1 = doc_question(doc, N_DOC, N_Q, 21, 'A'), *q2 = doc_question(doc, N_DOC, N_Q, 22, 'B');
+    struct out *o = calloc(5, sizeof(*o)); /* plain q1, plain q2, tiers q1, tiers q2, tiers q1 again */
+    assert_non_null(o);
+    struct k25_config plain = base_config(false);
+    run_cold(&plain, q1, N_DOC + N_Q, N_NEW, &o[0]);
+    run_cold(&plain, q2, N_DOC + N_Q, N_NEW, &o[1]);
+
+    struct k25_config c = base_config(true);
+    struct k25_kv_layout lay;
+    k25_kv_layout(&c, k25_model_get_shape(tu_tiny), &lay);
+    const int nb = (N_DOC + N_Q + N_NEW + c.kv_block_size - 1) / c.kv_block_size;
+    c.kv_hot_tokens = c.kv_block_size; /* the first block */
+    c.kv_warm_budget_mb = 0.25 * (double)lay.block_bytes * nb / 1048576.0;
+    snprintf(c.kv_cold_dir, sizeof(c.kv_cold_dir), "%s", dir);
+    k25_engine_t *e;
+    struct k25_error err;
+    if (k25_engine_create(&c, tu_tiny, &e, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    run_req(e, q1, N_DOC + N_Q, N_NEW, "t1", &o[2]);
+    run_req(e, q2, N_DOC + N_Q, N_NEW, "t2", &o[3]);
+    run_req(e, q1, N_DOC + N_Q, N_NEW, "t3", &o[4]);
+    struct k25_engine_stats st;
+    get_stats(e, &st);
+    k25_engine_destroy(e);
+
+    assert_int_equal(o[2].cached, 0);
+    assert_memory_equal(o[0].ids, o[2].ids, sizeof(int32_t) * N_NEW);
+    assert_memory_equal(o[0].logits, o[2].logits, sizeof(float) * 256 * N_NEW);
+    assert_int_equal(o[3].cached, N_DOC / c.kv_block_size * c.kv_block_size); /* the document's full blocks */
+    assert_true(o[4].cached > o[3].cached);
+    assert_rule(&o[1], &o[3], "tiers + prefix hit");
+    assert_rule(&o[0], &o[4], "tiers + prefix hit, same prompt");
+    assert_true(st.kv_tier_bytes_moved > 0);
+    assert_true(st.kv_tier_evictions > 0);
+    assert_true(st.kv_cache_hit_rate > 0.0 && st.kv_cache_hit_rate <= 1.0);
+    assert_true(st.prefix_hits >= 2);
+    assert_int_equal(st.kv_blocks_in_use, 0);
+    free(o);
+    free(q1);
+    free(q2);
+    free(doc);
+    assert_int_equal(rmdir(dir), 0); /* the cold file was unlinked at once */
+}
+
 static int measure(int n_doc, int n_q)
 {
     struct k25_config cfg = base_config(true);
@@ -574,6 +635,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_eviction),           cmocka_unit_test(test_int8_quantized_only),
         cmocka_unit_test(test_compression_refused), cmocka_unit_test(test_off_identical),
         cmocka_unit_test(test_gold_questions),     cmocka_unit_test(test_bench_summary_split),
+        cmocka_unit_test(test_tiers_with_prefix),
     };
     return cmocka_run_group_tests_name("prefix", tests, tu_model_setup, tu_model_teardown);
 }

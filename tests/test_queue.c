@@ -19,7 +19,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ----------------------------------------------------------- helpers */
 
@@ -737,6 +739,397 @@ static void test_degraded_model(void **state)
     k25_engine_destroy(e);
 }
 
+/* ---- group commit (issue 17): one fsync for many records, durable before acknowledged */
+
+static int g_fsyncs;             /* fsyncs through count_fsync */
+static int g_fsync_sleep_us;     /* each one takes this long (a slow disk) */
+static long g_durable_size = -1; /* the file's size at the last successful fsync: what a power cut keeps */
+
+static int count_fsync(int fd, void *user)
+{
+    (void)user;
+    if (g_fsync_sleep_us)
+        usleep((useconds_t)g_fsync_sleep_us);
+    if (g_fail_fsync) {
+        g_fail_fsync--;
+        errno = EIO;
+        return -1;
+    }
+    g_fsyncs++;
+    struct stat st;
+    if (fstat(fd, &st) == 0)
+        g_durable_size = (long)st.st_size;
+    return fsync(fd);
+}
+
+static struct k25_request mkreq(const char *id, int32_t *toks, int n)
+{
+    for (int i = 0; i < n; i++)
+        toks[i] = 32 + (int32_t)((strlen(id) * 31u + (unsigned)id[strlen(id) - 1] * 7u + (unsigned)i * 13u) % 90);
+    return (struct k25_request){.id = id, .input_ids = toks, .n_input = n, .max_new_tokens = 2};
+}
+
+struct appender {
+    struct k25_spill_log *lg;
+    char id[16];
+    int rc;
+};
+
+static void *append_one(void *arg)
+{
+    struct appender *a = arg;
+    int32_t toks[8];
+    struct k25_request r = mkreq(a->id, toks, 8);
+    uint64_t seq, lsn;
+    struct k25_error err;
+    a->rc = k25_spill_append(a->lg, &r, &seq, &lsn, &err);
+    if (a->rc == K25_OK)
+        a->rc = k25_spill_sync(a->lg, lsn, &err);
+    return NULL;
+}
+
+/* Concurrent appenders share fsyncs (leader/follower); a failed fsync fails every record it covered. */
+static void test_group_commit_log(void **state)
+{
+    (void)state;
+    const char *dir = spill_dir("group");
+    struct k25_spill_io io = {NULL, count_fsync, NULL};
+    struct k25_spill_log lg;
+    struct k25_spill_replay rep;
+    struct k25_error err;
+    enum { T = 8 };
+    g_fsyncs = 0;
+    g_fsync_sleep_us = 20000; /* 20 ms per fsync: the others arrive while the first one runs */
+    assert_int_equal(k25_spill_open(&lg, dir, &io, &rep, &err), K25_OK);
+    k25_spill_replay_free(&rep);
+    pthread_t th[T];
+    struct appender ap[T];
+    for (int i = 0; i < T; i++) {
+        ap[i] = (struct appender){&lg, "", -1};
+        snprintf(ap[i].id, sizeof(ap[i].id), "c%d", i);
+        assert_int_equal(pthread_create(&th[i], NULL, append_one, &ap[i]), 0);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(ap[i].rc, K25_OK);
+    }
+    assert_true(g_fsyncs >= 1 && g_fsyncs < T); /* shared: one per record would be T */
+    assert_int_equal(lg.n_fsyncs, g_fsyncs);
+    g_fsync_sleep_us = 0;
+
+    /* two records written, the fsync for the second fails: both are cut off, both callers told */
+    int32_t toks[8];
+    struct k25_request ra = mkreq("la", toks, 8);
+    uint64_t sa, la, sb, lb, sc, lc;
+    const long before = file_size(lg.path);
+    assert_int_equal(k25_spill_append(&lg, &ra, &sa, &la, &err), K25_OK);
+    struct k25_request rb = mkreq("lb", toks, 8);
+    assert_int_equal(k25_spill_append(&lg, &rb, &sb, &lb, &err), K25_OK);
+    g_fail_fsync = 1;
+    assert_int_equal(k25_spill_sync(&lg, lb, &err), K25_EIO);
+    assert_non_null(strstr(err.msg, "fsync failed"));
+    assert_int_equal(k25_spill_sync(&lg, la, &err), K25_EIO); /* covered by the same failed fsync */
+    assert_int_equal(file_size(lg.path), before);
+    k25_spill_retire(&lg, 2);
+    struct k25_request rc_ = mkreq("lc", toks, 8);
+    assert_int_equal(k25_spill_append(&lg, &rc_, &sc, &lc, &err), K25_OK);
+    assert_true(lc > lb); /* positions are never reused */
+    assert_int_equal(k25_spill_sync(&lg, lc, &err), K25_OK);
+    assert_int_equal(k25_spill_sync(&lg, la, &err), K25_EIO); /* still lost, even below the durable end */
+    k25_spill_close(&lg);
+
+    /* what comes back: the T concurrent records and lc, not la or lb */
+    assert_int_equal(k25_spill_open(&lg, dir, NULL, &rep, &err), K25_OK);
+    assert_int_equal(rep.n_pend, T + 1);
+    assert_string_equal(rep.pend[T].id, "lc");
+    for (int i = 0; i < rep.n_pend; i++)
+        assert_true(strcmp(rep.pend[i].id, "la") != 0 && strcmp(rep.pend[i].id, "lb") != 0);
+    k25_spill_replay_free(&rep);
+    k25_spill_close(&lg);
+}
+
+/* k25_engine_submit_batch: one fsync per batch; a failed fsync rejects every request of the batch. */
+static void test_group_commit_engine(void **state)
+{
+    (void)state;
+    struct k25_config cfg = cfg_base();
+    cfg.queue_memory_capacity = 2;
+    snprintf(cfg.queue_spill_dir, sizeof(cfg.queue_spill_dir), "%s", spill_dir("gce"));
+    struct k25_spill_io io = {bad_write, count_fsync, NULL};
+    struct k25_error err, errs[6];
+    k25_engine_t *e = NULL;
+    assert_int_equal(k25_engine_create_io(&cfg, tu_tiny, &io, &e, &err), K25_OK);
+    const char *ids[6] = {"g0", "g1", "g2", "g3", "g4", "g5"};
+    int32_t toks[6][8];
+    struct k25_request reqs[6];
+    for (int i = 0; i < 6; i++)
+        reqs[i] = mkreq(ids[i], toks[i], 8);
+    int h[6], rcs[6];
+    g_fsyncs = 0;
+    assert_int_equal(k25_engine_submit_batch(e, reqs, 6, h, rcs, errs), K25_OK);
+    assert_int_equal(g_fsyncs, 1); /* six records, one fsync */
+    struct k25_engine_stats st;
+    k25_engine_get_stats(e, &st);
+    assert_int_equal(st.spill_fsyncs, 1);
+    assert_int_equal(st.n_waiting_memory, 2);
+    assert_int_equal(st.n_waiting_spill, 4); /* routed in order, as six submits would be */
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(rcs[i], K25_OK);
+    assert_false(k25_engine_result(e, h[1])->spilled);
+    assert_true(k25_engine_result(e, h[2])->spilled);
+
+    /* the batch's fsync fails: all of it rejected with the reason, no handle used */
+    const char *ids2[3] = {"x0", "x1", "x2"};
+    for (int i = 0; i < 3; i++)
+        reqs[i] = mkreq(ids2[i], toks[i], 8);
+    g_fail_fsync = 1;
+    assert_int_equal(k25_engine_submit_batch(e, reqs, 3, h, rcs, errs), K25_EIO);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(rcs[i], K25_EIO);
+        assert_int_equal(h[i], -1);
+        assert_non_null(strstr(errs[i].msg, "fsync failed"));
+    }
+    k25_engine_get_stats(e, &st);
+    assert_int_equal(st.n_waiting, 6);
+
+    /* a write failing in the middle: only that request is rejected; the others share one fsync */
+    const char *ids3[3] = {"y0", "y1", "y2"};
+    for (int i = 0; i < 3; i++)
+        reqs[i] = mkreq(ids3[i], toks[i], 8);
+    g_fsyncs = 0;
+    assert_int_equal(k25_engine_submit_batch(e, reqs, 1, h, rcs, errs), K25_OK);
+    g_fail_write = 1;
+    assert_int_equal(k25_engine_submit_batch(e, reqs + 1, 1, h + 1, rcs + 1, errs + 1), K25_EIO);
+    assert_non_null(strstr(errs[1].msg, strerror(ENOSPC)));
+    g_fail_write = 0;
+    assert_int_equal(k25_engine_submit_batch(e, reqs + 2, 1, h + 2, rcs + 2, errs + 2), K25_OK);
+    assert_int_equal(h[2], h[0] + 1); /* the rejected one used no handle */
+    k25_engine_destroy(e); /* crash: nothing ran */
+
+    /* replay: the six of the first batch and y0, y2 - never the rejected ones */
+    e = create(&cfg, &err);
+    struct k25_replay_info ri;
+    k25_engine_replay_info(e, &ri);
+    assert_int_equal(ri.n_replayed, 8);
+    for (int i = 0; i < ri.n_replayed; i++) {
+        const char *id = k25_engine_result(e, ri.handles[i])->id;
+        assert_true(id[0] != 'x' && strcmp(id, "y1") != 0);
+    }
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    k25_engine_destroy(e);
+}
+
+/* A crash at the moment a FINISH is reported: only what was fsync'd survives. */
+struct crashcheck {
+    char logpath[1100];
+    char copydir[1100];
+    int n_finish, n_bad;
+    int fsyncs_at_finish[8];
+};
+
+static void on_finish_crash(const struct k25_event *ev, void *user)
+{
+    struct crashcheck *c = user;
+    if (ev->type != K25_EV_FINISH)
+        return;
+    if (c->n_finish < 8)
+        c->fsyncs_at_finish[c->n_finish] = g_fsyncs;
+    c->n_finish++;
+    /* copy the durable prefix of the log and read it back as a restart would */
+    char dst[1200];
+    mkdir(c->copydir, 0700);
+    snprintf(dst, sizeof(dst), "%s/queue.log", c->copydir);
+    FILE *in = fopen(c->logpath, "rb"), *out = fopen(dst, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    for (long i = 0; i < g_durable_size; i++) {
+        int ch = fgetc(in);
+        if (ch == EOF)
+            break;
+        fputc(ch, out);
+    }
+    fclose(in);
+    fclose(out);
+    struct k25_spill_log lg;
+    struct k25_spill_replay rep;
+    struct k25_error err;
+    assert_int_equal(k25_spill_open(&lg, c->copydir, NULL, &rep, &err), K25_OK);
+    for (int i = 0; i < rep.n_pend; i++)
+        c->n_bad += !strcmp(rep.pend[i].id, ev->req_id); /* it would run twice */
+    k25_spill_replay_free(&rep);
+    k25_spill_close(&lg);
+}
+
+/* Done records are durable before FINISH; requests ending in one step share one fsync. */
+static void test_done_durable_before_finish(void **state)
+{
+    (void)state;
+    struct k25_config cfg = cfg_base();
+    snprintf(cfg.queue_spill_dir, sizeof(cfg.queue_spill_dir), "%s", spill_dir("donedur"));
+    struct k25_spill_io io = {NULL, count_fsync, NULL};
+    struct k25_error err;
+    k25_engine_t *e = NULL;
+    assert_int_equal(k25_engine_create_io(&cfg, tu_tiny, &io, &e, &err), K25_OK);
+    struct crashcheck c = {0};
+    snprintf(c.logpath, sizeof(c.logpath), "%s/queue.log", cfg.queue_spill_dir);
+    snprintf(c.copydir, sizeof(c.copydir), "%s/donedur-crash", tu_dir);
+    k25_engine_set_event_cb(e, on_finish_crash, &c);
+    const char *ids[3] = {"dd0", "dd1", "dd2"};
+    int32_t toks[3][8];
+    struct k25_request reqs[3];
+    int h[3], rcs[3];
+    for (int i = 0; i < 3; i++)
+        reqs[i] = mkreq(ids[i], toks[i], 8); /* same length, same max_new: they end in the same step */
+    g_fsyncs = 0;
+    assert_int_equal(k25_engine_submit_batch(e, reqs, 3, h, rcs, NULL), K25_OK);
+    assert_int_equal(g_fsyncs, 1);
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    assert_int_equal(c.n_finish, 3);
+    assert_int_equal(c.n_bad, 0);
+    assert_int_equal(g_fsyncs, 2); /* one for the three done records */
+    assert_int_equal(c.fsyncs_at_finish[0], 2);
+    assert_int_equal(file_size(c.logpath), 0); /* compacted */
+
+    /* the done records' fsync fails once: written again and synced before FINISH */
+    c.n_finish = 0;
+    assert_int_equal(k25_engine_submit(e, &reqs[0], &h[0], &err), K25_OK);
+    g_fail_fsync = 1;
+    struct k25_engine_stats st;
+    for (int i = 0; i < 100 && c.n_finish == 0; i++)
+        assert_int_equal(k25_engine_step(e, &err), K25_OK);
+    assert_int_equal(c.n_finish, 1);
+    assert_int_equal(g_fail_fsync, 0);
+    assert_int_equal(c.n_bad, 0);
+    k25_engine_get_stats(e, &st);
+    assert_int_equal(file_size(c.logpath), 0);
+    k25_engine_destroy(e);
+}
+
+/* ---- degraded requests: their own queue and slots, admission against degraded_ttft_ms */
+
+struct admits {
+    char ids[64][16];
+    int n;
+};
+
+static void on_admit(const struct k25_event *ev, void *user)
+{
+    struct admits *a = user;
+    if (ev->type == K25_EV_ADMIT && a->n < 64)
+        snprintf(a->ids[a->n++], 16, "%s", ev->req_id);
+}
+
+static int admit_pos(const struct admits *a, const char *id)
+{
+    for (int i = 0; i < a->n; i++)
+        if (!strcmp(a->ids[i], id))
+            return i;
+    return -1;
+}
+
+/*
+ * One scenario, run twice for determinism: a standard backlog, the breaker
+ * opens, degraded arrivals go ahead of the backlog in their own slots
+ * (FIFO among them), and once their service time is known arrivals that
+ * could not get a first token within degraded_ttft_ms are rejected with a
+ * reason - high priority never.  out: admission order and outcome string.
+ */
+static void degraded_scenario(struct admits *ad, char *outcome, size_t n_out, int32_t tokens[2][8])
+{
+    struct k25_config cfg = cfg_base();
+    cfg.breaker_enabled = true;
+    cfg.breaker_busy_threshold = 0.5;
+    cfg.breaker_busy_seconds = 0.05;
+    cfg.breaker_memory_threshold = 1.0;
+    cfg.max_batch_size = 2; /* one degraded slot */
+    cfg.degraded_ttft_ms = 400;
+    struct k25_error err;
+    g_now = 20000000000ull;
+    k25_engine_t *e = create(&cfg, &err);
+    k25_engine_set_clock(e, fake_clock, NULL);
+    k25_engine_set_step_hook(e, busy_hook, NULL);
+    k25_engine_set_event_cb(e, on_admit, ad);
+    g_step_ns = 10 * 1000000ull; /* 10 ms a step */
+    int h, hd[2], hr = -1, hh = -1;
+    char id[16];
+    for (int i = 0; i < 6; i++) { /* the standard backlog: 2 run, 4 wait */
+        snprintf(id, sizeof(id), "s%d", i);
+        submit_ok(e, id, K25_PRIORITY_STANDARD, 12, &h);
+    }
+    for (int i = 0; i < 8 && !breaker_open(e); i++)
+        assert_int_equal(k25_engine_step(e, &err), K25_OK);
+    assert_true(breaker_open(e));
+    submit_ok(e, "dA", K25_PRIORITY_STANDARD, 4, &hd[0]);
+    submit_ok(e, "dB", K25_PRIORITY_STANDARD, 4, &hd[1]);
+    assert_true(k25_engine_result(e, hd[0])->degraded);
+    /* dA runs at the next step although four standard requests wait ahead of it */
+    assert_int_equal(k25_engine_step(e, &err), K25_OK);
+    assert_true(admit_pos(ad, "dA") >= 0);
+    assert_int_equal(admit_pos(ad, "s2"), -1);
+    assert_int_equal(k25_engine_result(e, hd[1])->state, K25_REQ_WAITING);
+    for (int i = 0; i < 100 && k25_engine_result(e, hd[1])->state != K25_REQ_COMPLETED; i++)
+        assert_int_equal(k25_engine_step(e, &err), K25_OK);
+    assert_int_equal(k25_engine_result(e, hd[1])->state, K25_REQ_COMPLETED);
+    assert_true(admit_pos(ad, "dB") > admit_pos(ad, "dA")); /* FIFO among degraded */
+    for (int i = 0; i < 2; i++)
+        memcpy(tokens[i], k25_engine_result(e, hd[i])->output_ids, sizeof(int32_t) * 4);
+    /* a degraded request takes ~5 steps (50 ms): with 400 ms, about 7 can wait; the rest are turned away */
+    int accepted = 0, rejected = 0;
+    size_t o = 0;
+    submit_ok(e, "dH", K25_PRIORITY_HIGH, 4, &hh); /* ahead of the others (a later high one would delay them) */
+    for (int i = 0; i < 16; i++) {
+        snprintf(id, sizeof(id), "d%d", i);
+        submit_ok(e, id, K25_PRIORITY_STANDARD, 4, &h);
+        const struct k25_result *r = k25_engine_result(e, h);
+        if (r->state == K25_REQ_REJECTED) {
+            rejected++;
+            hr = h;
+        } else {
+            accepted++;
+        }
+        o += (size_t)snprintf(outcome + o, n_out - o, "%c", r->state == K25_REQ_REJECTED ? 'R' : 'A');
+    }
+    submit_ok(e, "dH2", K25_PRIORITY_HIGH, 4, &h);
+    assert_int_equal(k25_engine_result(e, h)->state, K25_REQ_WAITING); /* high: never turned away */
+    k25_engine_cancel(e, h, "test: it would delay the others past their promise");
+    assert_true(accepted >= 2 && rejected >= 2);
+    assert_non_null(strstr(k25_engine_result(e, hr)->reason, "degraded queue full"));
+    assert_non_null(strstr(k25_engine_result(e, hr)->reason, "degraded_ttft_ms 400"));
+    struct k25_engine_stats st;
+    k25_engine_get_stats(e, &st);
+    assert_int_equal(st.rejected_degraded, rejected);
+    assert_int_equal(st.n_waiting_degraded, accepted + 1);
+    /* the accepted ones meet the SLA on the fake clock; dH goes first among them */
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    assert_true(admit_pos(ad, "dH") < admit_pos(ad, "d0"));
+    for (int hh2 = 0; hh2 < 64; hh2++) {
+        const struct k25_result *r = k25_engine_result(e, hh2);
+        if (!r || !r->degraded || r->state != K25_REQ_COMPLETED || !strcmp(r->id, "dH2"))
+            continue; /* dH2 came after the others were promised their slots */
+        double ttft_ms = (double)(r->prefill_done_t_ns - r->submit_t_ns) / 1e6;
+        if (ttft_ms > cfg.degraded_ttft_ms)
+            fail_msg("%s: first token after %.0f ms", r->id, ttft_ms);
+    }
+    assert_int_equal(admit_pos(ad, "s5") > admit_pos(ad, "s4"), 1); /* FIFO among standard */
+    k25_engine_destroy(e);
+}
+
+static void test_degraded_queue(void **state)
+{
+    (void)state;
+    struct admits a1 = {0}, a2 = {0};
+    char o1[32], o2[32];
+    int32_t t1[2][8] = {{0}}, t2[2][8] = {{0}};
+    degraded_scenario(&a1, o1, sizeof(o1), t1);
+    degraded_scenario(&a2, o2, sizeof(o2), t2);
+    /* the same arrivals on the same clock: the same admissions, rejections and tokens */
+    assert_string_equal(o1, o2);
+    assert_int_equal(a1.n, a2.n);
+    for (int i = 0; i < a1.n; i++)
+        assert_string_equal(a1.ids[i], a2.ids[i]);
+    assert_memory_equal(t1, t2, sizeof(t1));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -750,6 +1143,10 @@ int main(void)
         cmocka_unit_test(test_breaker_hysteresis),
         cmocka_unit_test(test_breaker_counts_occupancy),
         cmocka_unit_test(test_degraded_model),
+        cmocka_unit_test(test_group_commit_log),
+        cmocka_unit_test(test_group_commit_engine),
+        cmocka_unit_test(test_done_durable_before_finish),
+        cmocka_unit_test(test_degraded_queue),
     };
     int rc = tu_model_setup(NULL);
     if (rc == 0 && tu_group_setup(NULL) != 0)

@@ -19,7 +19,6 @@
  */
 #include "testutil.h"
 
-#include "bench.h"
 #include "harness.h"
 
 #include <curl/curl.h>

@@ -8,8 +8,8 @@
  */
 #include "testutil.h"
 
-#include "bench.h"
-#include "h5store.h"
+#include "harness.h"
+#include "k25util.h"
 
 #include <math.h>
 

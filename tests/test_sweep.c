@@ -12,7 +12,7 @@
  */
 #include "testutil.h"
 
-#include "bench.h"
+#include "harness.h"
 #include "sweep.h"
 
 #include <errno.h>
@@ -742,6 +742,13 @@ static void test_rate_search(void **state)
              "cd %s/points/* && test -s rep-0.log && grep -q '^probe 0: 8 req/s' rep-0.log && grep -q '^max_rate_rps = 64' "
              "rep-0.log && h5dump -H rep-0.h5 >/dev/null && jq -e '.max_rate_rps == 64 and .trace_probe == 1' rep-0.json "
              ">/dev/null && jq -e '.workload.mode == \"open\" and .workload.concurrency == 0' rep-0.probe-0.json >/dev/null",
+             dir);
+    free(run_expect(cmd, 0));
+    /* the point's config.yaml writes doubles as the shortest text that reads back (k25_fmt_double):
+     * the default 0.85, not %.17g's 0.84999999999999998, and no such 17-digit figure anywhere */
+    snprintf(cmd, sizeof(cmd),
+             "cd %s/points/* && grep -qx 'kv_compression_ratio: 0.85' config.yaml && "
+             "! grep -Eq ': -?[0-9]*\\.[0-9]{12,}' config.yaml",
              dir);
     free(run_expect(cmd, 0));
 }

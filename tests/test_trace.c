@@ -8,9 +8,9 @@
  */
 #include "testutil.h"
 
-#include "bench.h"
+#include "harness.h"
 #include "gate.h"
-#include "h5store.h"
+#include "k25util.h"
 
 #include <math.h>
 #include <sys/stat.h>

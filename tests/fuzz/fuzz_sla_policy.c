@@ -1,7 +1,7 @@
 /*
  * fuzz_sla_policy.c - the two small YAML languages of verdicts: SLA files
- * (harness/report_sla.c, k25_sla_load) and gate policies
- * (harness/gate_policy.c, k25_gate_policy_load).  The first byte picks
+ * (reports/report_sla.c, k25_sla_load) and gate policies
+ * (gates/gate_policy.c, k25_gate_policy_load).  The first byte picks
  * which (even: SLA, odd: policy); the rest is the file.  Seeds:
  * reports/sla-example.yaml and the gate policies in ci/.
  */

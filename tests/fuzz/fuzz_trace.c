@@ -11,7 +11,7 @@
  * checks let through is still a finding.
  */
 #include "fuzz_util.h"
-#include "bench.h"
+#include "harness.h"
 
 /*
  * Files in the format HDF5 wrote before 1.10 (superblock version 0 or 1:

@@ -1,0 +1,400 @@
+/*
+ * cli_bench.c - `k25 bench` (alias `k25-benchmark`): argument parsing
+ * only (one option table, cliopt.h); the benchmark is
+ * k25_bench_measure (harness/bench.c).
+ *
+ * The vLLM benchmark's option names are aliases where they mean the same
+ * (--request-rate, --num-prompts, --max-concurrency, --result-filename,
+ * --percentile-metrics, --metric-percentiles, --goodput), so a command
+ * line written for `vllm bench serve` mostly runs as it is.
+ */
+#include "cli.h"
+#include "harness.h"
+#include "cliopt.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t g_stop; /* the signal that asked to stop, 0 while none */
+
+/* The first SIGINT/SIGTERM ends the run early (what was measured is kept);
+ * a second one ends the process at once (no result under the final names). */
+static void on_signal(int sig)
+{
+    if (g_stop) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_stop = sig;
+}
+
+/* argv joined with spaces, arguments with spaces or quotes single-quoted. */
+static char *join_cmdline(int argc, char **argv)
+{
+    size_t n = 1;
+    for (int i = 0; i < argc; i++)
+        n += 4 * strlen(argv[i]) + 3;
+    char *s = malloc(n), *p = s;
+    if (!s)
+        return NULL;
+    for (int i = 0; i < argc; i++) {
+        bool q = strpbrk(argv[i], " \t'\"$&|<>;*?") != NULL || !*argv[i];
+        if (i)
+            *p++ = ' ';
+        if (q)
+            *p++ = '\'';
+        for (const char *c = argv[i]; *c; c++) {
+            if (*c == '\'') {
+                memcpy(p, "'\\''", 4);
+                p += 4;
+            } else {
+                *p++ = *c;
+            }
+        }
+        if (q)
+            *p++ = '\'';
+    }
+    *p = '\0';
+    return s;
+}
+
+/* ------------------------------------------------------------ option callbacks */
+
+/* A finite number > 0 (rates, durations, timeouts, burstiness). */
+static int opt_positive(void *dest, const char *name, const char *v, struct k25_error *err)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end || errno || !(x > 0) || isinf(x))
+        return k25_cliopt_error(err, K25_EINVAL, name, "expected a positive number, got \"%s\"", v);
+    *(double *)dest = x;
+    return K25_OK;
+}
+
+static int opt_slo(void *dest, const char *name, const char *v, struct k25_error *err)
+{
+    (void)name;
+    return k25_bench_slo_parse(v, dest, err);
+}
+
+/*
+ * vLLM's --goodput "ttft:500 tpot:50" (milliseconds; items separated by
+ * spaces or commas; vLLM's names ttft, tpot, e2el and k25's itl) as
+ * k25_bench_slo_parse's "ttft_ms=500,tpot_ms=50".  Items may also follow
+ * as separate words (--goodput ttft:500 tpot:50): k25_cmd_bench hands
+ * those positional words to this function too.
+ */
+static int opt_goodput(void *dest, const char *name, const char *v, struct k25_error *err)
+{
+    static const struct {
+        const char *vllm, *k25;
+    } keys[] = {{"ttft", "ttft_ms"}, {"tpot", "tpot_ms"}, {"e2el", "e2e_ms"}, {"itl", "itl_ms"}};
+    char buf[512], slo[1024];
+    size_t w = 0;
+    snprintf(buf, sizeof(buf), "%s", v);
+    slo[0] = '\0';
+    for (char *save = NULL, *tok = strtok_r(buf, " ,\t", &save); tok; tok = strtok_r(NULL, " ,\t", &save)) {
+        char *colon = strchr(tok, ':');
+        if (!colon)
+            return k25_cliopt_error(err, K25_EINVAL, name, "expected KEY:MILLISECONDS items (ttft:500 tpot:50), got \"%s\"",
+                                    tok);
+        *colon = '\0';
+        const char *key = NULL;
+        for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && !key; i++)
+            if (!strcmp(tok, keys[i].vllm) || !strcmp(tok, keys[i].k25))
+                key = keys[i].k25;
+        if (!key)
+            return k25_cliopt_error(err, K25_EINVAL, name, "unknown metric '%s' (ttft, tpot, e2el, itl)", tok);
+        if (w < sizeof(slo))
+            w += (size_t)snprintf(slo + w, sizeof(slo) - w, "%s%s=%s", w ? "," : "", key, colon + 1);
+    }
+    if (!slo[0])
+        return k25_cliopt_error(err, K25_EINVAL, name, "expected KEY:MILLISECONDS items (ttft:500 tpot:50)");
+    /* a later --goodput/--slo item adds to what an earlier one set */
+    struct k25_bench_slo add, *out = dest;
+    memset(&add, 0, sizeof(add));
+    int rc = k25_bench_slo_parse(slo, &add, err);
+    if (rc)
+        return rc;
+    if (add.ttft_ms > 0)
+        out->ttft_ms = add.ttft_ms;
+    if (add.tpot_ms > 0)
+        out->tpot_ms = add.tpot_ms;
+    if (add.itl_ms > 0)
+        out->itl_ms = add.itl_ms;
+    if (add.e2e_ms > 0)
+        out->e2e_ms = add.e2e_ms;
+    out->any = true;
+    return K25_OK;
+}
+
+static int opt_pctl_list(void *dest, const char *name, const char *v, struct k25_error *err)
+{
+    (void)name;
+    return k25_pctl_spec_parse_list(dest, v, err);
+}
+
+static int opt_pctl_metrics(void *dest, const char *name, const char *v, struct k25_error *err)
+{
+    (void)name;
+    return k25_pctl_spec_parse_metrics(dest, v, err);
+}
+
+/* --surge (issue 17, loadgen.c): dest is the whole struct k25_bench_opts. */
+static int opt_surge(void *dest, const char *name, const char *v, struct k25_error *err)
+{
+    (void)name;
+    return k25_bench_surge_parse(v, dest, err);
+}
+
+/* A word vLLM's --goodput may leave behind as its own argument: "ttft:500". */
+static bool goodput_word(const char *a)
+{
+    const char *colon = strchr(a, ':');
+    if (!colon || colon == a)
+        return false;
+    char *end;
+    strtod(colon + 1, &end);
+    return end != colon + 1 && !*end;
+}
+
+/* --save-result without a file name: the JSON beside the trace (run.h5 -> run.json), into buf. */
+static const char *json_beside(const char *out, char *buf, size_t n)
+{
+    size_t len = strlen(out);
+    if (len > 3 && !strcmp(out + len - 3, ".h5"))
+        len -= 3;
+    snprintf(buf, n, "%.*s.json", (int)len, out);
+    return buf;
+}
+
+/* ------------------------------------------------------------ the command */
+
+static const char *const endpoint_types[] = {"completions", "chat", NULL};
+static const char *const pctl_methods[] = {"nearest-rank", "linear", NULL};
+
+int k25_cmd_bench(int argc, char **argv)
+{
+    struct k25_config cfg;
+    struct k25_error err;
+    struct k25_bench_opts o;
+    k25_config_init(&cfg);
+    k25_error_clear(&err);
+    k25_bench_opts_init(&o);
+    char *cmdline = join_cmdline(argc, argv);
+    bool quiet = false, have_conc = false, have_burst = false, have_model = false, have_rate = false;
+    bool save_result = false, have_pctl_list = false, have_pctl_metrics = false, have_goodput = false;
+    int endpoint_type = 0, pctl_method = K25_PCTL_NEAREST_RANK;
+    char json_buf[4200];
+    int status = 2;
+    o.api_key = getenv("K25_API_KEY");
+    if (o.api_key && !*o.api_key)
+        o.api_key = NULL;
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) /* --model names the served model with --endpoint */
+        have_model |= !strcmp(argv[i], "--model") || !strncmp(argv[i], "--model=", 8);
+
+    const struct k25_opt opts[] = {
+        {.names = {"--dataset"}, .type = K25_OPT_PATH, .dest = &o.dataset,
+         .help = "JSONL gold set (requests cycle through it in a seeded order)"},
+        {.names = {"--out"}, .type = K25_OPT_PATH, .dest = &o.out, .metavar = "FILE",
+         .help = "HDF5 trace, written under a temporary name, renamed when complete"},
+        {.names = {"--json", "--result-filename"}, .type = K25_OPT_PATH, .dest = &o.json_out,
+         .help = "also write the summary and provenance as JSON (for jq)"},
+        {.names = {"--save-result"}, .type = K25_OPT_FLAG, .dest = &save_result,
+         .help = "(vLLM) write the JSON summary; without --json/--result-filename\n"
+                 "it goes beside --out (run.h5 -> run.json)"},
+        {.names = {"--csv"}, .type = K25_OPT_PATH, .dest = &o.csv_out,
+         .help = "also write one CSV row per request (docs/cli.md lists the columns)"},
+        {.names = {"--concurrency", "--max-concurrency"}, .type = K25_OPT_INT, .dest = &o.concurrency, .min = 0,
+         .max = 100000, .seen = &have_conc, .deflt = "1; open loop: 0 = no cap",
+         .help = "closed loop: N users, each sends its next request when the last\n"
+                 "one ends; open loop: cap on requests in flight"},
+        {.names = {"--requests", "--num-prompts"}, .type = K25_OPT_INT64, .dest = &o.requests, .min = 1,
+         .max = INT64_MAX, .deflt = "one pass over the selected requests",
+         .help = "measured requests per repetition"},
+        {.names = {"--duration"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &o.duration_s, .metavar = "S",
+         .help = "instead: send requests for S seconds (in-flight ones finish)"},
+        {.names = {"--rate", "--request-rate"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &o.rate_rps,
+         .metavar = "R", .seen = &have_rate,
+         .help = "open loop: arrivals at R requests/s on a seeded schedule;\n"
+                 "latencies count from each scheduled arrival"},
+        {.names = {"--burstiness"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &o.burstiness,
+         .metavar = "B", .seen = &have_burst, .deflt = "1",
+         .help = "gamma shape of the inter-arrival times (1 = Poisson, < 1 burstier)"},
+        {.names = {"--filter"}, .type = K25_OPT_STRING, .dest = &o.filter, .metavar = "EXPR",
+         .help = "select requests, e.g. 'output_length > 1800 && domain == \"legal\"'"},
+        {.names = {"--warmup"}, .type = K25_OPT_INT64, .dest = &o.warmup, .min = 0, .max = INT64_MAX,
+         .help = "run N requests first (closed loop) and discard them"},
+        {.names = {"--repeat"}, .type = K25_OPT_INT, .dest = &o.repeat, .min = 1, .max = K25_BENCH_MAX_REPEAT,
+         .metavar = "K", .help = "run the measurement K times for confidence intervals"},
+        {.names = {"--slo"}, .type = K25_OPT_CALL, .parse = opt_slo, .dest = &o.slo, .metavar = "LIST",
+         .help = "objectives for goodput: ttft_ms, tpot_ms, itl_ms, e2e_ms\n(e.g. ttft_ms=500,tpot_ms=50)"},
+        {.names = {"--goodput"}, .type = K25_OPT_CALL, .parse = opt_goodput, .dest = &o.slo, .metavar = "'K:MS ...'",
+         .seen = &have_goodput,
+         .help = "(vLLM) the same objectives as vLLM writes them: 'ttft:500 tpot:50'\n(ttft, tpot, e2el, itl)"},
+        {.names = {"--percentile-method"}, .type = K25_OPT_ENUM, .dest = &pctl_method, .choices = pctl_methods,
+         .help = "how percentiles are read off the samples: nearest-rank (an observed\n"
+                 "value) or linear (numpy's default, as vLLM and GenAI-Perf report)"},
+        {.names = {"--metric-percentiles"}, .type = K25_OPT_CALL, .parse = opt_pctl_list, .dest = &o.pctl,
+         .metavar = "LIST", .seen = &have_pctl_list, .deflt = "50,90,95,99",
+         .help = "(vLLM) percentiles to report in a second table, e.g. 50,90,99.9\n"
+                 "(summary.percentiles in the JSON)"},
+        {.names = {"--percentile-metrics"}, .type = K25_OPT_CALL, .parse = opt_pctl_metrics, .dest = &o.pctl,
+         .metavar = "LIST", .seen = &have_pctl_metrics, .deflt = "every latency metric",
+         .help = "(vLLM) metrics of that table: ttft,tpot,itl,e2el (or queue, sched_lag,\n"
+                 "or k25's names ttft_ms, ...)"},
+        {.names = {"--fidelity"}, .type = K25_OPT_FLAG, .dest = &o.fidelity,
+         .help = "after the measurement, compare every selected request against the\n"
+                 "exact engine (fp32 KV, kv_compression_ratio 1, one-pass prefill):\n"
+                 "next-token KL, top-1 and greedy-token agreement, attention error\n"
+                 "(summary.fidelity in the JSON, /fidelity in the trace)"},
+        {.names = {"--fidelity-tokens"}, .type = K25_OPT_INT, .dest = &o.fidelity_tokens, .min = 1, .max = 100000,
+         .help = "generated positions compared per request"},
+        {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &quiet,
+         .help = "no progress line (it is shown only when stderr is a terminal)"},
+        {.names = {"--endpoint"}, .type = K25_OPT_STRING, .dest = &o.endpoint, .metavar = "URL",
+         .help = "benchmark an OpenAI-compatible server instead of the engine:\n"
+                 "http://HOST:PORT (or .../v1, or the full completions URL); every\n"
+                 "request is a streaming POST at its scheduled time; TTFT = first\n"
+                 "content chunk, ITL = gaps between chunks, output tokens from usage\n"
+                 "(else counted chunks, flagged).  Engine flags are not sent.\n"
+                 "With --endpoint, --model NAME is the served model name\n"
+                 "(default: the first of GET /v1/models)"},
+        {.names = {"--api-key"}, .type = K25_OPT_STRING, .dest = &o.api_key, .metavar = "KEY", .deflt = "$K25_API_KEY",
+         .help = "(--endpoint) sent as Authorization: Bearer KEY"},
+        {.names = {"--endpoint-type"}, .type = K25_OPT_ENUM, .dest = &endpoint_type, .choices = endpoint_types,
+         .help = "(--endpoint) /v1/completions or /v1/chat/completions"},
+        {.names = {"--ignore-eos"}, .type = K25_OPT_FLAG, .dest = &o.ignore_eos,
+         .help = "(--endpoint) send \"ignore_eos\": true (vLLM, llama.cpp): always\ngenerate max_tokens"},
+        {.names = {"--stall-timeout"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &o.stall_timeout_s,
+         .metavar = "S", .deflt = "30", .help = "(--endpoint) a stream silent for S seconds fails"},
+        {.names = {"--request-timeout"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &o.request_timeout_s,
+         .metavar = "S", .deflt = "600", .help = "(--endpoint) a request longer than S seconds fails"},
+        {.names = {"--surge"}, .type = K25_OPT_CALL, .parse = opt_surge, .dest = &o, .metavar = "F:START_S:DUR_S",
+         .help = "(open loop) the rate times F from START_S for DUR_S seconds\n(an empty F is 5, i.e. +400%)"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "bench",
+        .usage = "bench --dataset FILE --out run.h5 [--config k25.yaml] [engine flags]\n"
+                 "                 [--concurrency N] [--requests N | --duration S] [--rate R [--burstiness B]]\n"
+                 "                 [--filter EXPR] [--warmup N] [--repeat K] [--seed S]\n"
+                 "                 [--slo ttft_ms=500,tpot_ms=50] [--json summary.json] [--csv requests.csv]\n"
+                 "                 [--percentile-method nearest-rank|linear] [--metric-percentiles 50,90,99]\n"
+                 "                 [--fidelity [--fidelity-tokens N]] [--quiet]\n"
+                 "       k25 bench --endpoint URL [--model NAME] [--api-key KEY] [--endpoint-type completions|chat]\n"
+                 "                 [--ignore-eos] [--stall-timeout S] [--request-timeout S] --dataset FILE --out run.h5 ...",
+        .about = "Drives the reference engine (or, with --endpoint, an OpenAI-compatible server: vLLM,\n"
+                 "SGLang, llama.cpp, k25 serve; docs/serve.md) with a gold set under a chosen load and\n"
+                 "stores every request's trace (HDF5, docs/trace-schema.md) with the run's provenance.\n"
+                 "Metric definitions: docs/metrics.md.  vLLM benchmark names are accepted where they\n"
+                 "mean the same: --request-rate, --num-prompts, --max-concurrency, --result-filename,\n"
+                 "--save-result, --goodput, --metric-percentiles, --percentile-metrics.\n",
+        .opts = opts,
+        .config = &cfg,
+        .epilog = "A failed --endpoint request (HTTP error, malformed or truncated stream, stall) is recorded\n"
+                  "as rejected with its reason; the run goes on.\n\n"
+                  "Ctrl-C (SIGINT) or SIGTERM ends the run early: the requests that finished are written,\n"
+                  "marked interrupted (/meta/interrupted, \"interrupted\": true), and k25 bench exits 130\n"
+                  "(SIGINT) or 143 (SIGTERM); a second signal stops at once, writing nothing.\n"
+                  "Exit status: 0 done, 2 bad input or an unusable output path, 1 a failure while running.\n",
+    };
+    k25_pctl_spec_init(&o.pctl);
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP) {
+        free(cmdline);
+        return 0;
+    }
+    if (prc != K25_OK)
+        goto out_err;
+    /* vLLM writes --goodput's items as separate words: take those, refuse anything else */
+    for (int i = 1; i < argc; i++) {
+        if (have_goodput && goodput_word(argv[i])) {
+            if (opt_goodput(&o.slo, "--goodput", argv[i], &err) != K25_OK)
+                goto out_err;
+            continue;
+        }
+        k25_error_set(&err, K25_EINVAL, "command line", 0, argv[i],
+                      "unexpected argument (k25 bench takes options only; k25 bench --help)");
+        goto out_err;
+    }
+    if (o.api_key && !*o.api_key)
+        o.api_key = NULL;
+    o.endpoint_chat = endpoint_type == 1;
+    o.pctl_method = (enum k25_pctl_method)pctl_method;
+    o.pctl.method = o.pctl_method;
+    o.pctl_table = have_pctl_list || have_pctl_metrics;
+    if (have_rate)
+        o.mode = K25_BENCH_OPEN;
+    if (save_result && !o.json_out) {
+        if (!o.out) {
+            k25_error_set(&err, K25_EINVAL, "command line", 0, "--save-result",
+                          "writes the JSON beside --out: give --out (or --result-filename FILE)");
+            goto out_err;
+        }
+        o.json_out = json_beside(o.out, json_buf, sizeof(json_buf));
+    }
+    if (have_burst && o.mode != K25_BENCH_OPEN) {
+        k25_error_set(&err, K25_EINVAL, "command line", 0, "--burstiness",
+                      "shapes open-loop arrivals: it needs --rate");
+        goto out_err;
+    }
+    if (o.mode == K25_BENCH_OPEN && !have_conc)
+        o.concurrency = 0; /* open loop: no cap unless asked */
+    if (o.mode == K25_BENCH_CLOSED && have_conc && o.concurrency < 1) {
+        k25_error_set(&err, K25_EINVAL, "command line", 0, "--concurrency", "closed loop needs at least 1 user");
+        goto out_err;
+    }
+    if (!o.endpoint && (o.ignore_eos || o.endpoint_chat)) {
+        k25_error_set(&err, K25_EINVAL, "command line", 0, o.ignore_eos ? "--ignore-eos" : "--endpoint-type",
+                      "applies to --endpoint runs only");
+        goto out_err;
+    }
+    if (o.endpoint && have_model)
+        o.endpoint_model = cfg.model;
+    o.progress = !quiet && isatty(2) && !o.endpoint;
+    o.cmdline = cmdline;
+    o.stop = &g_stop;
+
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    int rc = k25_bench_measure(&o, &cfg, stdout, NULL, &err);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (rc != K25_OK) {
+        if (g_stop) {
+            fprintf(stderr, "k25 bench: %s\n", err.msg);
+            status = 128 + g_stop;
+            goto out;
+        }
+        goto out_err;
+    }
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "k25 bench: writing the report failed: %s\n", strerror(errno));
+        status = 1;
+        goto out;
+    }
+    if (!quiet || g_stop)
+        fprintf(stderr, "k25 bench: %strace written to %s%s%s%s%s\n",
+                g_stop ? "interrupted: the finished requests' " : "", o.out, o.json_out ? ", summary to " : "",
+                o.json_out ? o.json_out : "", o.csv_out ? ", requests to " : "", o.csv_out ? o.csv_out : "");
+    status = g_stop ? 128 + g_stop : 0;
+    goto out;
+
+out_err:
+    fprintf(stderr, "k25 bench: %s\n", err.msg);
+    status = err.code == K25_ENOMEM || err.code == K25_EIO ? 1 : 2;
+out:
+    free(cmdline);
+    return status;
+}

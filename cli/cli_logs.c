@@ -1,0 +1,378 @@
+/*
+ * logs.c - `k25 logs`: reading the engine's structured log
+ * ("[TAG] key=value key=value ...", docs/engine.md) - selecting lines by
+ * tag and by a filter expression, counting them, and describing a numeric
+ * field (values such as "142.1ms" compare and average as 142.1), or
+ * counting the matching lines by the value of a field (--count --by
+ * event: the elastic queue's [QUEUE] event=spill|replay|breaker_open|
+ * breaker_close|timeout lines).
+ */
+#include "cli.h"
+#include "harness.h"
+#include "cliopt.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_FIELDS 32
+#define MAX_TERMS 16
+#define MAX_GROUPS 64 /* distinct values --by counts; the rest go to "(other)" */
+
+/* One value of the --by field and its count. */
+struct group {
+    char val[128];
+    long n;
+};
+
+/* Counts v (NULL: the line lacks the field) in g[*n]. */
+static void group_add(struct group *g, int *n, const char *v)
+{
+    const char *key = v ? v : "(none)";
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(g[i].val, key)) {
+            g[i].n++;
+            return;
+        }
+    if (*n == MAX_GROUPS - 1)
+        key = "(other)";
+    if (*n < MAX_GROUPS) {
+        snprintf(g[*n].val, sizeof(g[*n].val), "%s", key);
+        g[(*n)++].n = 1;
+    } else {
+        g[MAX_GROUPS - 1].n++;
+    }
+}
+
+struct log_line {
+    char tag[32];
+    int n;
+    char key[MAX_FIELDS][48];
+    char val[MAX_FIELDS][128];
+};
+
+enum op { OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE };
+
+struct term {
+    char key[48];
+    enum op op;
+    char val[128];
+};
+
+/* Splits "[TAG] k=v k=v" into l; false for a line that is not of that form. */
+static bool parse_line(const char *s, struct log_line *l)
+{
+    memset(l, 0, sizeof(*l));
+    if (*s != '[')
+        return false;
+    const char *close = strchr(s, ']');
+    if (!close || close - s - 1 <= 0 || close - s - 1 >= (long)sizeof(l->tag))
+        return false;
+    memcpy(l->tag, s + 1, (size_t)(close - s - 1));
+    const char *p = close + 1;
+    while (*p) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p || *p == '\n' || *p == '\r')
+            break;
+        const char *eq = strchr(p, '=');
+        const char *sp = strpbrk(p, " \t\r\n");
+        if (!eq || (sp && sp < eq) || l->n == MAX_FIELDS)
+            return false;
+        size_t kl = (size_t)(eq - p), vl = sp ? (size_t)(sp - eq - 1) : strlen(eq + 1);
+        if (kl == 0 || kl >= sizeof(l->key[0]) || vl >= sizeof(l->val[0]))
+            return false;
+        memcpy(l->key[l->n], p, kl);
+        memcpy(l->val[l->n], eq + 1, vl);
+        l->n++;
+        p = eq + 1 + vl;
+    }
+    return true;
+}
+
+static const char *field(const struct log_line *l, const char *key)
+{
+    if (!strcmp(key, "tag"))
+        return l->tag;
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->key[i], key))
+            return l->val[i];
+    return NULL;
+}
+
+/* A number with an optional unit suffix ("142.1ms" -> 142.1); false when not a number. */
+static bool numeric(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v))
+        return false;
+    while (*end >= 'a' && *end <= 'z')
+        end++; /* ms, s, mb, ... */
+    if (*end)
+        return false;
+    *out = v;
+    return true;
+}
+
+/*
+ * Parses "key op value && key op value" (op: == != < <= > >=); values are
+ * compared as numbers when both sides are numbers, else as text (== / !=).
+ */
+static int parse_filter(const char *expr, struct term *t, int *n, struct k25_error *err)
+{
+    static const struct { const char *s; enum op op; } ops[] = {{"==", OP_EQ}, {"!=", OP_NE}, {"<=", OP_LE},
+                                                                 {">=", OP_GE}, {"<", OP_LT},  {">", OP_GT}};
+    const char *p = expr;
+    *n = 0;
+    for (;;) {
+        while (*p == ' ')
+            p++;
+        const char *k0 = p;
+        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_')
+            p++;
+        if (p == k0 || (size_t)(p - k0) >= sizeof(t[0].key) || *n == MAX_TERMS)
+            return k25_error_set(err, K25_EINVAL, "--filter", 0, NULL, "column %d: expected a field name",
+                                 (int)(k0 - expr) + 1);
+        struct term *x = &t[(*n)++];
+        memset(x, 0, sizeof(*x));
+        memcpy(x->key, k0, (size_t)(p - k0));
+        while (*p == ' ')
+            p++;
+        size_t i;
+        for (i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+            if (!strncmp(p, ops[i].s, strlen(ops[i].s)))
+                break;
+        if (i == sizeof(ops) / sizeof(ops[0]))
+            return k25_error_set(err, K25_EINVAL, "--filter", 0, NULL,
+                                 "column %d: expected one of == != < <= > >=", (int)(p - expr) + 1);
+        x->op = ops[i].op;
+        p += strlen(ops[i].s);
+        while (*p == ' ')
+            p++;
+        const char *v0 = p;
+        while (*p && *p != ' ' && *p != '&')
+            p++;
+        if (p == v0 || (size_t)(p - v0) >= sizeof(x->val))
+            return k25_error_set(err, K25_EINVAL, "--filter", 0, NULL, "column %d: expected a value",
+                                 (int)(v0 - expr) + 1);
+        memcpy(x->val, v0, (size_t)(p - v0));
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            return K25_OK;
+        if (strncmp(p, "&&", 2) != 0)
+            return k25_error_set(err, K25_EINVAL, "--filter", 0, NULL, "column %d: expected && or the end",
+                                 (int)(p - expr) + 1);
+        p += 2;
+    }
+}
+
+static bool term_holds(const struct term *t, const struct log_line *l)
+{
+    const char *v = field(l, t->key);
+    if (!v)
+        return false; /* a line without the field does not match */
+    double a, b;
+    if (numeric(v, &a) && numeric(t->val, &b)) {
+        switch (t->op) {
+        case OP_EQ: return a == b;
+        case OP_NE: return a != b;
+        case OP_LT: return a < b;
+        case OP_LE: return a <= b;
+        case OP_GT: return a > b;
+        case OP_GE: return a >= b;
+        }
+    }
+    int c = strcmp(v, t->val);
+    return t->op == OP_EQ ? c == 0 : t->op == OP_NE ? c != 0 : false;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int k25_cmd_logs(int argc, char **argv)
+{
+    const char *path = NULL, *tag = NULL, *filter = NULL, *stats = NULL, *by = NULL;
+    struct group groups[MAX_GROUPS];
+    int n_groups = 0;
+    bool count = false, json = false;
+    struct k25_error err;
+    const struct k25_opt opts[] = {
+        {.names = {"--tag"}, .type = K25_OPT_STRING, .dest = &tag, .metavar = "TAG",
+         .help = "only [TAG] lines (PREFILL, DECODE, KV_CACHE, QUEUE)"},
+        {.names = {"--filter"}, .type = K25_OPT_STRING, .dest = &filter, .metavar = "EXPR",
+         .help = "terms `key op value` joined by &&; op: == != < <= > >=; numbers\n"
+                 "compare as numbers (units such as ms are ignored), e.g.\n"
+                 "'degraded==True', 'avg_time_per_chunk > 100 && seq_len >= 32768'"},
+        {.names = {"--count"}, .type = K25_OPT_FLAG, .dest = &count, .help = "print only the number of matching lines"},
+        {.names = {"--by"}, .type = K25_OPT_STRING, .dest = &by, .metavar = "FIELD",
+         .help = "with --count: one count per value of FIELD, e.g. --tag QUEUE --by event\n"
+                 "(spill, replay, breaker_open, breaker_close, timeout; (none): lines\nwithout it)"},
+        {.names = {"--stats"}, .type = K25_OPT_STRING, .dest = &stats, .metavar = "FIELD",
+         .help = "n, mean, P50, P90, P99 (nearest rank) and max of FIELD over the\n"
+                 "matching lines that have it"},
+        {.names = {"--json"}, .type = K25_OPT_FLAG, .dest = &json, .help = "the count or the statistics as JSON"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "logs",
+        .usage = "logs FILE [--tag TAG] [--filter 'key op value && ...'] [--count]\n"
+                 "                     [--stats FIELD] [--json]",
+        .about = "Reads the engine's structured log (--log-level info|debug --log-file FILE; lines\n"
+                 "\"[TAG] key=value ...\", docs/engine.md) and prints the matching lines, their count,\n"
+                 "or statistics of a numeric field.  FILE - reads stdin.  Alias: k25-log-analyzer.\n",
+        .opts = opts,
+        .epilog = "Lines that are not of the form above are skipped and counted on stderr.\n",
+    };
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (prc != K25_OK) {
+        fprintf(stderr, "k25 logs: %s\n", err.msg);
+        return 2;
+    }
+    if (argc > 2) {
+        fprintf(stderr, "k25 logs: one log file at a time\n");
+        return 2;
+    }
+    if (argc < 2) {
+        k25_cliopt_print_help(&cmd, stderr);
+        return 2;
+    }
+    if (by && !count) {
+        fprintf(stderr, "k25 logs: --by counts lines: use it with --count\n");
+        return 2;
+    }
+    path = argv[1];
+    struct term terms[MAX_TERMS];
+    int n_terms = 0;
+    if (filter && parse_filter(filter, terms, &n_terms, &err) != K25_OK) {
+        fprintf(stderr, "k25 logs: %s\n", err.msg);
+        return 2;
+    }
+    FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
+    if (!f) {
+        fprintf(stderr, "k25 logs: %s: cannot open: %s\n", path, strerror(errno));
+        return 2;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long lineno = 0, matched = 0, skipped = 0, first_bad = 0;
+    size_t nv = 0, vcap = 0;
+    double *vals = NULL;
+    struct log_line l;
+    int status = 0;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        if (len == 0 || line[0] == '\n')
+            continue;
+        if (!parse_line(line, &l)) {
+            if (!skipped++)
+                first_bad = lineno;
+            continue;
+        }
+        if (tag && strcmp(l.tag, tag) != 0)
+            continue;
+        bool ok = true;
+        for (int t = 0; t < n_terms && ok; t++)
+            ok = term_holds(&terms[t], &l);
+        if (!ok)
+            continue;
+        matched++;
+        if (by)
+            group_add(groups, &n_groups, field(&l, by));
+        if (stats) {
+            const char *v = field(&l, stats);
+            double x;
+            if (v && numeric(v, &x)) {
+                if (nv == vcap) {
+                    vcap = vcap ? 2 * vcap : 1024;
+                    double *nvals = realloc(vals, sizeof(double) * vcap);
+                    if (!nvals) {
+                        fprintf(stderr, "k25 logs: out of memory\n");
+                        status = 1;
+                        goto out;
+                    }
+                    vals = nvals;
+                }
+                vals[nv++] = x;
+            }
+        } else if (!count) {
+            fputs(line, stdout);
+        }
+    }
+    if (ferror(f)) {
+        fprintf(stderr, "k25 logs: %s: read error: %s\n", path, strerror(errno));
+        status = 1;
+        goto out;
+    }
+    if (skipped)
+        fprintf(stderr, "k25 logs: %s: %ld line(s) not of the form \"[TAG] key=value ...\" skipped (first: line %ld)\n",
+                path, skipped, first_bad);
+    if (stats) {
+        qsort(vals, nv, sizeof(double), cmp_double);
+        double sum = 0;
+        for (size_t i = 0; i < nv; i++)
+            sum += vals[i];
+        /* nearest rank: the ceil(q n)-th smallest; a quantile needs n >= 1/(1-q) */
+        double q[3] = {0.5, 0.9, 0.99}, pv[3];
+        for (int k = 0; k < 3; k++) {
+            size_t r = (size_t)ceil(q[k] * (double)nv);
+            pv[k] = (nv > 0 && (double)nv * (1.0 - q[k]) >= 1.0 - 1e-9) ? vals[r - 1] : NAN;
+        }
+        if (json) {
+            printf("{\"field\": \"%s\", \"n\": %zu", stats, nv);
+            const char *names[] = {"p50", "p90", "p99"};
+            if (nv)
+                printf(", \"mean\": %.6g", sum / (double)nv);
+            else
+                printf(", \"mean\": null");
+            for (int k = 0; k < 3; k++)
+                isnan(pv[k]) ? printf(", \"%s\": null", names[k]) : printf(", \"%s\": %.6g", names[k], pv[k]);
+            nv ? printf(", \"max\": %.6g}\n", vals[nv - 1]) : printf(", \"max\": null}\n");
+        } else {
+            printf("%s: n=%zu", stats, nv);
+            if (nv)
+                printf(" mean=%.4g", sum / (double)nv);
+            const char *names[] = {"P50", "P90", "P99"};
+            for (int k = 0; k < 3; k++)
+                isnan(pv[k]) ? printf(" %s=n/a", names[k]) : printf(" %s=%.4g", names[k], pv[k]);
+            if (nv)
+                printf(" max=%.4g", vals[nv - 1]);
+            printf("\n");
+        }
+    } else if (count && by) {
+        if (json) {
+            printf("{\"count\": %ld, \"by\": \"%s\", \"counts\": {", matched, by);
+            for (int i = 0; i < n_groups; i++) {
+                json_t *k = json_string(groups[i].val);
+                char *ks = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
+                printf("%s%s: %ld", i ? ", " : "", ks ? ks : "\"?\"", groups[i].n);
+                free(ks);
+                json_decref(k);
+            }
+            printf("}}\n");
+        } else {
+            for (int i = 0; i < n_groups; i++)
+                printf("%s=%s %ld\n", by, groups[i].val, groups[i].n);
+            printf("total %ld\n", matched);
+        }
+    } else if (count) {
+        json ? printf("{\"count\": %ld}\n", matched) : printf("%ld\n", matched);
+    }
+    if (fflush(stdout) != 0)
+        status = 1;
+out:
+    free(line);
+    free(vals);
+    if (f != stdin)
+        fclose(f);
+    return status;
+}

@@ -1,0 +1,111 @@
+/*
+ * cli_serve.c - `k25 serve`: argument parsing (one option table,
+ * cliopt.h) and the process's life (signals); the server itself
+ * is harness/serve.c.
+ */
+#include "cli.h"
+#include "harness.h"
+#include "cliopt.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+int k25_cmd_serve(int argc, char **argv)
+{
+    struct k25_config cfg;
+    struct k25_error err;
+    struct k25_serve_opts o;
+    k25_config_init(&cfg);
+    /* a server keeps "predictably slow" under surges: the circuit breaker is on unless the config
+     * file or a flag (parsed below, after this default) turns it off (docs/serve.md) */
+    cfg.breaker_enabled = true;
+    k25_error_clear(&err);
+    k25_serve_opts_init(&o);
+    o.port = 8000;
+    o.api_key = getenv("K25_API_KEY");
+    if (o.api_key && !*o.api_key)
+        o.api_key = NULL;
+    int64_t max_body = (int64_t)o.max_body_bytes;
+
+    const struct k25_opt opts[] = {
+        {.names = {"--host"}, .type = K25_OPT_STRING, .dest = &o.host, .metavar = "ADDR",
+         .help = "address to bind (0.0.0.0 or :: for every interface: then use\n--api-key)"},
+        {.names = {"--port"}, .type = K25_OPT_INT, .dest = &o.port, .min = 0, .max = 65535, .metavar = "P",
+         .help = "TCP port (0 = pick a free one)"},
+        {.names = {"--api-key"}, .type = K25_OPT_STRING, .dest = &o.api_key, .metavar = "KEY", .deflt = "$K25_API_KEY",
+         .help = "require \"Authorization: Bearer KEY\" on /v1/*"},
+        {.names = {"--served-model-name"}, .type = K25_OPT_STRING, .dest = &o.model_name, .metavar = "NAME",
+         .deflt = "the --model name", .help = "the model name clients send"},
+        {.names = {"--max-body-bytes"}, .type = K25_OPT_INT64, .dest = &max_body, .min = 1024, .max = 1LL << 34,
+         .help = "larger request bodies get 413"},
+        {.names = {"--max-waiting"}, .type = K25_OPT_INT, .dest = &o.max_waiting, .min = 0, .max = 1000000,
+         .help = "requests queued beyond the running batch; more get 429"},
+        {.names = {"--max-connections"}, .type = K25_OPT_INT, .dest = &o.max_connections, .min = 1, .max = 100000,
+         .help = "concurrent HTTP connections"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "serve",
+        .usage = "serve [--model tiny|small|DIR] [--config k25.yaml] [engine flags]\n"
+                 "                 [--host ADDR] [--port P] [--api-key KEY] [--served-model-name NAME]\n"
+                 "                 [--max-body-bytes N] [--max-waiting N] [--max-connections N]",
+        .about = "Serves the reference engine over an OpenAI-compatible HTTP API (docs/serve.md):\n"
+                 "  POST /v1/completions, POST /v1/chat/completions   (\"stream\": true for SSE)\n"
+                 "  GET  /v1/models, /health, /metrics                  (Prometheus text)\n"
+                 "Streams carry one chunk per token with its id in \"token_ids\"; byte output that is not\n"
+                 "valid UTF-8 is sent as U+FFFD.  A client that disconnects has its request cancelled.\n",
+        .opts = opts,
+        .config = &cfg,
+        .options_only = true,
+        .epilog = "Prints \"k25 serve: listening on http://HOST:PORT (model NAME)\" on stdout when ready.\n"
+                  "SIGINT/SIGTERM: stops (in-flight streams end with finish_reason \"cancelled\"), exit 0.\n"
+                  "Exit status: 0 stopped by a signal, 2 bad input (an option, the model, a port in use),\n"
+                  "1 a failure while running.\n",
+    };
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (prc != K25_OK)
+        goto out_err;
+    if (o.api_key && !*o.api_key)
+        o.api_key = NULL;
+    o.max_body_bytes = (size_t)max_body;
+    if (k25_config_validate(&cfg, &err) != K25_OK)
+        goto out_err;
+
+    /* Signals go to sigwait below: block them before any thread starts, so every thread inherits it. */
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    signal(SIGPIPE, SIG_IGN); /* a vanished client is an error on its socket, not a signal */
+    k25_serve_t *S = NULL;
+    if (k25_serve_start(&cfg, &o, &S, &err) != K25_OK) {
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        goto out_err;
+    }
+    const char *slash = strrchr(cfg.model, '/');
+    int status = 0;
+    if (printf("k25 serve: listening on http://%s%s%s:%d (model %s)\n", strchr(o.host, ':') ? "[" : "", o.host,
+               strchr(o.host, ':') ? "]" : "", k25_serve_port(S),
+               o.model_name ? o.model_name : slash && slash[1] ? slash + 1 : cfg.model) < 0 ||
+        fflush(stdout) != 0) {
+        fprintf(stderr, "k25 serve: writing to stdout failed: %s\n", strerror(errno));
+        status = 1;
+    }
+    int sig = 0;
+    if (status == 0)
+        sigwait(&set, &sig);
+    fprintf(stderr, "k25 serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "error");
+    k25_serve_stop(S);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return status;
+
+out_err:
+    fprintf(stderr, "k25 serve: %s\n", err.msg);
+    return err.code == K25_ENOMEM || err.code == K25_EIO ? (err.field[0] ? 2 : 1) : 2;
+}
