@@ -68,17 +68,13 @@ esac
 [ -x "$K25" ] || die "$K25 is not an executable (make, or set K25)"
 mkdir -p "$OUT"
 
-IDS=$(printf 'Article 12. Notice of termination shall be given in writing.' | od -An -tu1 -v | tr -s ' \n' ',,' | sed 's/^,//; s/,$//')
-load() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0; }
+source ci/bench-lib.sh
+IDS=$BENCH_IDS
+load() { bench_load; }
 LOAD0=$(load)
 {
   echo "# bench-ab: $MODEL, prompt $PLEN, $NTOK decode tokens, $THREADS threads, $ROUNDS rounds; load average $LOAD0 on $(nproc) cores"
-  if chrt -p $$ 2>/dev/null | grep -q SCHED_FIFO; then
-    echo "# running under SCHED_FIFO (chrt -f): the runs take the cores ahead of other work (load $LOAD0)"
-  elif awk -v l="$LOAD0" 'BEGIN { exit !(l > 0.5) }'; then
-    echo "# WARNING: the machine is busy (load $LOAD0): the figures below are not trustworthy"
-    echo "#          (on a shared machine, run this under 'chrt -f 10' as root)."
-  fi
+  bench_quiet_note "$LOAD0"
   for i in "${!names[@]}"; do echo "#   ${names[$i]}: ${flags[$i]}"; done
 } >&2
 for r in $(seq 1 "$ROUNDS"); do

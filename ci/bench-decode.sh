@@ -62,20 +62,15 @@ done
 [ -x "$REF" ] || die "$REF is not an executable (make $REF, or set K25_REF_DECODER)"
 mkdir -p "$OUT"
 
-# A fixed prompt of byte tokens (text-like ids), repeated to each length by --prompt-len.
-IDS=$(printf 'Article 12. Notice of termination shall be given in writing.' | od -An -tu1 -v | tr -s ' \n' ',,' | sed 's/^,//; s/,$//')
-load() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0; }
+source ci/bench-lib.sh
+IDS=$BENCH_IDS
+load() { bench_load; }
 LOAD0=$(load)
 {
   echo "######################################################################"
   echo "# bench-decode: timings; THE MACHINE MUST BE QUIET (nothing else on the cores)."
   echo "# load average now: $LOAD0 on $(nproc) cores"
-  if chrt -p $$ 2>/dev/null | grep -q SCHED_FIFO; then
-    echo "# running under SCHED_FIFO (chrt -f): the runs take the cores ahead of other work (load $LOAD0)"
-  elif awk -v l="$LOAD0" 'BEGIN { exit !(l > 0.5) }'; then
-    echo "# WARNING: the machine is busy (load $LOAD0): the figures below are not trustworthy"
-    echo "#          (on a shared machine, run this under 'chrt -f 10' as root)."
-  fi
+  bench_quiet_note "$LOAD0"
   echo "# $MODEL, ${THREADS} threads, $NTOK decode tokens, prompts ${ctx[*]}, $ROUNDS rounds (A = k25, B = ref_decoder)"
   echo "# k25 flags: ${K25_FLAGS[*]:-(none)}"
   echo "######################################################################"
