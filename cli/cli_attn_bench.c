@@ -89,6 +89,11 @@ static int parse_dtypes(void *dest, const char *name, const char *value, struct 
     return K25_OK;
 }
 
+/*
+ * k25 attn-bench: parses the options (the table below, which --help
+ * prints) and runs the micro-benchmark.  Over ~120 lines because the
+ * option table and help text are a third of it.
+ */
 int k25_cmd_attn_bench(int argc, char **argv)
 {
     struct k25_error err;

@@ -179,6 +179,12 @@ static const char *json_beside(const char *out, char *buf, size_t n)
 static const char *const endpoint_types[] = {"completions", "chat", NULL};
 static const char *const pctl_methods[] = {"nearest-rank", "linear", NULL};
 
+/*
+ * k25 bench: parses the options (the table below, which --help prints) and
+ * their combinations, then runs k25_bench_measure with SIGINT/SIGTERM
+ * caught.  Over ~120 lines because the option table and the command's
+ * help text are most of it (about 110 lines of data); the code is short.
+ */
 int k25_cmd_bench(int argc, char **argv)
 {
     struct k25_config cfg;

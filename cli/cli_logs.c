@@ -1,7 +1,7 @@
 /*
  * logs.c - `k25 logs`: reading the engine's structured log
  * ("[TAG] key=value key=value ...", docs/engine.md) - selecting lines by
- * tag and by a filter expression, counting them, and describing a numeric
+ * tag and by a filter expression (util's expression language), counting them, and describing a numeric
  * field (values such as "142.1ms" compare and average as 142.1), or
  * counting the matching lines by the value of a field (--count --by
  * event: the elastic queue's [QUEUE] event=spill|replay|breaker_open|
@@ -17,7 +17,6 @@
 #include <string.h>
 
 #define MAX_FIELDS 32
-#define MAX_TERMS 16
 #define MAX_GROUPS 64 /* distinct values --by counts; the rest go to "(other)" */
 
 /* One value of the --by field and its count. */
@@ -50,14 +49,6 @@ struct log_line {
     int n;
     char key[MAX_FIELDS][48];
     char val[MAX_FIELDS][128];
-};
-
-enum op { OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE };
-
-struct term {
-    char key[48];
-    enum op op;
-    char val[128];
 };
 
 /* Splits "[TAG] k=v k=v" into l; false for a line that is not of that form. */
@@ -118,76 +109,21 @@ static bool numeric(const char *s, double *out)
 }
 
 /*
- * Parses "key op value && key op value" (op: == != < <= > >=); values are
- * compared as numbers when both sides are numbers, else as text (== / !=).
+ * The filter's variables: a field of the line (a number when it reads as
+ * one, units ignored, else text), "tag" the line's tag; a line without
+ * the field makes every comparison with it false.
  */
-static int parse_filter(const char *expr, struct term *t, int *n, struct k25_error *err)
+static struct k25_expr_value line_lookup(void *ctx, const char *name, int slot)
 {
-    static const struct { const char *s; enum op op; } ops[] = {{"==", OP_EQ}, {"!=", OP_NE}, {"<=", OP_LE},
-                                                                 {">=", OP_GE}, {"<", OP_LT},  {">", OP_GT}};
-    const char *p = expr;
-    *n = 0;
-    for (;;) {
-        while (*p == ' ')
-            p++;
-        const char *k0 = p;
-        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_')
-            p++;
-        if (p == k0 || (size_t)(p - k0) >= sizeof(t[0].key) || *n == MAX_TERMS)
-            return k25_error_set(err, K25_EINVAL, "--filter", 0, NULL, "column %d: expected a field name",
-                                 (int)(k0 - expr) + 1);
-        struct term *x = &t[(*n)++];
-        memset(x, 0, sizeof(*x));
-        memcpy(x->key, k0, (size_t)(p - k0));
-        while (*p == ' ')
-            p++;
-        size_t i;
-        for (i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
-            if (!strncmp(p, ops[i].s, strlen(ops[i].s)))
-                break;
-        if (i == sizeof(ops) / sizeof(ops[0]))
-            return k25_error_set(err, K25_EINVAL, "--filter", 0, NULL,
-                                 "column %d: expected one of == != < <= > >=", (int)(p - expr) + 1);
-        x->op = ops[i].op;
-        p += strlen(ops[i].s);
-        while (*p == ' ')
-            p++;
-        const char *v0 = p;
-        while (*p && *p != ' ' && *p != '&')
-            p++;
-        if (p == v0 || (size_t)(p - v0) >= sizeof(x->val))
-            return k25_error_set(err, K25_EINVAL, "--filter", 0, NULL, "column %d: expected a value",
-                                 (int)(v0 - expr) + 1);
-        memcpy(x->val, v0, (size_t)(p - v0));
-        while (*p == ' ')
-            p++;
-        if (!*p)
-            return K25_OK;
-        if (strncmp(p, "&&", 2) != 0)
-            return k25_error_set(err, K25_EINVAL, "--filter", 0, NULL, "column %d: expected && or the end",
-                                 (int)(p - expr) + 1);
-        p += 2;
-    }
-}
-
-static bool term_holds(const struct term *t, const struct log_line *l)
-{
-    const char *v = field(l, t->key);
-    if (!v)
-        return false; /* a line without the field does not match */
-    double a, b;
-    if (numeric(v, &a) && numeric(t->val, &b)) {
-        switch (t->op) {
-        case OP_EQ: return a == b;
-        case OP_NE: return a != b;
-        case OP_LT: return a < b;
-        case OP_LE: return a <= b;
-        case OP_GT: return a > b;
-        case OP_GE: return a >= b;
-        }
-    }
-    int c = strcmp(v, t->val);
-    return t->op == OP_EQ ? c == 0 : t->op == OP_NE ? c != 0 : false;
+    (void)slot;
+    const struct log_line *l = ctx;
+    struct k25_expr_value v = {.type = K25_EXPR_ANY};
+    const char *s = field(l, name);
+    if (!s)
+        return v;
+    v.str = s;
+    v.type = numeric(s, &v.num) ? K25_EXPR_NUM : K25_EXPR_STR;
+    return v;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -207,9 +143,10 @@ int k25_cmd_logs(int argc, char **argv)
         {.names = {"--tag"}, .type = K25_OPT_STRING, .dest = &tag, .metavar = "TAG",
          .help = "only [TAG] lines (PREFILL, DECODE, KV_CACHE, QUEUE)"},
         {.names = {"--filter"}, .type = K25_OPT_STRING, .dest = &filter, .metavar = "EXPR",
-         .help = "terms `key op value` joined by &&; op: == != < <= > >=; numbers\n"
+         .help = "an expression over the line's fields (docs/cli.md \"Expressions\"):\n"
+                 "`key op value` (op: == != < <= > >=) joined by && || ! ( ); numbers\n"
                  "compare as numbers (units such as ms are ignored), e.g.\n"
-                 "'degraded==True', 'avg_time_per_chunk > 100 && seq_len >= 32768'"},
+                 "'degraded==True', 'avg_time_per_chunk > 100 && seq_len >= 32k'"},
         {.names = {"--count"}, .type = K25_OPT_FLAG, .dest = &count, .help = "print only the number of matching lines"},
         {.names = {"--by"}, .type = K25_OPT_STRING, .dest = &by, .metavar = "FIELD",
          .help = "with --count: one count per value of FIELD, e.g. --tag QUEUE --by event\n"
@@ -250,15 +187,17 @@ int k25_cmd_logs(int argc, char **argv)
         return 2;
     }
     path = argv[1];
-    struct term terms[MAX_TERMS];
-    int n_terms = 0;
-    if (filter && parse_filter(filter, terms, &n_terms, &err) != K25_OK) {
+    /* the expression language of k25util.h: field names are known only per line */
+    const struct k25_expr_opts fopts = {.what = "--filter", .names = "a field name"};
+    struct k25_expr *fexpr = NULL;
+    if (filter && k25_expr_parse(filter, &fopts, &fexpr, NULL, NULL, &err) != K25_OK) {
         fprintf(stderr, "k25 logs: %s\n", err.msg);
         return 2;
     }
     FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
     if (!f) {
         fprintf(stderr, "k25 logs: %s: cannot open: %s\n", path, strerror(errno));
+        k25_expr_free(fexpr);
         return 2;
     }
     char *line = NULL;
@@ -280,10 +219,7 @@ int k25_cmd_logs(int argc, char **argv)
         }
         if (tag && strcmp(l.tag, tag) != 0)
             continue;
-        bool ok = true;
-        for (int t = 0; t < n_terms && ok; t++)
-            ok = term_holds(&terms[t], &l);
-        if (!ok)
+        if (fexpr && !k25_expr_eval(fexpr, line_lookup, &l))
             continue;
         matched++;
         if (by)
@@ -370,6 +306,7 @@ int k25_cmd_logs(int argc, char **argv)
     if (fflush(stdout) != 0)
         status = 1;
 out:
+    k25_expr_free(fexpr);
     free(line);
     free(vals);
     if (f != stdin)

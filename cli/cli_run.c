@@ -128,8 +128,27 @@ static double peak_rss_mb(void)
     return (double)ru.ru_maxrss / 1024.0; /* Linux: kilobytes */
 }
 
-static int print_json(const struct k25_config *cfg, const k25_model_t *model, const int32_t *ids,
-                      int n_ids, const struct k25_result *r, double ttft_ms, double prefill_tps, double decode_tps)
+/* KV tiers (kv_hot_tokens > 0): the request's block reads and hits, its hit rate, its wait and the
+ * bytes it moved between tiers, with the engine's copy time and evictions (docs/engine.md "KV tiers"). */
+static json_t *kv_tiers_json(const k25_engine_t *eng, const struct k25_result *r)
+{
+    struct k25_engine_stats st;
+    k25_engine_get_stats(eng, &st);
+    json_t *o = json_object();
+    json_object_set_new(o, "kv_cache_hit_rate", json_real(r->kv_cache_hit_rate));
+    json_object_set_new(o, "block_reads", json_integer(r->kv_block_reads));
+    json_object_set_new(o, "block_hits", json_integer(r->kv_block_hits));
+    json_object_set_new(o, "wait_ms", json_real((double)r->kv_tier_wait_ns / 1e6));
+    json_object_set_new(o, "max_step_wait_ms", json_real((double)st.kv_tier_max_step_wait_ns / 1e6));
+    json_object_set_new(o, "bytes_moved", json_integer(r->kv_tier_bytes_moved));
+    json_object_set_new(o, "copy_ms", json_real((double)st.kv_tier_copy_ns / 1e6));
+    json_object_set_new(o, "evictions", json_integer(st.kv_tier_evictions));
+    return o;
+}
+
+static int print_json(const struct k25_config *cfg, const k25_model_t *model, const k25_engine_t *eng,
+                      const int32_t *ids, int n_ids, const struct k25_result *r, double ttft_ms, double prefill_tps,
+                      double decode_tps)
 {
     json_t *o = json_object(), *in = json_array(), *out = json_array(), *mem = json_object();
     json_t *timing = json_object();
@@ -167,6 +186,9 @@ static int print_json(const struct k25_config *cfg, const k25_model_t *model, co
     json_object_set_new(o, "output_ids", out);
     json_object_set_new(o, "text", json_string(text ? text : ""));
     json_object_set_new(o, "timing", timing);
+    json_object_set_new(o, "cached_tokens", json_integer(r->cached_tokens));
+    if (cfg->kv_hot_tokens > 0)
+        json_object_set_new(o, "kv_tiers", kv_tiers_json(eng, r));
     json_object_set_new(o, "memory", mem);
     json_object_set_new(o, "threads", json_integer(k25_get_threads()));
     json_object_set_new(o, "model", jm);
@@ -291,7 +313,7 @@ int k25_cmd_run(int argc, char **argv)
     double pre_tps = pre_s > 0 ? r->n_input / pre_s : 0.0;
     double dec_tps = (r->n_output > 1 && dec_s > 0) ? (r->n_output - 1) / dec_s : 0.0;
     if (json) {
-        if (print_json(&cfg, model, ids, n_ids, r, ttft_ms, pre_tps, dec_tps) != 0)
+        if (print_json(&cfg, model, eng, ids, n_ids, r, ttft_ms, pre_tps, dec_tps) != 0)
             goto out_write;
     } else {
         if (id_list) {

@@ -13,6 +13,63 @@
 #include <string.h>
 #include <unistd.h>
 
+/*
+ * What the sweep found, from out/summary.json: the best point and its
+ * interval against the reference (unless quiet), and with best the best
+ * point's settings as YAML.  1 when the summary cannot be read.
+ */
+static int print_found(const struct k25_sweep_spec *spec, const char *out, bool quiet, bool best)
+{
+    char sp[2048];
+    snprintf(sp, sizeof(sp), "%s/summary.json", out);
+    json_error_t je;
+    json_t *sum = json_load_file(sp, 0, &je);
+    if (!sum) {
+        fprintf(stderr, "k25 sweep: %s: %s\n", sp, je.text);
+        return 1;
+    }
+    const json_t *b = json_object_get(sum, "best"), *sig = json_object_get(sum, "significance");
+    const char *verdict = json_string_value(json_object_get(sig, "verdict"));
+    const char *message = json_string_value(json_object_get(sig, "message"));
+    if (!quiet || best) {
+        if (json_is_object(b)) {
+            const json_t *m = json_object_get(json_object_get(b, "metrics"), spec->objective);
+            const json_t *vs = json_object_get(b, "vs_reference"), *ci = json_object_get(vs, "ratio_ci");
+            printf("best point: %s  %s = %.4g", json_string_value(json_object_get(b, "label")), spec->objective,
+                   json_number_value(m));
+            if (json_is_number(json_array_get(ci, 0)) && json_is_number(json_array_get(ci, 1)))
+                printf("  (x%.3g of the reference, 95%% family-wise interval [%.3g, %.3g], %lld paired repetitions)",
+                       json_number_value(json_object_get(vs, "ratio")), json_number_value(json_array_get(ci, 0)),
+                       json_number_value(json_array_get(ci, 1)),
+                       (long long)json_integer_value(json_object_get(vs, "pairs")));
+            printf("\n");
+            if (verdict && strcmp(verdict, "significant") != 0 && message)
+                printf("note: %s\n", message);
+        } else {
+            printf("%s\n", message ? message : "no best point (see summary.json)");
+        }
+        if (json_is_true(json_object_get(sum, "partial")))
+            printf("partial: %zu runs missing (summary.json: missing_runs)\n",
+                   json_array_size(json_object_get(sum, "missing_runs")));
+        printf("results: %s/sweep.h5, %s\n", out, sp);
+    }
+    if (best && json_is_object(b)) {
+        /* the best point's axes as YAML: fixed keys first, then the axes */
+        printf("\n# best point of sweep '%s', paste into k25.yaml\n", spec->name);
+        for (int i = 0; i < spec->n_fixed; i++)
+            printf("%s: %s\n", spec->fixed_key[i], spec->fixed_val[i]);
+        const char *key;
+        json_t *v;
+        json_object_foreach(json_object_get(b, "axes"), key, v) if (json_is_string(v)) printf("%s: %s\n", key,
+                                                                                            json_string_value(v));
+    } else if (best) {
+        printf("\n# sweep '%s' found no setting to recommend over the reference: keep the reference settings\n",
+               spec->name);
+    }
+    json_decref(sum);
+    return 0;
+}
+
 int k25_cmd_sweep(int argc, char **argv)
 {
     const char *spec_path = NULL, *out = NULL, *only = NULL, *k25_path = "/proc/self/exe", *endpoint = NULL;
@@ -127,53 +184,5 @@ int k25_cmd_sweep(int argc, char **argv)
     }
     if (dry || task >= 0)
         return 0;
-    /* what the sweep found */
-    char sp[2048];
-    snprintf(sp, sizeof(sp), "%s/summary.json", out);
-    json_error_t je;
-    json_t *sum = json_load_file(sp, 0, &je);
-    if (!sum) {
-        fprintf(stderr, "k25 sweep: %s: %s\n", sp, je.text);
-        return 1;
-    }
-    const json_t *b = json_object_get(sum, "best"), *sig = json_object_get(sum, "significance");
-    const char *verdict = json_string_value(json_object_get(sig, "verdict"));
-    const char *message = json_string_value(json_object_get(sig, "message"));
-    if (!quiet || best) {
-        if (json_is_object(b)) {
-            const json_t *m = json_object_get(json_object_get(b, "metrics"), spec.objective);
-            const json_t *vs = json_object_get(b, "vs_reference"), *ci = json_object_get(vs, "ratio_ci");
-            printf("best point: %s  %s = %.4g", json_string_value(json_object_get(b, "label")), spec.objective,
-                   json_number_value(m));
-            if (json_is_number(json_array_get(ci, 0)) && json_is_number(json_array_get(ci, 1)))
-                printf("  (x%.3g of the reference, 95%% family-wise interval [%.3g, %.3g], %lld paired repetitions)",
-                       json_number_value(json_object_get(vs, "ratio")), json_number_value(json_array_get(ci, 0)),
-                       json_number_value(json_array_get(ci, 1)),
-                       (long long)json_integer_value(json_object_get(vs, "pairs")));
-            printf("\n");
-            if (verdict && strcmp(verdict, "significant") != 0 && message)
-                printf("note: %s\n", message);
-        } else {
-            printf("%s\n", message ? message : "no best point (see summary.json)");
-        }
-        if (json_is_true(json_object_get(sum, "partial")))
-            printf("partial: %zu runs missing (summary.json: missing_runs)\n",
-                   json_array_size(json_object_get(sum, "missing_runs")));
-        printf("results: %s/sweep.h5, %s\n", out, sp);
-    }
-    if (best && json_is_object(b)) {
-        /* the best point's axes as YAML: fixed keys first, then the axes */
-        printf("\n# best point of sweep '%s', paste into k25.yaml\n", spec.name);
-        for (int i = 0; i < spec.n_fixed; i++)
-            printf("%s: %s\n", spec.fixed_key[i], spec.fixed_val[i]);
-        const char *key;
-        json_t *v;
-        json_object_foreach(json_object_get(b, "axes"), key, v) if (json_is_string(v)) printf("%s: %s\n", key,
-                                                                                            json_string_value(v));
-    } else if (best) {
-        printf("\n# sweep '%s' found no setting to recommend over the reference: keep the reference settings\n",
-               spec.name);
-    }
-    json_decref(sum);
-    return 0;
+    return print_found(&spec, out, quiet, best);
 }

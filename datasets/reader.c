@@ -369,28 +369,24 @@ static const char *const known_fields[] = {"id",     "text",   "input_ids",     
                                            "priority", "prefix_id"};
 
 /*
- * Checks one line against the schema and fills req.  Every problem found
- * is reported (the checks go on after the first where they still make
- * sense).  Returns true when the line is a valid request.
+ * The line as one JSON object: length, byte order mark, blank line, UTF-8
+ * and JSON syntax checked, each failure a diagnostic naming the column or
+ * byte.  NULL (the line is bad) or the object (the caller's to release).
  */
-static bool check_line(struct k25_gold_reader *r, const char *buf, size_t len, bool too_long,
-                       int64_t full_len, struct k25_gold_request *req)
+static json_t *parse_line(struct k25_gold_reader *r, const char *buf, size_t len, bool too_long, int64_t full_len)
 {
-    r->line_bad = false;
-    memset(req, 0, sizeof(*req));
-    req->line = r->line_no;
     if (too_long && r->gave_up) {
         diag(r, K25_GOLD_ERROR, K25_ERANGE, NULL,
              "line has no end after %lld bytes, over the limit of %zu (--max-line-bytes): reading stopped "
              "(not a JSONL file?)",
              (long long)full_len, r->o.max_line_bytes);
-        return false;
+        return NULL;
     }
     if (too_long) {
         diag(r, K25_GOLD_ERROR, K25_ERANGE, NULL,
              "line is %lld bytes, over the limit of %zu (--max-line-bytes)", (long long)full_len,
              r->o.max_line_bytes);
-        return false;
+        return NULL;
     }
     if (r->line_no == 1 && len >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3)) {
         diag(r, K25_GOLD_ERROR, K25_EFORMAT, NULL,
@@ -405,7 +401,7 @@ static bool check_line(struct k25_gold_reader *r, const char *buf, size_t len, b
         k++;
     if (k == len) {
         diag(r, K25_GOLD_ERROR, K25_EFORMAT, NULL, "blank line (one JSON object per line)");
-        return false;
+        return NULL;
     }
     size_t bad;
     if (!k25_gold_utf8_valid(buf, len, &bad)) {
@@ -413,20 +409,26 @@ static bool check_line(struct k25_gold_reader *r, const char *buf, size_t len, b
         field_at(buf, len, bad, field, sizeof(field));
         diag(r, K25_GOLD_ERROR, K25_EFORMAT, field[0] ? field : NULL, "invalid UTF-8 at byte %zu of the line (0x%02X)",
              bad + 1, (unsigned)(unsigned char)buf[bad]);
-        return false;
+        return NULL;
     }
     json_error_t je;
     json_t *o = json_loadb(buf, len, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &je);
     if (!o) {
         diag(r, K25_GOLD_ERROR, K25_EFORMAT, NULL, "not JSON: %s (column %d)", je.text, je.column);
-        return false;
+        return NULL;
     }
     if (!json_is_object(o)) {
         diag(r, K25_GOLD_ERROR, K25_EFORMAT, NULL, "not a JSON object (found %s)",
              json_type_name(o));
-        goto out_decref;
+        json_decref(o);
+        return NULL;
     }
+    return o;
+}
 
+/* The request's id and its input (text, or input_ids), each failure a diagnostic naming the field. */
+static void check_input(struct k25_gold_reader *r, json_t *o, struct k25_gold_request *req)
+{
     /* id */
     json_t *v = json_object_get(o, "id");
     if (!v)
@@ -489,7 +491,13 @@ static bool check_line(struct k25_gold_reader *r, const char *buf, size_t len, b
             }
         }
     }
+}
 
+/* expected_output_length and the optional fields (domain, prompt, block_pattern_hint, priority,
+ * prefix_id, meta), each failure a diagnostic naming the field. */
+static void check_fields(struct k25_gold_reader *r, json_t *o, struct k25_gold_request *req)
+{
+    json_t *v, *text = json_object_get(o, "text"), *ids = json_object_get(o, "input_ids");
     /* expected_output_length */
     v = json_object_get(o, "expected_output_length");
     if (!v) {
@@ -571,8 +579,11 @@ static bool check_line(struct k25_gold_reader *r, const char *buf, size_t len, b
              json_type_name(v));
     else if (v && !(req->meta_json = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER)))
         diag(r, K25_GOLD_ERROR, K25_ENOMEM, "meta", "out of memory");
+}
 
-    /* unknown fields: warned about, kept */
+/* Fields the format does not name: a warning each, kept in req->extra_json. */
+static void keep_unknown(struct k25_gold_reader *r, json_t *o, struct k25_gold_request *req)
+{
     const char *key;
     json_t *val;
     json_t *extra = NULL;
@@ -593,6 +604,27 @@ static bool check_line(struct k25_gold_reader *r, const char *buf, size_t len, b
         req->extra_json = json_dumps(extra, JSON_COMPACT | JSON_PRESERVE_ORDER);
         json_decref(extra);
     }
+}
+
+/*
+ * Checks one line against the schema and fills req: framing (parse_line),
+ * the id and input, the other fields, unknown fields kept, then the id's
+ * uniqueness and the input length of a valid line.  Every problem found is
+ * reported (the checks go on after the first where they still make sense).
+ * Returns true when the line is a valid request.
+ */
+static bool check_line(struct k25_gold_reader *r, const char *buf, size_t len, bool too_long,
+                       int64_t full_len, struct k25_gold_request *req)
+{
+    r->line_bad = false;
+    memset(req, 0, sizeof(*req));
+    req->line = r->line_no;
+    json_t *o = parse_line(r, buf, len, too_long, full_len);
+    if (!o)
+        return false;
+    check_input(r, o, req);
+    check_fields(r, o, req);
+    keep_unknown(r, o, req);
 
     /* duplicate id: only ids of otherwise valid lines count */
     if (!r->line_bad && req->id) {
@@ -613,7 +645,6 @@ static bool check_line(struct k25_gold_reader *r, const char *buf, size_t len, b
             req->input_length = (int64_t)req->n_input_ids;
         }
     }
-out_decref:
     json_decref(o);
     return !r->line_bad;
 }

@@ -303,6 +303,10 @@ struct k25_request {
     const int *stop_lens;           /* [n_stop], each >= 1 */
     int n_stop;
     enum k25_priority priority;     /* default (0) standard */
+    /* Run on the degraded (early-exit) model whatever the circuit breaker says, skipping its
+     * first-token admission check (`k25 bench --fidelity` measures that model against the full
+     * one with it).  Not kept in the spill log: a replayed request is routed as usual. */
+    bool force_degraded;
 };
 
 /* Why a completed request stopped generating. */

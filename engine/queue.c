@@ -346,11 +346,13 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
     double pred_ms = -1;
     k25_queue_breaker_tick(e, sl->res.submit_t_ns);
     sl->res.priority = req->priority;
-    sl->res.degraded = q->breaker.open;
+    sl->res.degraded = q->breaker.open || (req->force_degraded && !replayed);
     if (replayed)
         r = R_REPLAY;
     else if (sl->res.degraded)
-        r = req->priority == K25_PRIORITY_HIGH || degraded_admissible(e, &pred_ms) ? R_DEG : R_REJECT_DEG;
+        r = req->force_degraded || req->priority == K25_PRIORITY_HIGH || degraded_admissible(e, &pred_ms)
+                ? R_DEG
+                : R_REJECT_DEG;
     else if (req->priority != K25_PRIORITY_HIGH &&
              fifo_len(&q->mem) + staged_to(q, R_MEM) >= e->cfg.queue_memory_capacity)
         r = q->spill.fd >= 0 ? R_DISK : R_REJECT_FULL;

@@ -158,17 +158,10 @@ static double cell_value(const struct k25_gate_run *r, const struct k25_gate_met
     return v > 0 && isfinite(v) ? v : NAN;
 }
 
-static void compare_statistical(const struct k25_gate_set *B, const struct k25_gate_set *C, const struct pairing *pr,
-                                const struct k25_gate_policy *pol, const struct k25_gate_metric *m,
-                                struct k25_gate_row *row, bool *unnormalized)
+/* Groups the pairs by their baseline run's identity: gid[p] for pair p; returns the number of groups. */
+static int group_pairs(const struct k25_gate_set *B, const struct pairing *pr, int *gid)
 {
-    int col = m->src == K25_GATE_SRC_REQUEST ? req_col(m->path) : -1;
-    *unnormalized = false;
-    /* groups of pairs by the baseline run's identity */
-    int *gid = calloc((size_t)pr->n + 1, sizeof(int)), n_groups = 0;
-    struct k25_gate_cells *g = calloc((size_t)pr->n + 1, sizeof(*g));
-    struct vec tyb = {0}, tyc = {0};
-    K25_ASSERT(gid && g);
+    int n_groups = 0;
     for (int p = 0; p < pr->n; p++) {
         gid[p] = -1;
         for (int q = 0; q < p && gid[p] < 0; q++)
@@ -177,6 +170,74 @@ static void compare_statistical(const struct k25_gate_set *B, const struct k25_g
         if (gid[p] < 0)
             gid[p] = n_groups++;
     }
+    return n_groups;
+}
+
+/* The same estimate without the calibration division (what the baseline and candidate columns
+ * show) into row->raw_ratio; row->norm_factor from the mean log factor. */
+static void unnormalized_ratio(struct k25_gate_cells *g, int n_groups, const struct k25_gate_metric *m,
+                               const struct k25_gate_policy *pol, struct k25_gate_row *row, double mean_log_factor)
+{
+    double raw, rlo, rhi, *keep = malloc(sizeof(double) * (size_t)(n_groups > 0 ? n_groups : 1));
+    K25_ASSERT(keep);
+    for (int k = 0; k < n_groups; k++) {
+        keep[k] = g[k].norm;
+        g[k].norm = 0;
+    }
+    k25_gate_best_ratio(g, n_groups, m->lower_better, 0, pol->confidence, pol->seed, &raw, &rlo, &rhi);
+    for (int k = 0; k < n_groups; k++)
+        g[k].norm = keep[k];
+    free(keep);
+    row->raw_ratio = exp(raw);
+    row->norm_factor = exp(mean_log_factor);
+}
+
+/* The verdict of row's ratio and interval against its tolerance (no interval: the ratio alone). */
+static enum k25_gate_verdict verdict_of(const struct k25_gate_row *row, bool has_interval, bool lower_better)
+{
+    /* "worse" ratio: > 1 is a regression whichever way the metric is better */
+    double w = lower_better ? row->ratio : 1 / row->ratio;
+    double wlo = lower_better ? row->lo : 1 / row->hi, whi = lower_better ? row->hi : 1 / row->lo;
+    double up = 1 + row->tol, down = 1 / (1 + row->tol);
+    if (!has_interval)
+        return w <= up && w >= down ? K25_V_SAME : K25_V_UNSURE;
+    if (w > up && wlo > 1)
+        return K25_V_WORSE; /* worse beyond the tolerance, and surely worse */
+    if (w < down && whi < 1)
+        return K25_V_BETTER;
+    if (wlo >= down && whi <= up)
+        return K25_V_SAME; /* the whole interval inside the tolerance */
+    return K25_V_UNSURE;
+}
+
+/* Says what the calibration division did, so the change agrees with the raw columns beside it;
+ * UNSURE when the calibration spread too much to normalize by. */
+static void note_normalized(struct k25_gate_row *row, double spread)
+{
+    size_t l = strlen(row->note);
+    snprintf(row->note + l, sizeof(row->note) - l,
+             "%schange normalized by calibration: candidate/baseline %.2fx, raw change %+.1f%%", l ? "; " : "",
+             row->norm_factor, 100 * (row->raw_ratio - 1));
+    if (isfinite(spread) && spread > K25_CALIB_MAX_SPREAD) {
+        row->verdict = K25_V_UNSURE;
+        l = strlen(row->note);
+        snprintf(row->note + l, sizeof(row->note) - l,
+                 "; UNSURE: calibration spread %.0f%% > %.0f%% (machine not steady enough to normalize by)",
+                 100 * spread, 100 * K25_CALIB_MAX_SPREAD);
+    }
+}
+
+static void compare_statistical(const struct k25_gate_set *B, const struct k25_gate_set *C, const struct pairing *pr,
+                                const struct k25_gate_policy *pol, const struct k25_gate_metric *m,
+                                struct k25_gate_row *row, bool *unnormalized)
+{
+    int col = m->src == K25_GATE_SRC_REQUEST ? req_col(m->path) : -1;
+    *unnormalized = false;
+    int *gid = calloc((size_t)pr->n + 1, sizeof(int));
+    struct k25_gate_cells *g = calloc((size_t)pr->n + 1, sizeof(*g));
+    struct vec tyb = {0}, tyc = {0};
+    K25_ASSERT(gid && g);
+    int n_groups = group_pairs(B, pr, gid);
     int any_mode[4] = {0}, n_norm = 0;
     double log_factor = 0, spread = NAN;
     for (int k = 0; k < n_groups; k++) {
@@ -265,54 +326,16 @@ static void compare_statistical(const struct k25_gate_set *B, const struct k25_g
     row->lo = exp(lo);
     row->hi = exp(hi);
     row->calib_spread = spread;
-    if (n_norm > 0) {
-        /* the same estimate without the division: what the baseline and candidate columns show */
-        double raw, rlo, rhi, *keep = malloc(sizeof(double) * (size_t)n_groups);
-        K25_ASSERT(keep);
-        for (int k = 0; k < n_groups; k++) {
-            keep[k] = g[k].norm;
-            g[k].norm = 0;
-        }
-        k25_gate_best_ratio(g, n_groups, m->lower_better, 0, pol->confidence, pol->seed, &raw, &rlo, &rhi);
-        for (int k = 0; k < n_groups; k++)
-            g[k].norm = keep[k];
-        free(keep);
-        row->raw_ratio = exp(raw);
-        row->norm_factor = exp(log_factor / n_norm);
-    }
+    if (n_norm > 0)
+        unnormalized_ratio(g, n_groups, m, pol, row, log_factor / n_norm);
     row->noise = isfinite(lo) ? fmax(row->hi / row->ratio, row->ratio / row->lo) - 1 : NAN;
-    /* "worse" ratio: > 1 is a regression whichever way the metric is better */
-    double w = m->lower_better ? row->ratio : 1 / row->ratio;
-    double wlo = m->lower_better ? row->lo : 1 / row->hi, whi = m->lower_better ? row->hi : 1 / row->lo;
-    double up = 1 + row->tol, down = 1 / (1 + row->tol);
-    if (!isfinite(lo))
-        row->verdict = w <= up && w >= down ? K25_V_SAME : K25_V_UNSURE;
-    else if (w > up && wlo > 1)
-        row->verdict = K25_V_WORSE; /* worse beyond the tolerance, and surely worse */
-    else if (w < down && whi < 1)
-        row->verdict = K25_V_BETTER;
-    else if (wlo >= down && whi <= up)
-        row->verdict = K25_V_SAME; /* the whole interval inside the tolerance */
-    else
-        row->verdict = K25_V_UNSURE;
+    row->verdict = verdict_of(row, isfinite(lo), m->lower_better);
     if (any_mode[2])
         snprintf(row->note, sizeof(row->note), "no trace: per-repetition %s", fallback_of(m->path));
     else if (any_mode[1])
         snprintf(row->note, sizeof(row->note), "requests differ: ratio of run medians");
-    if (n_norm > 0) {
-        /* say what the division did, so the change agrees with the raw columns beside it */
-        size_t l = strlen(row->note);
-        snprintf(row->note + l, sizeof(row->note) - l,
-                 "%schange normalized by calibration: candidate/baseline %.2fx, raw change %+.1f%%",
-                 l ? "; " : "", row->norm_factor, 100 * (row->raw_ratio - 1));
-        if (isfinite(spread) && spread > K25_CALIB_MAX_SPREAD) {
-            row->verdict = K25_V_UNSURE;
-            l = strlen(row->note);
-            snprintf(row->note + l, sizeof(row->note) - l,
-                     "; UNSURE: calibration spread %.0f%% > %.0f%% (machine not steady enough to normalize by)",
-                     100 * spread, 100 * K25_CALIB_MAX_SPREAD);
-        }
-    }
+    if (n_norm > 0)
+        note_normalized(row, spread);
 out:
     for (int k = 0; k < n_groups; k++) {
         free(g[k].b);

@@ -218,9 +218,11 @@ static int run_rep(k25_engine_t *eng, k25_endpoint_t *ep, const struct k25_bench
                    const struct k25_bench_input *inputs, size_t n, const size_t *order, size_t first, int64_t n_req,
                    int rep, bool record, struct k25_bench_run *run, struct k25_error *err)
 {
+    struct k25_loadgen_settings s = {.opts = o, .inputs = inputs, .n_inputs = n, .order = order, .first = first,
+                                     .n_requests = n_req, .rep = rep, .record = record, .seed = cfg->seed};
     if (ep)
-        return k25_endpoint_run(ep, o, n, order, first, n_req, rep, record, cfg->seed, run, err);
-    return k25_loadgen_run(eng, o, inputs, n, order, first, n_req, rep, record, run, err);
+        return k25_endpoint_run(ep, &s, run, err);
+    return k25_loadgen_run(eng, &s, run, err);
 }
 
 int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config *cfg, FILE *report,
@@ -356,6 +358,9 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
         goto out;
     }
     k25_mem_reset_peak();
+    struct k25_engine_stats st0; /* the engine's counters before the measurement: run totals are after - before */
+    if (eng)
+        k25_engine_get_stats(eng, &st0);
     size_t n_dropped = 0;
     for (int k = 0; k < o.repeat && !run.interrupted; k++) {
         int64_t rep_start = k > 0 ? (int64_t)(k25_now_ns() - run.t0_ns) : 0; /* rep 0 sets t0 */
@@ -386,6 +391,7 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
         struct k25_engine_stats st;
         k25_engine_get_stats(eng, &st);
         run.kv_blocks_peak = st.kv_blocks_peak;
+        k25_bench_engine_totals_diff(&st0, &st, cfg->kv_hot_tokens > 0, &run.eng);
     }
     run.warmup_done = o.warmup;
 
@@ -420,6 +426,17 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
             fprintf(stderr, "k25 bench: measuring fidelity on %zu requests x %d tokens\n", set.n, o.fidelity_tokens);
         if ((rc = k25_fidelity_measure(cfg, model, inputs, set.n, o.fidelity_tokens, &fid, err)) != K25_OK)
             goto out;
+        /* the degraded (early-exit) model against the full one: when the run degraded requests, or
+         * could (the circuit breaker on) */
+        if (sum->n_degraded > 0 || cfg->breaker_enabled) {
+            if (o.progress)
+                fprintf(stderr, "k25 bench: measuring the degraded model's fidelity\n");
+            if ((rc = k25_fidelity_measure_degraded(cfg, model, inputs, set.n, o.fidelity_tokens, &fid.degraded,
+                                                    err)) != K25_OK)
+                goto out;
+            int L = k25_model_get_shape(model)->n_layers, d = (int)ceil(cfg->degraded_layer_fraction * L - 1e-9);
+            fid.degraded_layers = d < 1 ? 1 : d > L ? L : d; /* the engine's rounding (engine.c) */
+        }
     }
     k25_provenance_finish(prov);
     /* what was measured: the in-process engine, or a server (its model list and response headers) */
@@ -510,6 +527,14 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
                     "top-1 agreement %.3f, top-prob RMS %.3g, token agreement %.3f, attention rel. error %.3g\n",
                     (long long)fid.n_requests, fid.tokens, fid.kl_mean, fid.kl_p999, fid.kl_max, fid.top1_agreement,
                     fid.top_prob_rms, fid.token_agreement, fid.attn_rel_err);
+        if (o.fidelity && fid.degraded)
+            fprintf(report,
+                    "degraded-model fidelity (%d of %d layers vs the full model, %lld requests x %d tokens): KL mean "
+                    "%.3g p99.9 %.3g max %.3g, top-1 agreement %.3f, top-prob RMS %.3g, token agreement %.3f\n",
+                    fid.degraded_layers, model ? k25_model_get_shape(model)->n_layers : 0,
+                    (long long)fid.degraded->n_requests, fid.degraded->tokens, fid.degraded->kl_mean,
+                    fid.degraded->kl_p999, fid.degraded->kl_max, fid.degraded->top1_agreement,
+                    fid.degraded->top_prob_rms, fid.degraded->token_agreement);
     }
     if (summary_out)
         *summary_out = *sum;

@@ -77,6 +77,48 @@ json_t *k25_bench_summary_json(const struct k25_bench_summary *s)
                             json_pack("{s:I, s:I, s:o, s:o}", "hit_requests", (json_int_t)s->n_prefix_hit,
                                       "hit_tokens", (json_int_t)s->prefix_hit_tokens, "ttft_hit_ms",
                                       dist_json(&s->ttft_hit), "ttft_miss_ms", dist_json(&s->ttft_miss)));
+    /* prefix caching: prompt tokens reused by the measured requests (0 with it off) */
+    json_object_set_new(o, "cached_tokens", json_integer(s->prefix_hit_tokens));
+    /* KV tiers (docs/metrics.md "KV tiers"): the health check reads kv_cache_hit_rate; null with tiers
+     * off (kv_tiers_enabled false) or when the run could not measure it (an endpoint: null too) */
+    json_object_set_new(o, "kv_tiers_enabled", s->eng.measured ? json_boolean(s->kv_tiers) : json_null());
+    json_object_set_new(o, "kv_cache_hit_rate", s->kv_tiers ? num(s->kv_cache_hit_rate) : json_null());
+    if (s->kv_tiers) {
+        const struct k25_bench_engine_totals *e = &s->eng;
+        json_t *kt = json_object();
+        json_object_set_new(kt, "kv_cache_hit_rate", num(s->kv_cache_hit_rate));
+        json_object_set_new(kt, "block_reads", json_integer(s->kv_block_reads));
+        json_object_set_new(kt, "block_hits", json_integer(s->kv_block_hits));
+        json_object_set_new(kt, "wait_ms", num((double)s->kv_tier_wait_ns / 1e6));
+        json_object_set_new(kt, "bytes_moved", json_integer(s->kv_tier_bytes_moved));
+        json_object_set_new(kt, "wait_ms_per_request", dist_json(&s->kv_wait_ms));
+        json_object_set_new(kt, "bytes_moved_per_request", dist_json(&s->kv_bytes_moved));
+        json_object_set_new(kt, "hit_rate_per_request", dist_json(&s->kv_hit_rate_req));
+        /* the engine's own counters over the measurement (every sequence's steps) */
+        json_object_set_new(
+            kt, "engine",
+            json_pack("{s:I, s:I, s:o, s:o, s:I, s:o, s:o, s:I}", "block_reads", (json_int_t)e->kv_block_reads,
+                      "block_hits", (json_int_t)e->kv_block_hits, "wait_ms", num((double)e->kv_tier_wait_ns / 1e6),
+                      "max_step_wait_ms", num((double)e->kv_tier_max_step_wait_ns / 1e6), "bytes_moved",
+                      (json_int_t)e->kv_tier_bytes_moved, "copy_s", num((double)e->kv_tier_copy_ns / 1e9),
+                      "copy_bytes_per_s",
+                      num(e->kv_tier_copy_ns > 0 ? (double)e->kv_tier_bytes_moved / ((double)e->kv_tier_copy_ns / 1e9)
+                                                 : NAN),
+                      "evictions", (json_int_t)e->kv_tier_evictions));
+        json_object_set_new(o, "kv_tiers", kt);
+    }
+    /* elastic queue: TTFT by priority, degraded or not (issue 17) */
+    json_t *bp = json_object();
+    for (int p = 0; p < 3; p++)
+        json_object_set_new(bp, k25_priority_name((enum k25_priority)p),
+                            json_pack("{s:o, s:o}", "normal", dist_json(&s->ttft_prio[p][0]), "degraded",
+                                      dist_json(&s->ttft_prio[p][1])));
+    json_object_set_new(o, "ttft_ms_by_priority", bp);
+    if (s->eng.measured)
+        json_object_set_new(o, "queue",
+                            json_pack("{s:I, s:I, s:I}", "rejected_degraded", (json_int_t)s->eng.rejected_degraded,
+                                      "spill_fsyncs", (json_int_t)s->eng.spill_fsyncs, "breaker_opens",
+                                      (json_int_t)s->eng.breaker_opens));
     json_t *busy = dist_json(&s->busy);
     json_object_set_new(busy, "window_ms", json_integer(K25_BENCH_WINDOW_NS / 1000000));
     json_object_set_new(o, "busy_fraction", busy);
@@ -209,6 +251,27 @@ void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s)
                         (long long)d->n);
         }
         fprintf(out, "\n");
+    }
+    if (s->kv_tiers) {
+        fprintf(out, "  KV tiers: kv_cache_hit_rate %.4f (%lld of %lld block reads without waiting), waited %.1f ms, "
+                     "moved %.1f MB (%.1f KB per completed request)\n",
+                s->kv_cache_hit_rate, (long long)s->kv_block_hits, (long long)s->kv_block_reads,
+                (double)s->kv_tier_wait_ns / 1e6, (double)s->kv_tier_bytes_moved / (1 << 20),
+                s->kv_bytes_moved.n > 0 ? s->kv_bytes_moved.mean / 1024 : 0.0);
+    }
+    if (s->n_degraded > 0 || s->ttft_prio[K25_PRIORITY_HIGH][0].n > 0 || s->ttft_prio[K25_PRIORITY_LOW][0].n > 0) {
+        fprintf(out, "  TTFT by priority:");
+        for (int p = 0; p < 3; p++)
+            for (int d = 0; d < 2; d++) {
+                const struct k25_dist *x = &s->ttft_prio[p][d];
+                if (x->n == 0)
+                    continue;
+                bool p99 = x->p[3].supported;
+                fprintf(out, " %s%s P50 %.1f ms %s %.1f ms (n=%lld);", k25_priority_name((enum k25_priority)p),
+                        d ? " degraded" : "", isnan(x->p[0].value) ? x->mean : x->p[0].value, p99 ? "P99" : "max",
+                        p99 ? x->p[3].value : x->max, (long long)x->n);
+            }
+        fputc('\n', out);
     }
     fprintf(out, "  throughput: %.3f req/s, %.1f output tok/s, %.1f input tok/s, goodput ", s->requests_per_s,
             s->output_tok_per_s, s->input_tok_per_s);

@@ -468,6 +468,81 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/*
+ * The shards: the index's weight_map values (sorted, once each), or
+ * model.safetensors without an index.  A bad index is a problem in r (the
+ * check goes on with what it names); *index (the caller's to release),
+ * *weight_map (NULL when not an object, borrowed from it) and *shards
+ * (malloc'd, names borrowed) are set.  K25_ENOMEM.
+ */
+static int list_shards(struct k25_checksum_report *r, const char *dir, bool has_index, json_t **index,
+                       json_t **weight_map, const char ***shards_out, size_t *n_out, struct k25_error *err)
+{
+    char path[4200];
+    const char **shards;
+    size_t n_shards = 0;
+    if (has_index) {
+        json_error_t je;
+        snprintf(path, sizeof(path), "%s/%s", dir, CK_INDEX);
+        *index = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        json_t *wm = json_object_get(*index, "weight_map");
+        if (!*index)
+            problem(r, "bad_index", CK_INDEX, NULL, "%s:%d: not valid JSON (column %d: %s)", CK_INDEX, je.line,
+                    je.column, je.text);
+        else if (!json_is_object(wm) || json_object_size(wm) == 0)
+            problem(r, "bad_index", CK_INDEX, NULL, "%s: no \"weight_map\" object", CK_INDEX);
+        if (!(shards = calloc(json_object_size(wm) + 1, sizeof(*shards))))
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        const char *t;
+        json_t *v;
+        json_object_foreach(wm, t, v)
+        {
+            const char *s = json_string_value(v);
+            if (!s || !plain_name(s)) {
+                problem(r, "bad_index", CK_INDEX, t, "%s: tensor '%s': weight_map value is not a plain file name", CK_INDEX, t);
+                continue;
+            }
+            size_t i = 0;
+            while (i < n_shards && strcmp(shards[i], s) != 0)
+                i++;
+            if (i == n_shards)
+                shards[n_shards++] = s;
+        }
+        qsort(shards, n_shards, sizeof(*shards), cmp_str);
+        *weight_map = json_is_object(wm) ? wm : NULL;
+    } else {
+        if (!(shards = calloc(1, sizeof(*shards))))
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        shards[n_shards++] = CK_SINGLE;
+    }
+    *shards_out = shards;
+    *n_out = n_shards;
+    return K25_OK;
+}
+
+/* Completeness: every weight_map entry is in its shard's header; tensors the index does not list, noted. */
+static void check_complete(struct k25_checksum_report *r, json_t *weight_map, json_t *headers)
+{
+    const char *t;
+    json_t *v;
+    json_object_foreach(weight_map, t, v)
+    {
+        json_t *h = json_object_get(headers, json_string_value(v));
+        if (h && !json_object_get(h, t))
+            problem(r, "missing_tensor", json_string_value(v), t, "%s: tensor '%s' (placed here by %s) is not in the file",
+                    json_string_value(v), t, CK_INDEX);
+    }
+    if (weight_map) {
+        const char *f;
+        json_t *h;
+        int extra = 0;
+        json_object_foreach(headers, f, h) json_object_foreach(h, t, v) extra +=
+            strcmp(t, "__metadata__") && !json_object_get(weight_map, t);
+        if (extra)
+            note(r, "%d tensors in the shards are not listed in %s", extra, CK_INDEX);
+    }
+}
+
 int k25_checksum_model(const char *dir, const struct k25_checksum_opts *o, struct k25_checksum_report *r,
                        struct k25_error *err)
 {
@@ -500,45 +575,8 @@ int k25_checksum_model(const char *dir, const struct k25_checksum_opts *o, struc
         goto out;
     }
     size_t n_shards = 0;
-    if (has_index) {
-        json_error_t je;
-        snprintf(path, sizeof(path), "%s/%s", dir, CK_INDEX);
-        index = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-        weight_map = json_object_get(index, "weight_map");
-        if (!index)
-            problem(r, "bad_index", CK_INDEX, NULL, "%s:%d: not valid JSON (column %d: %s)", CK_INDEX, je.line,
-                    je.column, je.text);
-        else if (!json_is_object(weight_map) || json_object_size(weight_map) == 0)
-            problem(r, "bad_index", CK_INDEX, NULL, "%s: no \"weight_map\" object", CK_INDEX);
-        if (!(shards = calloc(json_object_size(weight_map) + 1, sizeof(*shards)))) {
-            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-            goto out;
-        }
-        const char *t;
-        json_t *v;
-        json_object_foreach(weight_map, t, v)
-        {
-            const char *s = json_string_value(v);
-            if (!s || !plain_name(s)) {
-                problem(r, "bad_index", CK_INDEX, t, "%s: tensor '%s': weight_map value is not a plain file name", CK_INDEX, t);
-                continue;
-            }
-            size_t i = 0;
-            while (i < n_shards && strcmp(shards[i], s) != 0)
-                i++;
-            if (i == n_shards)
-                shards[n_shards++] = s;
-        }
-        qsort(shards, n_shards, sizeof(*shards), cmp_str);
-        if (!json_is_object(weight_map))
-            weight_map = NULL;
-    } else {
-        if (!(shards = calloc(1, sizeof(*shards)))) {
-            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-            goto out;
-        }
-        shards[n_shards++] = CK_SINGLE;
-    }
+    if ((rc = list_shards(r, dir, has_index, &index, &weight_map, &shards, &n_shards, err)) != K25_OK)
+        goto out;
 
     /* Hash and parse every shard; then the config and the index themselves. */
     for (size_t i = 0; i < n_shards; i++) {
@@ -559,25 +597,7 @@ int k25_checksum_model(const char *dir, const struct k25_checksum_opts *o, struc
     if (has_index)
         add_file(r, o, dir, CK_INDEX, "index", buf);
 
-    /* Completeness: every weight_map entry is in its shard's header. */
-    const char *t;
-    json_t *v;
-    json_object_foreach(weight_map, t, v)
-    {
-        json_t *h = json_object_get(headers, json_string_value(v));
-        if (h && !json_object_get(h, t))
-            problem(r, "missing_tensor", json_string_value(v), t, "%s: tensor '%s' (placed here by %s) is not in the file",
-                    json_string_value(v), t, CK_INDEX);
-    }
-    if (weight_map) {
-        const char *f;
-        json_t *h;
-        int extra = 0;
-        json_object_foreach(headers, f, h) json_object_foreach(h, t, v) extra +=
-            strcmp(t, "__metadata__") && !json_object_get(weight_map, t);
-        if (extra)
-            note(r, "%d tensors in the shards are not listed in %s", extra, CK_INDEX);
-    }
+    check_complete(r, weight_map, headers);
     if (json_is_object(cfg) && (weight_map || !has_index))
         check_config(r, cfg, weight_map, headers);
     if (man)

@@ -590,163 +590,146 @@ static struct xfer *start(k25_endpoint_t *ep, const struct k25_bench_opts *o, si
     return x;
 }
 
-int k25_endpoint_run(k25_endpoint_t *ep, const struct k25_bench_opts *o, size_t n_in, const size_t *order,
-                     size_t first, int64_t n_requests, int rep, bool rec_on, uint64_t seed,
-                     struct k25_bench_run *run, struct k25_error *err)
-{
-    K25_ASSERT(n_in > 0 && n_in == ep->n_in);
-    int rc = K25_OK;
-    bool open = o->mode == K25_BENCH_OPEN && rec_on;
-    int users = open ? 0 : (o->concurrency > 0 ? o->concurrency : 1);
-    int cap = open ? o->concurrency : users; /* 0 = no cap (open loop) */
-    struct xfer **live = NULL; /* [n_live] in flight */
-    size_t n_live = 0, cap_live = 0;
-    uint64_t t_start = k25_now_ns();
-    if (rec_on && rep == 0)
-        run->t0_ns = t_start;
-    int64_t rep_start = (int64_t)(t_start - run->t0_ns);
-    size_t first_rec = run->n_reqs;
-    struct k25_arrivals A; /* the same clock as the in-process engine's (surge included) */
-    if ((rc = k25_arrivals_init(&A, o, open, users, seed, n_requests, t_start, err)) != K25_OK) {
-        k25_arrivals_free(&A);
-        return rc;
-    }
-    int64_t issued = 0, inflight = 0;
+/* The HTTP client's event loop: the shared generator (loadgen.c) plus the transfers in flight. */
+struct client {
+    k25_endpoint_t *ep;
+    struct k25_loadgen g;
+    struct xfer **live; /* [n_live] in flight, owned */
+    size_t n_live, cap_live;
+};
 
-    for (;;) {
+/*
+ * Verb 1: starts a transfer for every request due at now (the same arrival
+ * clock and in-flight cap as the in-process loop).  Fails only when a
+ * transfer cannot be started (out of memory).
+ */
+static int client_issue_due(struct client *c, uint64_t now, struct k25_error *err)
+{
+    const struct k25_loadgen_settings *s = c->g.s;
+    struct k25_bench_run *run = c->g.run;
+    struct k25_loadgen_due d;
+    int rc;
+    while ((rc = k25_loadgen_take_due(&c->g, now, &d, err)) == 1) {
+        if (d.rec >= 0) /* a server is not told a priority, and its queue is not visible: queue_ms is n/a */
+            run->reqs[d.rec].priority = 0;
+        struct xfer *x = grow((void **)&c->live, &c->cap_live, c->n_live + 1, sizeof(*c->live)) == 0
+                             ? start(c->ep, s->opts, d.input, d.rec, d.user, s->record)
+                             : NULL;
+        if (!x)
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "cannot start a libcurl transfer (out of memory)");
+        c->live[c->n_live++] = x;
+        if (d.rec >= 0)
+            run->reqs[d.rec].submit_ns = (int64_t)(k25_now_ns() - run->t0_ns);
+        now = k25_now_ns();
+    }
+    return rc;
+}
+
+/*
+ * Verb 3 (verb 2, one step, is curl_multi_perform): records every finished
+ * transfer, then ends the streams silent for --stall-timeout (ended here:
+ * curl's low-speed limit averages over seconds, so a chunk just before a
+ * stall hides it) as failed.  Fails only when out of memory.
+ */
+static int client_collect(struct client *c, struct k25_error *err)
+{
+    const struct k25_bench_opts *o = c->g.s->opts;
+    CURLMsg *m;
+    int left;
+    uint64_t tnow = k25_now_ns();
+    for (size_t si = 0;;) {
+        struct xfer *x = NULL;
+        CURLcode res = CURLE_OK;
+        if ((m = curl_multi_info_read(c->ep->multi, &left))) {
+            if (m->msg != CURLMSG_DONE)
+                continue;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+            res = m->data.result;
+        } else {
+            while (si < c->n_live && (double)(tnow - c->live[si]->now) / 1e9 <= o->stall_timeout_s)
+                si++;
+            if (si == c->n_live)
+                break;
+            x = c->live[si]; /* removed from live below: si now names the next one */
+            x->stalled = true;
+            res = CURLE_OPERATION_TIMEDOUT;
+        }
+        uint64_t end = k25_now_ns();
+        diagnose(x, res, o->stall_timeout_s);
+        curl_multi_remove_handle(c->ep->multi, x->h);
+        curl_easy_cleanup(x->h);
+        for (size_t i = 0; i < c->n_live; i++)
+            if (c->live[i] == x) {
+                c->live[i] = c->live[--c->n_live];
+                break;
+            }
+        int rrc = x->rec >= 0 ? record(x, c->g.run, end) : 0;
+        k25_loadgen_retire(&c->g, x->user, (int64_t)end);
+        xfer_free(x);
+        if (rrc != 0)
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    }
+    return K25_OK;
+}
+
+/* Waits for bytes, or until the next arrival is due (100 ms at most). */
+static int client_wait(struct client *c, struct k25_error *err)
+{
+    const struct k25_loadgen *g = &c->g;
+    int wait_ms = 100;
+    int64_t next = k25_arrivals_next_ns(&g->arrivals, g->issued);
+    if (next >= 0 && (g->cap == 0 || g->inflight < g->cap)) {
+        int64_t dt = next - (int64_t)k25_now_ns();
+        wait_ms = dt <= 0 ? 0 : (int)((dt + 999999) / 1000000);
+        if (wait_ms > 100)
+            wait_ms = 100;
+    } else if (!g->open && k25_loadgen_more(g, k25_now_ns()) && g->arrivals.users_free > 0) {
+        wait_ms = 0;
+    }
+    if (wait_ms > 0 && curl_multi_poll(c->ep->multi, NULL, 0, wait_ms, NULL) != CURLM_OK)
+        return k25_error_set(err, K25_EINTERNAL, NULL, 0, NULL, "libcurl multi interface failed");
+    return K25_OK;
+}
+
+int k25_endpoint_run(k25_endpoint_t *ep, const struct k25_loadgen_settings *s, struct k25_bench_run *run,
+                     struct k25_error *err)
+{
+    K25_ASSERT(s->n_inputs > 0 && s->n_inputs == ep->n_in);
+    const struct k25_bench_opts *o = s->opts;
+    struct client c = {.ep = ep};
+    int rc = k25_loadgen_begin(&c.g, s, run, err);
+    while (rc == K25_OK) {
         if (o->stop && *o->stop) {
             run->interrupted = true;
             rc = k25_error_set(err, K25_EIO, NULL, 0, NULL, "interrupted");
-            goto out;
+            break;
         }
-        uint64_t now = k25_now_ns();
-        bool can_issue = k25_arrivals_more(&A, issued, now);
-        while (can_issue && (cap == 0 || inflight < cap)) {
-            int64_t intended;
-            int user;
-            if (!k25_arrivals_due(&A, issued, now, &intended, &user))
-                break;
-            size_t input = order[(first + (size_t)issued) % n_in];
-            long rec = -1;
-            if (rec_on) {
-                size_t capr = run->cap_reqs;
-                if (grow((void **)&run->reqs, &capr, run->n_reqs + 1, sizeof(*run->reqs)) != 0) {
-                    rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-                    goto out;
-                }
-                run->cap_reqs = capr;
-                rec = (long)run->n_reqs++;
-                struct k25_bench_req *q = &run->reqs[rec];
-                memset(q, 0, sizeof(*q));
-                const struct k25_bench_input *bi = &ep->in[input];
-                snprintf(q->id, sizeof(q->id), "%s", bi->id);
-                q->line = bi->line;
-                q->max_new = bi->max_new;
-                q->n_input = bi->n_ids;
-                q->seq = issued;
-                q->rep = rep;
-                q->user = user;
-                q->state = K25_REQ_WAITING;
-                q->arrival_ns = intended - (int64_t)run->t0_ns;
-                q->admit_ns = q->first_ns = -1; /* a server's queue is not visible: queue_ms is n/a */
-            }
-            struct xfer *x = grow((void **)&live, &cap_live, n_live + 1, sizeof(*live)) == 0
-                                 ? start(ep, o, input, rec, user, rec_on)
-                                 : NULL;
-            if (!x) {
-                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "cannot start a libcurl transfer (out of memory)");
-                goto out;
-            }
-            live[n_live++] = x;
-            if (rec_on)
-                run->reqs[rec].submit_ns = (int64_t)(k25_now_ns() - run->t0_ns);
-            issued++;
-            inflight++;
-            now = k25_now_ns();
-            can_issue = k25_arrivals_more(&A, issued, now);
-        }
+        if ((rc = client_issue_due(&c, k25_now_ns(), err)) != K25_OK)
+            break;
+        bool can_issue = k25_loadgen_more(&c.g, k25_now_ns());
         int running = 0;
         if (curl_multi_perform(ep->multi, &running) != CURLM_OK) {
             rc = k25_error_set(err, K25_EINTERNAL, NULL, 0, NULL, "libcurl multi interface failed");
-            goto out;
-        }
-        /* finished transfers, then streams silent for --stall-timeout (ended here: curl's
-         * low-speed limit averages over seconds, so a chunk just before a stall hides it) */
-        CURLMsg *m;
-        int left;
-        uint64_t tnow = k25_now_ns();
-        for (size_t si = 0;;) {
-            struct xfer *x = NULL;
-            CURLcode res = CURLE_OK;
-            if ((m = curl_multi_info_read(ep->multi, &left))) {
-                if (m->msg != CURLMSG_DONE)
-                    continue;
-                curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-                res = m->data.result;
-            } else {
-                while (si < n_live && (double)(tnow - live[si]->now) / 1e9 <= o->stall_timeout_s)
-                    si++;
-                if (si == n_live)
-                    break;
-                x = live[si]; /* removed from live below: si now names the next one */
-                x->stalled = true;
-                res = CURLE_OPERATION_TIMEDOUT;
-            }
-            uint64_t end = k25_now_ns();
-            diagnose(x, res, o->stall_timeout_s);
-            curl_multi_remove_handle(ep->multi, x->h);
-            curl_easy_cleanup(x->h);
-            for (size_t i = 0; i < n_live; i++)
-                if (live[i] == x) {
-                    live[i] = live[--n_live];
-                    break;
-                }
-            int rrc = x->rec >= 0 ? record(x, run, end) : 0;
-            k25_arrivals_user_free(&A, x->user, (int64_t)end);
-            xfer_free(x);
-            inflight--;
-            if (rrc != 0) {
-                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-                goto out;
-            }
-        }
-        if (!can_issue && inflight == 0)
             break;
-        /* wait for bytes, or until the next arrival is due */
-        int wait_ms = 100;
-        if (k25_arrivals_next_ns(&A, issued) >= 0 && (cap == 0 || inflight < cap)) {
-            int64_t dt = k25_arrivals_next_ns(&A, issued) - (int64_t)k25_now_ns();
-            wait_ms = dt <= 0 ? 0 : (int)((dt + 999999) / 1000000);
-            if (wait_ms > 100)
-                wait_ms = 100;
-        } else if (!open && can_issue && A.users_free > 0) {
-            wait_ms = 0;
         }
-        if (wait_ms > 0 && curl_multi_poll(ep->multi, NULL, 0, wait_ms, NULL) != CURLM_OK) {
-            rc = k25_error_set(err, K25_EINTERNAL, NULL, 0, NULL, "libcurl multi interface failed");
-            goto out;
+        if ((rc = client_collect(&c, err)) != K25_OK)
+            break;
+        if (!can_issue && c.g.inflight == 0) {
+            k25_loadgen_end(&c.g);
+            if (s->record)
+                run->ov.loop_ns += (int64_t)(k25_now_ns() - c.g.start_ns);
+            break;
         }
+        rc = client_wait(&c, err);
     }
-    if (rec_on) {
-        int64_t last = rep_start;
-        for (size_t i = first_rec; i < run->n_reqs; i++)
-            if (run->reqs[i].finish_ns > last)
-                last = run->reqs[i].finish_ns;
-        run->rep_start_ns[rep] = rep_start;
-        run->rep_end_ns[rep] = last;
-        run->n_reps = rep + 1;
-        run->ov.loop_ns += (int64_t)(k25_now_ns() - t_start);
-    }
-
-out:
     /* an interruption or a failure: drop whatever is still in flight */
-    for (size_t i = 0; i < n_live; i++) {
-        curl_multi_remove_handle(ep->multi, live[i]->h);
-        curl_easy_cleanup(live[i]->h);
-        xfer_free(live[i]);
+    for (size_t i = 0; i < c.n_live; i++) {
+        curl_multi_remove_handle(ep->multi, c.live[i]->h);
+        curl_easy_cleanup(c.live[i]->h);
+        xfer_free(c.live[i]);
     }
-    free(live);
-    k25_arrivals_free(&A);
+    free(c.live);
+    k25_loadgen_free(&c.g);
     return rc;
 }
 

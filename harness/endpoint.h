@@ -34,17 +34,17 @@ int k25_endpoint_open(const struct k25_bench_opts *o, const struct k25_bench_inp
 void k25_endpoint_close(k25_endpoint_t *ep);
 
 /*
- * One repetition (or the warm-up when record is false), exactly as
- * k25_loadgen_run schedules it (closed loop: users; open loop: the seeded
- * schedule, seed as given; o->concurrency caps requests in flight).  A
+ * One repetition (or the warm-up when s->record is false), exactly as
+ * k25_loadgen_run schedules it, through the same generator (struct
+ * k25_loadgen: closed loop: users; open loop: the seeded schedule;
+ * concurrency caps requests in flight).  s->inputs are the endpoint's.  A
  * request that fails (an HTTP error, a malformed or truncated stream, a
  * stall) is recorded as rejected with the reason and its HTTP status; the
  * run goes on.  Fails only on out of memory, a libcurl setup error, or
  * K25_EIO when *o->stop is set (run->interrupted).
  */
-int k25_endpoint_run(k25_endpoint_t *ep, const struct k25_bench_opts *o, size_t n_in, const size_t *order,
-                     size_t first, int64_t n_requests, int rep, bool record, uint64_t seed,
-                     struct k25_bench_run *run, struct k25_error *err);
+int k25_endpoint_run(k25_endpoint_t *ep, const struct k25_loadgen_settings *s, struct k25_bench_run *run,
+                     struct k25_error *err);
 
 /* {url, endpoint_type, model, models (GET /v1/models), response_headers (first streamed answer)}. */
 json_t *k25_endpoint_provenance(const k25_endpoint_t *ep);

@@ -100,7 +100,31 @@ void k25_fidelity_free(struct k25_fidelity *f)
 {
     free(f->reqs);
     free(f->kl);
+    if (f->degraded) {
+        k25_fidelity_free(f->degraded);
+        free(f->degraded);
+    }
     memset(f, 0, sizeof(*f));
+}
+
+/* Runs one request alone on e (on its degraded model when `degraded`); returns its result (owned by e).
+ * keep: logits; keep_attn: the probe layers' attention too. */
+static int run1x(k25_engine_t *e, const struct k25_bench_input *in, int max_new, const int32_t *forced,
+                 int n_forced, bool keep, bool keep_attn, bool degraded, int *handle, struct k25_error *err)
+{
+    struct k25_request r = {.id = in->id, .input_ids = in->ids, .n_input = in->n_ids, .max_new_tokens = max_new,
+                            .keep_logits = keep, .forced_ids = forced, .n_forced = n_forced, .keep_attn = keep_attn,
+                            .force_degraded = degraded};
+    int rc = k25_engine_submit(e, &r, handle, err);
+    if (rc == K25_OK)
+        rc = k25_engine_run(e, err);
+    if (rc == K25_OK && k25_engine_result(e, *handle)->state != K25_REQ_COMPLETED)
+        rc = k25_error_set(err, K25_EINVAL, NULL, 0, "fidelity", "request '%s' did not complete: %s", in->id,
+                           k25_engine_result(e, *handle)->reason);
+    if (rc == K25_OK && k25_engine_result(e, *handle)->degraded != degraded)
+        rc = k25_error_set(err, K25_EINTERNAL, NULL, 0, "fidelity", "request '%s' ran on the %s model, not the %s",
+                           in->id, degraded ? "full" : "degraded", degraded ? "degraded" : "full");
+    return rc;
 }
 
 /* Runs one request alone on e; returns its result (owned by e). */
@@ -243,6 +267,87 @@ out:
     return rc;
 }
 
+int k25_fidelity_measure_degraded(const struct k25_config *cfg, const k25_model_t *model,
+                                  const struct k25_bench_input *inputs, size_t n_inputs, int tokens,
+                                  struct k25_fidelity **out, struct k25_error *err)
+{
+    *out = NULL;
+    struct k25_fidelity *f = calloc(1, sizeof(*f));
+    if (!f)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (fidelity)");
+    f->tokens = tokens;
+    struct k25_config c = *cfg;
+    c.temperature = 0.0;
+    c.log_level = K25_LOG_OFF;
+    c.breaker_enabled = false;   /* the full model runs as the full model: routing is by the request's flag */
+    c.queue_spill_dir[0] = '\0'; /* the run's spill log is not this engine's */
+    c.enable_prefix_caching = false; /* each pass prefills its own prompt */
+    const int V = k25_model_get_shape(model)->vocab_size;
+    k25_engine_t *e = NULL;
+    int rc;
+    if ((rc = k25_engine_create(&c, model, &e, err)) != K25_OK)
+        goto out;
+    k25_testknob_install(e);
+    if (!(f->reqs = calloc(n_inputs ? n_inputs : 1, sizeof(*f->reqs))) ||
+        !(f->kl = malloc(sizeof(double) * (n_inputs ? n_inputs : 1) * (size_t)tokens))) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (fidelity)");
+        goto out;
+    }
+    for (size_t i = 0; i < n_inputs; i++) {
+        const struct k25_bench_input *in = &inputs[i];
+        int hf, hd, hc;
+        if ((rc = run1x(e, in, tokens, NULL, 0, true, false, false, &hf, err)) != K25_OK)
+            goto out;
+        const struct k25_result *rf = k25_engine_result(e, hf);
+        if ((rc = run1x(e, in, rf->n_output, rf->output_ids, rf->n_output, true, false, true, &hd, err)) != K25_OK)
+            goto out;
+        const struct k25_result *rd = k25_engine_result(e, hd);
+        if ((rc = run1x(e, in, rf->n_output, NULL, 0, false, false, true, &hc, err)) != K25_OK)
+            goto out;
+        const struct k25_result *rc_ = k25_engine_result(e, hc);
+        struct k25_fid_req *q = &f->reqs[f->n_reqs++];
+        snprintf(q->id, sizeof(q->id), "%s", in->id);
+        q->n_input = in->n_ids;
+        q->n_pos = rf->n_output;
+        double klsum = 0, klmax = 0, top1 = 0, d2 = 0, agree = 0;
+        for (int t = 0; t < rf->n_output; t++) {
+            const float *pf = rf->logits + (size_t)t * V, *pd = rd->logits + (size_t)t * V;
+            double kl = k25_fid_kl(pf, pd, V);
+            bool same;
+            double d = k25_fid_top_prob_delta(pf, pd, V, &same);
+            f->kl[f->n_kl++] = kl;
+            klsum += kl;
+            klmax = kl > klmax ? kl : klmax;
+            top1 += same;
+            d2 += d * d;
+            agree += t < rc_->n_output && rc_->output_ids[t] == rf->output_ids[t];
+        }
+        double n = rf->n_output > 0 ? rf->n_output : NAN;
+        q->kl_mean = klsum / n;
+        q->kl_max = klmax;
+        q->top1_agreement = top1 / n;
+        q->top_prob_rms = sqrt(d2 / n);
+        q->attn_rel_err = NAN;
+        q->token_agreement = agree / n;
+        q->kv_bytes_exact = rf->kv_bytes_after;
+        q->kv_bytes = rc_->kv_bytes_after;
+        k25_engine_release(e, hf);
+        k25_engine_release(e, hd);
+        k25_engine_release(e, hc);
+    }
+    if (k25_fidelity_finish(f) != K25_OK)
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (fidelity)");
+out:
+    k25_engine_destroy(e);
+    if (rc != K25_OK) {
+        k25_fidelity_free(f);
+        free(f);
+        return rc;
+    }
+    *out = f;
+    return K25_OK;
+}
+
 /* NaN-safe JSON number (null for NaN). */
 static json_t *num(double x)
 {
@@ -264,5 +369,12 @@ json_t *k25_fidelity_json(const struct k25_fidelity *f)
     json_object_set_new(o, "top_prob_rms", num(f->top_prob_rms));
     json_object_set_new(o, "token_agreement", num(f->token_agreement));
     json_object_set_new(o, "attn_rel_err", num(f->attn_rel_err));
+    if (f->degraded) { /* the elastic queue's early-exit model against the full one */
+        json_t *d = k25_fidelity_json(f->degraded);
+        json_object_del(d, "attn_rel_err");
+        json_object_set_new(d, "layers", json_integer(f->degraded_layers));
+        json_object_set_new(d, "against", json_string("the configured engine's full model"));
+        json_object_set_new(o, "degraded", d);
+    }
     return o;
 }

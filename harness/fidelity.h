@@ -25,6 +25,12 @@ struct k25_fidelity {
     size_t n_reqs;
     double *kl;                  /* [n_kl] every compared position's KL */
     size_t n_kl;
+    /* The elastic queue's degraded (early-exit) model against the full model of the configured
+     * engine (k25_fidelity_measure_degraded); NULL when not measured.  Owned.  Its
+     * attn_rel_err is NaN (the early exit skips the later probe layers) and kv_bytes_exact
+     * is the full model's. */
+    struct k25_fidelity *degraded;
+    int degraded_layers;         /* layers the degraded model runs (in *degraded) */
 };
 
 /* KL(softmax(p) || softmax(q)) in nats. */
@@ -43,6 +49,15 @@ int k25_fidelity_finish(struct k25_fidelity *f);
  */
 int k25_fidelity_measure(const struct k25_config *cfg, const k25_model_t *model, const struct k25_bench_input *inputs,
                          size_t n_inputs, int tokens, struct k25_fidelity *f, struct k25_error *err);
+/*
+ * The degraded model's fidelity: for each input the configured engine generates `tokens` tokens
+ * with its full model (greedy), then runs the same request on its degraded model
+ * (k25_request.force_degraded) teacher-forced with them (KL, top-1 agreement, top-prob RMS)
+ * and free-running (token agreement).  Fills *out (allocated here; NULL on failure).
+ */
+int k25_fidelity_measure_degraded(const struct k25_config *cfg, const k25_model_t *model,
+                                  const struct k25_bench_input *inputs, size_t n_inputs, int tokens,
+                                  struct k25_fidelity **out, struct k25_error *err);
 void k25_fidelity_free(struct k25_fidelity *f);
 
 /* The run figures as the summary's "fidelity" object (new reference). */

@@ -319,9 +319,34 @@ struct k25_bench_req {
     bool spilled, replayed, degraded;
     int32_t ttft_sla_ms;     /* its first-token SLA (degraded / low priority), 0: the run's own */
     /* Prefix caching (k25_result.cached_tokens): prompt tokens reused from the cache.  In-process
-     * engine only and not stored in the trace: 0 for requests read back from one. */
+     * engine only; stored in the trace from schema 4 (0 for requests read back from older ones). */
     int32_t cached_tokens;
+    /* KV tiers (k25_result; schema 4, 0 in older traces and with tiers off): block reads of the
+     * request's steps, those served without waiting, the time its steps waited for the cold tier
+     * and the bytes its blocks moved between tiers.  Its hit rate is hits / reads. */
+    int64_t kv_block_reads, kv_block_hits;
+    int64_t kv_tier_wait_ns;
+    int64_t kv_tier_bytes_moved;
 };
+
+/*
+ * Run-level figures of the engine's KV tiers and elastic queue over the
+ * measured repetitions (k25_engine_stats after minus before; schema 4 /summary
+ * attributes).  kv_tiers: the run had tiers on (kv_hot_tokens > 0); measured:
+ * the figures are known (false for an endpoint run or a trace older than schema 4).
+ */
+struct k25_bench_engine_totals {
+    bool measured;
+    bool kv_tiers;
+    int64_t kv_block_reads, kv_block_hits;
+    int64_t kv_tier_wait_ns, kv_tier_max_step_wait_ns; /* max: the longest of one step (whole run, warm-up too) */
+    int64_t kv_tier_bytes_moved, kv_tier_copy_ns, kv_tier_evictions;
+    int64_t prefix_hit_tokens;
+    int64_t rejected_degraded, spill_fsyncs, breaker_opens;
+};
+/* totals = after - before (max_step_wait: after's). */
+void k25_bench_engine_totals_diff(const struct k25_engine_stats *before, const struct k25_engine_stats *after,
+                                  bool kv_tiers, struct k25_bench_engine_totals *out);
 
 /* The 100 ms timeline. */
 #define K25_BENCH_WINDOW_NS 100000000LL
@@ -369,19 +394,71 @@ struct k25_bench_run {
     int64_t kv_blocks_peak;
     int64_t warmup_done;
     int64_t output_tokens;         /* sum of n_output (all requests incl. warmup excluded) */
+    struct k25_bench_engine_totals eng; /* KV tiers and queue, run level (schema 4) */
 };
 #define K25_BENCH_MAX_REPEAT 64
 
 void k25_bench_run_free(struct k25_bench_run *r);
 
+/* The settings of one repetition (or the warm-up when record is false).  The caller owns every pointer. */
+struct k25_loadgen_settings {
+    const struct k25_bench_opts *opts;
+    const struct k25_bench_input *inputs; /* [n_inputs] */
+    size_t n_inputs;
+    const size_t *order;                  /* [n_inputs]: inputs[order[(first + i) % n_inputs]] is request i */
+    size_t first;
+    int64_t n_requests;                   /* 0: a closed loop for opts->duration_s */
+    int rep;
+    bool record;                          /* false: the warm-up, nothing recorded, always a closed loop */
+    uint64_t seed;                        /* the open loop's arrival schedule */
+};
+
 /*
- * Runs one repetition (or the warm-up when record is false) on engine e:
- * the event loop of loadgen.c.  inputs[order[(first + i) % n_inputs]] is the
- * i-th request.  Fails on engine errors, or K25_EIO when *opts->stop is set.
+ * One repetition in progress: the part both event loops (the in-process
+ * engine's, loadgen.c, and the HTTP client's, endpoint.c) share — the
+ * arrival clock, the counts, and the records.  begin → (take_due, retire)*
+ * → end; free always.
  */
-int k25_loadgen_run(k25_engine_t *e, const struct k25_bench_opts *opts, const struct k25_bench_input *inputs,
-                    size_t n_inputs, const size_t *order, size_t first, int64_t n_requests, int rep,
-                    bool record, struct k25_bench_run *run, struct k25_error *err);
+struct k25_loadgen {
+    const struct k25_loadgen_settings *s; /* the caller's */
+    struct k25_bench_run *run;            /* the caller's */
+    struct k25_arrivals arrivals;
+    bool open;
+    int cap;                              /* requests in flight at most; 0 = no cap (open loop) */
+    int64_t issued, inflight, done;
+    uint64_t start_ns;
+    int64_t rep_start_ns;                 /* relative to run->t0_ns */
+    size_t first_rec;                     /* the repetition's first record in run->reqs */
+};
+/* A request that is due: its input, its record in run->reqs (-1: not recorded), its user (-1: open loop). */
+struct k25_loadgen_due {
+    size_t input;
+    long rec;
+    int user;
+};
+/* Starts the repetition at now (run->t0_ns too for repetition 0).  K25_EINVAL or K25_ENOMEM. */
+int k25_loadgen_begin(struct k25_loadgen *g, const struct k25_loadgen_settings *s, struct k25_bench_run *run,
+                      struct k25_error *err);
+/* Whether requests remain to be issued at now. */
+bool k25_loadgen_more(const struct k25_loadgen *g, uint64_t now_ns);
+/* The next request if one is due at now and the in-flight cap allows: 1 (and *d, counted issued and in
+ * flight, its record made with its intended arrival), 0 when none is, K25_ENOMEM. */
+int k25_loadgen_take_due(struct k25_loadgen *g, uint64_t now_ns, struct k25_loadgen_due *d,
+                         struct k25_error *err);
+/* A request taken from take_due ended at t_ns (finished, or rejected at submission): its user is free. */
+void k25_loadgen_retire(struct k25_loadgen *g, int user, int64_t t_ns);
+/* Ends a recorded repetition: its interval from its records. */
+void k25_loadgen_end(struct k25_loadgen *g);
+void k25_loadgen_free(struct k25_loadgen *g);
+
+/*
+ * Runs one repetition (or the warm-up) on engine e: the event loop of
+ * loadgen.c (issue the due requests in one k25_engine_submit_batch, step
+ * once, collect what finished).  Fails on engine errors, or K25_EIO when
+ * *s->opts->stop is set.
+ */
+int k25_loadgen_run(k25_engine_t *e, const struct k25_loadgen_settings *s, struct k25_bench_run *run,
+                    struct k25_error *err);
 
 /* ------------------------------------------------------------- summary */
 
@@ -424,6 +501,16 @@ struct k25_bench_summary {
      * split by hit / miss (all zero without enable_prefix_caching) */
     int64_t n_prefix_hit, prefix_hit_tokens;
     struct k25_dist ttft_hit, ttft_miss;
+    /* KV tiers (docs/metrics.md "KV tiers"): kv_cache_hit_rate = block reads served without waiting /
+     * all block reads of the measured requests (NaN with tiers off or not measured); wait and bytes moved
+     * per completed request (distributions) and for the run (eng) */
+    bool kv_tiers;
+    double kv_cache_hit_rate;
+    int64_t kv_block_reads, kv_block_hits, kv_tier_wait_ns, kv_tier_bytes_moved;
+    struct k25_dist kv_wait_ms, kv_bytes_moved, kv_hit_rate_req;
+    struct k25_bench_engine_totals eng;
+    /* Elastic queue: TTFT of completed requests by priority (K25_PRIORITY_*) and degraded (1) or not (0) */
+    struct k25_dist ttft_prio[3][2];
 };
 
 /*

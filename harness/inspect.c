@@ -18,47 +18,123 @@
  * the admission stamp taken a few hundred nanoseconds into it; each later
  * slice starts no earlier than the previous one ended.  Times are printed
  * from integer nanoseconds, exactly, so rounding cannot create an overlap
- * either (tests/test_inspect.c checks every track).
+ * either (tests/test_inspect.c checks every track).  Each event is built
+ * and written by jansson (escaping, numbers).
  */
 #include "harness.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static void put_json_string(FILE *f, const char *s)
+/*
+ * Every event is a jansson object, dumped compact as soon as it is made,
+ * so the export's memory stays one event whatever the run's length (the
+ * trace-event array is written around them).  Times are json reals of
+ * microseconds from integer nanoseconds, printed with 15 significant
+ * digits: "1234.567" exactly as written, so rounding cannot create an
+ * overlap (tests/test_inspect.c reads them back to nanoseconds).
+ */
+#define EVENT_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
+
+/* Non-negative nanoseconds as a json real of microseconds. */
+static json_t *us(int64_t ns)
 {
-    json_t *j = json_string(s);
-    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
-    fputs(t ? t : "\"?\"", f);
-    free(t);
-    json_decref(j);
+    return json_real((double)(ns < 0 ? 0 : ns) / 1000.0);
 }
 
-/* Non-negative nanoseconds as microseconds with exactly three decimals ("1234.567"). */
-static void put_us(FILE *f, int64_t ns)
+/* The traceEvents array being written. */
+struct events {
+    FILE *f;
+    bool first;
+    bool bad; /* an event jansson could not build (out of memory) or write */
+};
+
+/* Writes event ev (owned: released here) as the next element of traceEvents. */
+static void put_event(struct events *w, json_t *ev)
 {
-    if (ns < 0)
-        ns = 0;
-    fprintf(f, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
+    fputs(w->first ? "\n" : ",\n", w->f);
+    if (!ev || json_dumpf(ev, w->f, EVENT_FLAGS) != 0)
+        w->bad = true;
+    json_decref(ev);
+    w->first = false;
 }
 
-/* One complete ("X") slice [t0_ns, t1_ns]; an end before the start is drawn as an instant. */
-static void slice(FILE *f, bool *first, const char *name, const char *cat, int pid, long tid, int64_t t0_ns,
-                  int64_t t1_ns, const char *args)
+/* One complete ("X") slice [t0_ns, t1_ns]; an end before the start is drawn as an instant.  args owned. */
+static void slice(struct events *w, const char *name, const char *cat, int pid, long tid, int64_t t0_ns,
+                  int64_t t1_ns, json_t *args)
 {
     if (t0_ns < 0)
         t0_ns = 0;
     if (t1_ns < t0_ns)
         t1_ns = t0_ns;
-    fprintf(f, "%s\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%ld,\"ts\":", *first ? "" : ",",
-            name, cat, pid, tid);
-    put_us(f, t0_ns);
-    fputs(",\"dur\":", f);
-    put_us(f, t1_ns - t0_ns);
-    fprintf(f, "%s%s}", args ? ",\"args\":" : "", args ? args : "");
-    *first = false;
+    json_t *ev = json_pack("{s:s, s:s, s:s, s:i, s:I, s:o, s:o}", "name", name, "cat", cat, "ph", "X", "pid", pid,
+                           "tid", (json_int_t)tid, "ts", us(t0_ns), "dur", us(t1_ns - t0_ns));
+    if (ev && args)
+        json_object_set_new(ev, "args", args);
+    else
+        json_decref(args);
+    put_event(w, ev);
+}
+
+/* The "args" of a request's queue slice: its sizes, final state and routing. */
+static json_t *request_args(const struct k25_bench_req *q)
+{
+    /* timed_out and rejected are final states with a reason: the queue slice runs to the finish */
+    return json_pack("{s:i, s:i, s:s, s:s, s:o, s:s, s:b, s:b, s:b}", "input_tokens", q->n_input, "output_tokens",
+                     q->n_output, "state", k25_req_state_name(q->state), "reason", q->reason, "sched_lag_ms",
+                     json_real(round(k25_bench_req_lag_ms(q) * 1e3) / 1e3), "priority",
+                     k25_priority_name(q->priority), "degraded", q->degraded, "spilled", q->spilled, "replayed",
+                     q->replayed);
+}
+
+/* A request's track: its name, then queue, prefill chunks and decode slices, none overlapping. */
+static void request_track(struct events *w, const struct k25_bench_req *q, long tid)
+{
+    int pid = q->rep + 1;
+    put_event(w, json_pack("{s:s, s:s, s:i, s:I, s:{s:s}}", "name", "thread_name", "ph", "M", "pid", pid,
+                                  "tid", (json_int_t)tid, "args", "name", q->id));
+    /* the queue ends at admission, or where the step that ran the first chunk started if earlier */
+    int64_t admit = q->admit_ns >= 0 ? q->admit_ns : q->finish_ns;
+    if (q->n_chunks > 0 && q->chunk_start_ns[0] < admit)
+        admit = q->chunk_start_ns[0];
+    if (admit < q->arrival_ns)
+        admit = q->arrival_ns;
+    slice(w, "queue", "queue", pid, tid, q->arrival_ns, admit, request_args(q));
+    int64_t prev_end = admit; /* each slice starts no earlier than the previous one ended */
+    for (int c = 0; c < q->n_chunks; c++) {
+        char name[48];
+        snprintf(name, sizeof(name), "prefill %d/%d", c + 1, q->n_chunks);
+        int64_t t0 = q->chunk_start_ns[c] > prev_end ? q->chunk_start_ns[c] : prev_end;
+        int64_t t1 = q->chunk_end_ns[c] > t0 ? q->chunk_end_ns[c] : t0;
+        slice(w, name, "prefill", pid, tid, t0, t1, NULL);
+        prev_end = t1;
+    }
+    for (int k = 1; k < q->n_output; k++) {
+        int64_t t0 = q->token_ns[k - 1] > prev_end ? q->token_ns[k - 1] : prev_end;
+        int64_t t1 = q->token_ns[k] > t0 ? q->token_ns[k] : t0;
+        slice(w, "decode", "decode", pid, tid, t0, t1,
+              json_pack("{s:i, s:i}", "index", k, "token_id", q->token_ids[k]));
+        prev_end = t1;
+    }
+}
+
+/* One counter event of the engine timeline per sampled 100 ms window. */
+static void window_counter(struct events *w, const struct k25_bench_window *x)
+{
+    double busy = x->len_ns > 0 ? x->busy_ns / (double)x->len_ns : 0.0;
+    json_t *a = json_pack("{s:o, s:i, s:i, s:I}", "busy_fraction", json_real(round(busy * 1e4) / 1e4), "waiting",
+                          x->n_waiting, "running", x->n_running, "kv_blocks", (json_int_t)x->kv_blocks);
+    if (a && x->n_waiting_memory >= 0) { /* schema 3: the elastic queue */
+        json_object_set_new(a, "waiting_memory", json_integer(x->n_waiting_memory));
+        json_object_set_new(a, "waiting_spill", json_integer(x->n_waiting_spill));
+        json_object_set_new(a, "breaker_open", json_integer(x->breaker_open));
+    }
+    put_event(w, a ? json_pack("{s:s, s:s, s:i, s:o, s:o}", "name", "engine", "ph", "C", "pid", 0, "ts",
+                                      us(x->t_ns), "args", a)
+                          : NULL);
 }
 
 int k25_trace_export_chrome(const struct k25_trace *t, const char *path, struct k25_error *err)
@@ -69,79 +145,33 @@ int k25_trace_export_chrome(const struct k25_trace *t, const char *path, struct 
     if (!f)
         return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot create: %s", strerror(errno));
     const struct k25_bench_run *run = &t->run;
-    bool first = true;
-    fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"tool\":\"k25 inspect\",\"version\":\"%s\"},"
-               "\"traceEvents\":[",
-            K25_VERSION);
+    struct events w = {.f = f, .first = true};
+    json_t *other = json_pack("{s:s, s:s}", "tool", "k25 inspect", "version", K25_VERSION);
+    fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":", f);
+    if (!other || json_dumpf(other, f, EVENT_FLAGS) != 0)
+        w.bad = true;
+    json_decref(other);
+    fputs(",\"traceEvents\":[", f);
     for (int k = 0; k < run->n_reps; k++) {
-        fprintf(f, "%s\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"repetition %d\"}}",
-                first ? "" : ",", k + 1, k + 1);
-        first = false;
+        char name[32];
+        snprintf(name, sizeof(name), "repetition %d", k + 1);
+        put_event(&w,
+                  json_pack("{s:s, s:s, s:i, s:{s:s}}", "name", "process_name", "ph", "M", "pid", k + 1, "args",
+                            "name", name));
     }
-    fprintf(f, "%s\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"engine timeline\"}}",
-            first ? "" : ",");
-    first = false;
-    for (size_t i = 0; i < run->n_reqs; i++) {
-        const struct k25_bench_req *q = &run->reqs[i];
-        int pid = q->rep + 1;
-        long tid = (long)i + 1;
-        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"args\":{\"name\":", pid, tid);
-        put_json_string(f, q->id);
-        fprintf(f, "}}");
-        char args[512];
-        /* timed_out and rejected are final states with a reason: the queue slice runs to the finish */
-        json_t *jr = json_string(q->reason);
-        char *reason = jr ? json_dumps(jr, JSON_ENCODE_ANY) : NULL;
-        snprintf(args, sizeof(args),
-                 "{\"input_tokens\":%d,\"output_tokens\":%d,\"state\":\"%s\",\"reason\":%s,\"sched_lag_ms\":%.3f,"
-                 "\"priority\":\"%s\",\"degraded\":%s,\"spilled\":%s,\"replayed\":%s}",
-                 q->n_input, q->n_output, k25_req_state_name(q->state), reason ? reason : "\"\"",
-                 k25_bench_req_lag_ms(q), k25_priority_name(q->priority), q->degraded ? "true" : "false",
-                 q->spilled ? "true" : "false", q->replayed ? "true" : "false");
-        free(reason);
-        json_decref(jr);
-        /* the queue ends at admission, or where the step that ran the first chunk started if earlier */
-        int64_t admit = q->admit_ns >= 0 ? q->admit_ns : q->finish_ns;
-        if (q->n_chunks > 0 && q->chunk_start_ns[0] < admit)
-            admit = q->chunk_start_ns[0];
-        if (admit < q->arrival_ns)
-            admit = q->arrival_ns;
-        slice(f, &first, "queue", "queue", pid, tid, q->arrival_ns, admit, args);
-        int64_t prev_end = admit; /* each slice starts no earlier than the previous one ended */
-        for (int c = 0; c < q->n_chunks; c++) {
-            char name[48];
-            snprintf(name, sizeof(name), "prefill %d/%d", c + 1, q->n_chunks);
-            int64_t t0 = q->chunk_start_ns[c] > prev_end ? q->chunk_start_ns[c] : prev_end;
-            int64_t t1 = q->chunk_end_ns[c] > t0 ? q->chunk_end_ns[c] : t0;
-            slice(f, &first, name, "prefill", pid, tid, t0, t1, NULL);
-            prev_end = t1;
-        }
-        for (int k = 1; k < q->n_output; k++) {
-            char a[64];
-            snprintf(a, sizeof(a), "{\"index\":%d,\"token_id\":%d}", k, q->token_ids[k]);
-            int64_t t0 = q->token_ns[k - 1] > prev_end ? q->token_ns[k - 1] : prev_end;
-            int64_t t1 = q->token_ns[k] > t0 ? q->token_ns[k] : t0;
-            slice(f, &first, "decode", "decode", pid, tid, t0, t1, a);
-            prev_end = t1;
-        }
-    }
-    for (size_t w = 0; w < run->n_win; w++) {
-        const struct k25_bench_window *x = &run->win[w];
-        if (x->n_waiting < 0)
-            continue;
-        fputs(",\n{\"name\":\"engine\",\"ph\":\"C\",\"pid\":0,\"ts\":", f);
-        put_us(f, x->t_ns);
-        fprintf(f, ",\"args\":{\"busy_fraction\":%.4f,\"waiting\":%d,\"running\":%d,\"kv_blocks\":%lld",
-                x->len_ns > 0 ? x->busy_ns / (double)x->len_ns : 0.0, x->n_waiting, x->n_running,
-                (long long)x->kv_blocks);
-        if (x->n_waiting_memory >= 0) /* schema 3: the elastic queue */
-            fprintf(f, ",\"waiting_memory\":%d,\"waiting_spill\":%d,\"breaker_open\":%d", x->n_waiting_memory,
-                    x->n_waiting_spill, x->breaker_open);
-        fputs("}}", f);
-    }
-    fprintf(f, "\n]}\n");
+    put_event(&w,
+              json_pack("{s:s, s:s, s:i, s:{s:s}}", "name", "process_name", "ph", "M", "pid", 0, "args", "name",
+                        "engine timeline"));
+    for (size_t i = 0; i < run->n_reqs; i++)
+        request_track(&w, &run->reqs[i], (long)i + 1);
+    for (size_t k = 0; k < run->n_win; k++)
+        if (run->win[k].n_waiting >= 0)
+            window_counter(&w, &run->win[k]);
+    fputs("\n]}\n", f);
     int rc = K25_OK;
-    if (ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0)
+    if (w.bad)
+        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "a trace event could not be built or written");
+    else if (ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0)
         rc = k25_error_set(err, K25_EIO, path, 0, NULL, "writing failed: %s", strerror(errno));
     if (fclose(f) != 0 && rc == K25_OK)
         rc = k25_error_set(err, K25_EIO, path, 0, NULL, "writing failed: %s", strerror(errno));

@@ -5,18 +5,23 @@
  * The engine is single-threaded at the API level, so the load generator is
  * an event loop in the calling thread:
  *
- *   loop: submit every request whose time has come (closed loop: a user
- *         is free; open loop: its scheduled arrival has passed and the
- *         in-flight cap allows); if the engine has work, run one step and
- *         collect what finished; if it is idle and the next arrival is in
- *         the future, sleep until then (clock_nanosleep, CLOCK_MONOTONIC,
- *         absolute).
+ *   loop: issue_due: submit every request whose time has come (closed
+ *           loop: a user is free; open loop: its scheduled arrival has
+ *           passed and the in-flight cap allows) in one
+ *           k25_engine_submit_batch, so a spill folder costs one fsync per
+ *           batch, not one per request;
+ *         step_once, collect_finished: if the engine has work, run one
+ *           step and collect what finished;
+ *         if it is idle and the next arrival is in the future, sleep until
+ *           then (clock_nanosleep, CLOCK_MONOTONIC, absolute).
+ *
+ * The arrival clock, the counts and the records (struct k25_loadgen) are
+ * shared with the HTTP client's loop (endpoint.c).
  *
  * Latency is counted from the request's *intended* time: its scheduled
  * arrival (open loop) or the moment its user became free (closed loop).
- * The difference between the intended time and the actual
- * k25_engine_submit call is the scheduling lag, recorded per request: it
- * shows how late the generator itself was (a request that arrives while a
+ * The difference between the intended time and the actual submission is
+ * the scheduling lag, recorded per request: it shows how late the generator itself was (a request that arrives while a
  * step runs can only be submitted after it).  The loop's wall time minus
  * the time inside the engine (steps, submits) and asleep is the harness's
  * own overhead.
@@ -217,15 +222,29 @@ struct inflight {
     int64_t *cs, *ce;
 };
 
+/* The in-process event loop's state: the shared generator plus what only an engine has. */
 struct loop {
     k25_engine_t *e;
     struct k25_bench_run *run;
+    struct k25_loadgen g;
     struct inflight *fl;      /* [cap_fl], indexed by handle */
     int cap_fl;
     int *finished;            /* handles finished during the current step */
     int n_finished, cap_finished;
     uint64_t step_start;      /* k25_now_ns() when the current step began */
     int oom;
+    bool can_issue;           /* requests remain to be issued (as of the last issue_due) */
+    bool stall_pending;       /* the --stall test knob has not fired yet */
+    uint64_t busy_prev;       /* the engine's busy_ns after the last step */
+    int64_t steps0;           /* the engine's step count at the start */
+    uint64_t last_progress;
+    struct k25_bench_overhead ov;
+    /* the batch issue_due submits at once, [cap_batch] each */
+    struct k25_loadgen_due *due;
+    struct k25_request *reqs;
+    int *handles, *rcs;
+    struct k25_error *errs;
+    int cap_batch;
 };
 
 static void on_event(const struct k25_event *ev, void *user)
@@ -341,7 +360,7 @@ static int sample_state(struct loop *L, int64_t now_rel, int n_held, int rep)
 }
 
 /* Copies a finished request's result into its record and releases it. */
-static int collect(struct loop *L, int h, struct k25_arrivals *A)
+static int collect(struct loop *L, int h)
 {
     const struct k25_result *r = k25_engine_result(L->e, h);
     struct inflight *f = &L->fl[h];
@@ -361,6 +380,10 @@ static int collect(struct loop *L, int h, struct k25_arrivals *A)
         q->degraded = r->degraded;
         q->ttft_sla_ms = r->ttft_sla_ms;
         q->cached_tokens = r->cached_tokens;
+        q->kv_block_reads = r->kv_block_reads; /* KV tiers (issue 18): trace /requests, summary */
+        q->kv_block_hits = r->kv_block_hits;
+        q->kv_tier_wait_ns = (int64_t)r->kv_tier_wait_ns;
+        q->kv_tier_bytes_moved = r->kv_tier_bytes_moved;
         if (r->n_output > 0) {
             q->token_ns = malloc(sizeof(int64_t) * (size_t)r->n_output);
             q->token_ids = malloc(sizeof(int32_t) * (size_t)r->n_output);
@@ -382,7 +405,7 @@ static int collect(struct loop *L, int h, struct k25_arrivals *A)
     free(f->cs);
     free(f->ce);
     f->cs = f->ce = NULL;
-    k25_arrivals_user_free(A, f->user, (int64_t)r->finish_t_ns);
+    k25_loadgen_retire(&L->g, f->user, (int64_t)r->finish_t_ns);
     k25_engine_release(L->e, h);
     return 0;
 }
@@ -497,222 +520,365 @@ int64_t k25_arrivals_next_ns(const struct k25_arrivals *a, int64_t issued)
     return a->open && (size_t)issued < a->n_sched ? a->start_ns + a->sched[issued] : -1;
 }
 
-int k25_loadgen_run(k25_engine_t *e, const struct k25_bench_opts *o, const struct k25_bench_input *in,
-                    size_t n_in, const size_t *order, size_t first, int64_t n_requests, int rep, bool record,
-                    struct k25_bench_run *run, struct k25_error *err)
+
+/* ------------------------------------------------------------ the shared generator */
+
+int k25_loadgen_begin(struct k25_loadgen *g, const struct k25_loadgen_settings *s, struct k25_bench_run *run,
+                      struct k25_error *err)
 {
-    K25_ASSERT(n_in > 0);
-    int rc = K25_OK;
-    struct loop L = {.e = e, .run = run};
-    bool open = o->mode == K25_BENCH_OPEN && record;
-    int users = open ? 0 : (o->concurrency > 0 ? o->concurrency : 1);
-    int cap = open ? o->concurrency : users; /* 0 = no cap (open loop) */
-    uint64_t start = k25_now_ns();
-    if (record && rep == 0)
-        run->t0_ns = start;
-    int64_t rep_start = (int64_t)(start - run->t0_ns);
-    size_t first_rec = run->n_reqs;
-    struct k25_arrivals A;
-    if ((rc = k25_arrivals_init(&A, o, open, users, k25_engine_config(e)->seed, n_requests, start, err)) != K25_OK) {
-        k25_arrivals_free(&A);
-        return rc;
+    K25_ASSERT(s->n_inputs > 0);
+    const struct k25_bench_opts *o = s->opts;
+    memset(g, 0, sizeof(*g));
+    g->s = s;
+    g->run = run;
+    g->open = o->mode == K25_BENCH_OPEN && s->record;
+    int users = g->open ? 0 : (o->concurrency > 0 ? o->concurrency : 1);
+    g->cap = g->open ? o->concurrency : users;
+    g->start_ns = k25_now_ns();
+    if (s->record && s->rep == 0)
+        run->t0_ns = g->start_ns;
+    g->rep_start_ns = (int64_t)(g->start_ns - run->t0_ns);
+    g->first_rec = run->n_reqs;
+    return k25_arrivals_init(&g->arrivals, o, g->open, users, s->seed, s->n_requests, g->start_ns, err);
+}
+
+bool k25_loadgen_more(const struct k25_loadgen *g, uint64_t now_ns)
+{
+    return k25_arrivals_more(&g->arrivals, g->issued, now_ns);
+}
+
+/* A new record for request `seq` of the repetition, from its input, WAITING since intended_ns. */
+static int new_record(struct k25_loadgen *g, const struct k25_bench_input *bi, int user, int64_t intended_ns,
+                      long *rec)
+{
+    struct k25_bench_run *run = g->run;
+    size_t capr = run->cap_reqs;
+    if (grow((void **)&run->reqs, &capr, run->n_reqs + 1, sizeof(*run->reqs)) != 0)
+        return -1;
+    run->cap_reqs = capr;
+    *rec = (long)run->n_reqs++;
+    struct k25_bench_req *q = &run->reqs[*rec];
+    memset(q, 0, sizeof(*q));
+    snprintf(q->id, sizeof(q->id), "%s", bi->id);
+    q->seq = g->issued;
+    q->rep = g->s->rep;
+    q->user = user;
+    q->line = bi->line;
+    q->max_new = bi->max_new;
+    q->n_input = bi->n_ids;
+    q->state = K25_REQ_WAITING;
+    q->arrival_ns = intended_ns - (int64_t)run->t0_ns;
+    q->admit_ns = q->first_ns = -1;
+    q->priority = bi->priority;
+    return 0;
+}
+
+int k25_loadgen_take_due(struct k25_loadgen *g, uint64_t now_ns, struct k25_loadgen_due *d,
+                         struct k25_error *err)
+{
+    const struct k25_loadgen_settings *s = g->s;
+    int64_t intended;
+    if (!k25_loadgen_more(g, now_ns) || (g->cap != 0 && g->inflight >= g->cap) ||
+        !k25_arrivals_due(&g->arrivals, g->issued, now_ns, &intended, &d->user))
+        return 0;
+    d->input = s->order[(s->first + (size_t)g->issued) % s->n_inputs];
+    d->rec = -1;
+    if (s->record && new_record(g, &s->inputs[d->input], d->user, intended, &d->rec) != 0)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    g->issued++;
+    g->inflight++;
+    return 1;
+}
+
+void k25_loadgen_retire(struct k25_loadgen *g, int user, int64_t t_ns)
+{
+    k25_arrivals_user_free(&g->arrivals, user, t_ns);
+    g->inflight--;
+    g->done++;
+}
+
+void k25_loadgen_end(struct k25_loadgen *g)
+{
+    struct k25_bench_run *run = g->run;
+    int rep = g->s->rep;
+    if (!g->s->record)
+        return;
+    int64_t last = g->rep_start_ns;
+    for (size_t i = g->first_rec; i < run->n_reqs; i++)
+        if (run->reqs[i].finish_ns > last)
+            last = run->reqs[i].finish_ns;
+    run->rep_start_ns[rep] = g->rep_start_ns;
+    run->rep_end_ns[rep] = last;
+    run->n_reps = rep + 1;
+}
+
+void k25_loadgen_free(struct k25_loadgen *g)
+{
+    k25_arrivals_free(&g->arrivals);
+}
+
+/* ------------------------------------------------------------ the in-process loop */
+
+static int oom(struct k25_error *err)
+{
+    return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+}
+
+/* Room for a batch of n in the submit arrays. */
+static int batch_reserve(struct loop *L, int n)
+{
+    if (n <= L->cap_batch)
+        return 0;
+    int nc = L->cap_batch ? 2 * L->cap_batch : 16;
+    while (nc < n)
+        nc *= 2;
+    struct k25_loadgen_due *d = realloc(L->due, sizeof(*d) * (size_t)nc);
+    if (d)
+        L->due = d;
+    struct k25_request *r = realloc(L->reqs, sizeof(*r) * (size_t)nc);
+    if (r)
+        L->reqs = r;
+    int *h = realloc(L->handles, sizeof(int) * (size_t)nc);
+    if (h)
+        L->handles = h;
+    int *rc = realloc(L->rcs, sizeof(int) * (size_t)nc);
+    if (rc)
+        L->rcs = rc;
+    struct k25_error *e = realloc(L->errs, sizeof(*e) * (size_t)nc);
+    if (e)
+        L->errs = e;
+    if (!d || !r || !h || !rc || !e)
+        return -1;
+    L->cap_batch = nc;
+    return 0;
+}
+
+/*
+ * Verb 1: issues every request due at now (closed loop: a user is free;
+ * open loop: its arrival has passed and the in-flight cap allows) with one
+ * k25_engine_submit_batch, so a spill folder costs one fsync for all.  A
+ * request whose spill record could not be made durable (K25_EIO) is
+ * recorded as rejected with the engine's reason and its user is free
+ * again; any other submit failure fails the run.
+ */
+static int issue_due(struct loop *L, uint64_t now, struct k25_error *err)
+{
+    struct k25_bench_run *run = L->run;
+    const struct k25_bench_input *in = L->g.s->inputs;
+    int n = 0, rc;
+    for (;;) {
+        if (batch_reserve(L, n + 1) != 0)
+            return oom(err);
+        if ((rc = k25_loadgen_take_due(&L->g, now, &L->due[n], err)) < 0)
+            return rc;
+        if (rc == 0)
+            break;
+        const struct k25_bench_input *bi = &in[L->due[n].input];
+        L->reqs[n++] = (struct k25_request){.id = bi->id, .input_ids = bi->ids, .n_input = bi->n_ids,
+                                            .max_new_tokens = bi->max_new, .priority = bi->priority};
     }
-    int64_t issued = 0, inflight = 0, done = 0;
-    const int64_t total = A.total; /* 0: closed loop for a duration */
+    if (n > 0) {
+        uint64_t s0 = k25_now_ns();
+        k25_engine_submit_batch(L->e, L->reqs, n, L->handles, L->rcs, L->errs);
+        uint64_t s1 = k25_now_ns();
+        L->ov.submit_ns += (int64_t)(s1 - s0);
+        for (int i = 0; i < n; i++) {
+            const struct k25_loadgen_due *d = &L->due[i];
+            int h = L->handles[i];
+            if (L->rcs[i] == K25_EIO) {
+                /* nothing was accepted: rejected with the engine's reason (not lost) */
+                if (d->rec >= 0) {
+                    struct k25_bench_req *q = &run->reqs[d->rec];
+                    q->state = K25_REQ_REJECTED;
+                    snprintf(q->reason, sizeof(q->reason), "%.127s",
+                             L->errs[i].msg[0] ? L->errs[i].msg : "spill write failed");
+                    q->submit_ns = q->finish_ns = (int64_t)(s0 - run->t0_ns);
+                }
+                k25_loadgen_retire(&L->g, d->user, (int64_t)s1);
+                continue;
+            }
+            if (L->rcs[i] != K25_OK) {
+                if (err)
+                    *err = L->errs[i];
+                return L->rcs[i];
+            }
+            if (d->rec >= 0)
+                run->reqs[d->rec].submit_ns = (int64_t)(k25_engine_result(L->e, h)->submit_t_ns - run->t0_ns);
+            if (h >= L->cap_fl) {
+                size_t c = (size_t)L->cap_fl;
+                if (grow((void **)&L->fl, &c, (size_t)h + 1, sizeof(*L->fl)) != 0)
+                    return oom(err);
+                L->cap_fl = (int)c;
+            }
+            L->fl[h] = (struct inflight){.rec = d->rec, .user = d->user};
+        }
+    }
+    L->can_issue = k25_loadgen_more(&L->g, k25_now_ns());
+    return K25_OK;
+}
+
+/* Samples the windows at now; open-loop arrivals already due but held by the cap count as waiting. */
+static int sample(struct loop *L, uint64_t now, struct k25_error *err)
+{
+    const struct k25_arrivals *A = &L->g.arrivals;
+    int n_held = 0;
+    if (!L->g.s->record)
+        return K25_OK;
+    if (L->g.open)
+        for (size_t i = (size_t)L->g.issued; i < A->n_sched && A->start_ns + A->sched[i] <= (int64_t)now; i++)
+            n_held++;
+    if (sample_state(L, (int64_t)(now - L->run->t0_ns), n_held, L->g.s->rep) != 0)
+        return oom(err);
+    return K25_OK;
+}
+
+/*
+ * Verb 2: one engine step (after the --stall test knob's sleep, when it is
+ * due), its busy time spread over the step's windows.
+ */
+static int step_once(struct loop *L, struct k25_error *err)
+{
+    const struct k25_bench_opts *o = L->g.s->opts;
+    struct k25_bench_run *run = L->run;
+    uint64_t s0 = k25_now_ns();
+    L->step_start = s0;
+    if (L->stall_pending && (int64_t)(s0 - L->g.start_ns) >= o->stall_at_ns) {
+        L->stall_pending = false;
+        run->stall_start_ns = (int64_t)(s0 - run->t0_ns);
+        sleep_until(s0 + (uint64_t)o->stall_ns);
+        run->stall_end_ns = (int64_t)(k25_now_ns() - run->t0_ns);
+    }
+    L->n_finished = 0;
+    int rc = k25_engine_step(L->e, err);
+    uint64_t s1 = k25_now_ns();
+    L->ov.step_ns += (int64_t)(s1 - s0);
+    if (rc != K25_OK)
+        return rc;
+    if (L->oom)
+        return oom(err);
+    struct k25_engine_stats st;
+    k25_engine_get_stats(L->e, &st);
+    if (L->g.s->record && add_busy(run, (int64_t)(s0 - run->t0_ns), (int64_t)(s1 - run->t0_ns),
+                                   (double)(st.busy_ns - L->busy_prev), L->g.s->rep) != 0)
+        return oom(err);
+    L->busy_prev = st.busy_ns;
+    return K25_OK;
+}
+
+/* Verb 3: collects the requests the last step finished into their records and releases them. */
+static int collect_finished(struct loop *L, struct k25_error *err)
+{
+    for (int i = 0; i < L->n_finished; i++)
+        if (collect(L, L->finished[i]) != 0)
+            return oom(err);
+    L->n_finished = 0;
+    return K25_OK;
+}
+
+/* The engine is idle: sleeps until the next open-loop arrival (closed loop: the next issue_due sends). */
+static void wait_next_arrival(struct loop *L)
+{
+    int64_t next = k25_arrivals_next_ns(&L->g.arrivals, L->g.issued);
+    if (next < 0)
+        return;
+    uint64_t s0 = k25_now_ns();
+    if ((uint64_t)next > s0) {
+        sleep_until((uint64_t)next);
+        L->ov.sleep_ns += (int64_t)(k25_now_ns() - s0);
+    }
+}
+
+/* Adds the repetition's overhead and busy time to the run; trims the last window to the run's end. */
+static void finish_rep(struct loop *L, uint64_t end)
+{
+    struct k25_bench_run *run = L->run;
+    int rep = L->g.s->rep;
+    if (!L->g.s->record)
+        return;
+    struct k25_engine_stats st;
+    k25_engine_get_stats(L->e, &st);
+    k25_loadgen_end(&L->g);
+    struct k25_bench_overhead *ov = &L->ov;
+    ov->loop_ns = (int64_t)(end - L->g.start_ns);
+    ov->harness_ns = ov->loop_ns - ov->step_ns - ov->submit_ns - ov->sleep_ns;
+    ov->steps = st.steps - L->steps0;
+    run->ov.loop_ns += ov->loop_ns;
+    run->ov.step_ns += ov->step_ns;
+    run->ov.submit_ns += ov->submit_ns;
+    run->ov.sleep_ns += ov->sleep_ns;
+    run->ov.harness_ns += ov->harness_ns;
+    run->ov.steps += ov->steps;
+    /* the forward-pass time of these steps */
+    double busy = 0;
+    for (size_t w = 0; w < run->n_win; w++)
+        if (run->win[w].rep == rep)
+            busy += run->win[w].busy_ns;
+    run->ov.busy_ns += (int64_t)llround(busy);
+    /* the last window ends with the last repetition */
+    if (rep + 1 == L->g.s->opts->repeat && run->n_win > 0) {
+        struct k25_bench_window *lw = &run->win[run->n_win - 1];
+        int64_t end_rel = (int64_t)(end - run->t0_ns);
+        if (end_rel - lw->t_ns < lw->len_ns)
+            lw->len_ns = end_rel - lw->t_ns > 0 ? end_rel - lw->t_ns : 1;
+    }
+}
+
+static void loop_free(struct loop *L)
+{
+    k25_engine_set_event_cb(L->e, NULL, NULL);
+    for (int h = 0; h < L->cap_fl; h++) {
+        free(L->fl[h].cs);
+        free(L->fl[h].ce);
+    }
+    free(L->fl);
+    free(L->finished);
+    free(L->due);
+    free(L->reqs);
+    free(L->handles);
+    free(L->rcs);
+    free(L->errs);
+    k25_loadgen_free(&L->g);
+}
+
+int k25_loadgen_run(k25_engine_t *e, const struct k25_loadgen_settings *s, struct k25_bench_run *run,
+                    struct k25_error *err)
+{
+    const struct k25_bench_opts *o = s->opts;
+    struct loop L = {.e = e, .run = run};
+    int rc = k25_loadgen_begin(&L.g, s, run, err);
     struct k25_engine_stats st;
     k25_engine_get_stats(e, &st);
-    uint64_t busy_prev = st.busy_ns;
-    int64_t steps0 = st.steps;
-    uint64_t last_progress = start;
-    bool stall_pending = record && rep == 0 && o->stall_at_ns >= 0 && o->stall_ns > 0;
-    struct k25_bench_overhead ov = {0};
+    L.busy_prev = st.busy_ns;
+    L.steps0 = st.steps;
+    L.last_progress = L.g.start_ns;
+    L.stall_pending = s->record && s->rep == 0 && o->stall_at_ns >= 0 && o->stall_ns > 0;
     k25_engine_set_event_cb(e, on_event, &L);
-
-    for (;;) {
+    while (rc == K25_OK) {
         if (o->stop && *o->stop) {
             run->interrupted = true;
             rc = k25_error_set(err, K25_EIO, NULL, 0, NULL, "interrupted");
-            goto out;
+            break;
         }
         uint64_t now = k25_now_ns();
-        bool can_issue = k25_arrivals_more(&A, issued, now);
-        /* submit what is due */
-        while (can_issue && (cap == 0 || inflight < cap)) {
-            int64_t intended;
-            int user;
-            if (!k25_arrivals_due(&A, issued, now, &intended, &user))
-                break;
-            const struct k25_bench_input *bi = &in[order[(first + (size_t)issued) % n_in]];
-            long rec = -1;
-            if (record) {
-                size_t capr = run->cap_reqs;
-                if (grow((void **)&run->reqs, &capr, run->n_reqs + 1, sizeof(*run->reqs)) != 0) {
-                    rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-                    goto out;
-                }
-                run->cap_reqs = capr;
-                rec = (long)run->n_reqs++;
-                struct k25_bench_req *q = &run->reqs[rec];
-                memset(q, 0, sizeof(*q));
-                snprintf(q->id, sizeof(q->id), "%s", bi->id);
-                q->seq = issued;
-                q->rep = rep;
-                q->user = user;
-                q->line = bi->line;
-                q->max_new = bi->max_new;
-                q->n_input = bi->n_ids;
-                q->state = K25_REQ_WAITING;
-                q->arrival_ns = intended - (int64_t)run->t0_ns;
-                q->admit_ns = q->first_ns = -1;
-                q->priority = bi->priority;
-            }
-            struct k25_request req = {.id = bi->id, .input_ids = bi->ids, .n_input = bi->n_ids,
-                                      .max_new_tokens = bi->max_new, .priority = bi->priority};
-            int h;
-            struct k25_error serr = {0};
-            uint64_t s0 = k25_now_ns();
-            rc = k25_engine_submit(e, &req, &h, &serr);
-            uint64_t s1 = k25_now_ns();
-            ov.submit_ns += (int64_t)(s1 - s0);
-            if (rc == K25_EIO) {
-                /* the spill record could not be made durable: nothing was accepted,
-                 * so the request is rejected with the engine's reason (not lost) */
-                if (record) {
-                    struct k25_bench_req *q = &run->reqs[rec];
-                    q->state = K25_REQ_REJECTED;
-                    snprintf(q->reason, sizeof(q->reason), "%.127s", serr.msg[0] ? serr.msg : "spill write failed");
-                    q->submit_ns = q->finish_ns = (int64_t)(s0 - run->t0_ns);
-                }
-                rc = K25_OK;
-                issued++;
-                done++;
-                k25_arrivals_user_free(&A, user, (int64_t)s1);
-                can_issue = k25_arrivals_more(&A, issued, k25_now_ns());
-                continue;
-            }
-            if (rc != K25_OK) {
-                if (err)
-                    *err = serr;
-                goto out;
-            }
-            if (record)
-                run->reqs[rec].submit_ns = (int64_t)(k25_engine_result(e, h)->submit_t_ns - run->t0_ns);
-            if (h >= L.cap_fl) {
-                size_t c = (size_t)L.cap_fl;
-                if (grow((void **)&L.fl, &c, (size_t)h + 1, sizeof(*L.fl)) != 0) {
-                    rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-                    goto out;
-                }
-                L.cap_fl = (int)c;
-            }
-            L.fl[h] = (struct inflight){.rec = rec, .user = user};
-            issued++;
-            inflight++;
-            can_issue = k25_arrivals_more(&A, issued, k25_now_ns());
-        }
-        int n_held = 0;
-        if (open)
-            for (size_t i = (size_t)issued; i < A.n_sched && A.start_ns + A.sched[i] <= (int64_t)now; i++)
-                n_held++;
-        if (record && sample_state(&L, (int64_t)(now - run->t0_ns), n_held, rep) != 0) {
-            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-            goto out;
-        }
-
+        if ((rc = issue_due(&L, now, err)) != K25_OK || (rc = sample(&L, now, err)) != K25_OK)
+            break;
         if (!k25_engine_idle(e)) {
-            uint64_t s0 = k25_now_ns();
-            L.step_start = s0;
-            if (stall_pending && (int64_t)(s0 - start) >= o->stall_at_ns) {
-                stall_pending = false;
-                run->stall_start_ns = (int64_t)(s0 - run->t0_ns);
-                sleep_until(s0 + (uint64_t)o->stall_ns);
-                run->stall_end_ns = (int64_t)(k25_now_ns() - run->t0_ns);
-            }
-            L.n_finished = 0;
-            rc = k25_engine_step(e, err);
-            uint64_t s1 = k25_now_ns();
-            ov.step_ns += (int64_t)(s1 - s0);
-            if (rc != K25_OK)
-                goto out;
-            if (L.oom) {
-                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-                goto out;
-            }
-            k25_engine_get_stats(e, &st);
-            if (record && add_busy(run, (int64_t)(s0 - run->t0_ns), (int64_t)(s1 - run->t0_ns),
-                                   (double)(st.busy_ns - busy_prev), rep) != 0) {
-                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-                goto out;
-            }
-            busy_prev = st.busy_ns;
-            for (int i = 0; i < L.n_finished; i++) {
-                if (collect(&L, L.finished[i], &A) != 0) {
-                    rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-                    goto out;
-                }
-                inflight--;
-                done++;
-            }
-        } else if (!can_issue && inflight == 0) {
-            break; /* everything issued and finished */
-        } else if (k25_arrivals_next_ns(&A, issued) >= 0) {
-            uint64_t t = (uint64_t)k25_arrivals_next_ns(&A, issued);
-            uint64_t s0 = k25_now_ns();
-            if (t > s0) {
-                sleep_until(t);
-                ov.sleep_ns += (int64_t)(k25_now_ns() - s0);
-            }
+            if ((rc = step_once(&L, err)) != K25_OK || (rc = collect_finished(&L, err)) != K25_OK)
+                break;
+        } else if (!L.can_issue && L.g.inflight == 0) {
+            finish_rep(&L, k25_now_ns()); /* everything issued and finished */
+            break;
+        } else {
+            wait_next_arrival(&L);
         }
-        if (o->progress && record && k25_now_ns() - last_progress > 500000000ULL) {
-            last_progress = k25_now_ns();
-            progress(run, first_rec, done, total, (double)(last_progress - start) / 1e9, o->duration_s, rep,
-                     o->repeat);
+        if (o->progress && s->record && k25_now_ns() - L.last_progress > 500000000ULL) {
+            L.last_progress = k25_now_ns();
+            progress(run, L.g.first_rec, L.g.done, L.g.arrivals.total,
+                     (double)(L.last_progress - L.g.start_ns) / 1e9, o->duration_s, s->rep, o->repeat);
         }
     }
-    uint64_t end = k25_now_ns();
-    if (o->progress && record)
+    if (rc == K25_OK && o->progress && s->record)
         fprintf(stderr, "\r\033[K");
-    if (record) {
-        k25_engine_get_stats(e, &st);
-        int64_t last = rep_start;
-        for (size_t i = first_rec; i < run->n_reqs; i++)
-            if (run->reqs[i].finish_ns > last)
-                last = run->reqs[i].finish_ns;
-        run->rep_start_ns[rep] = rep_start;
-        run->rep_end_ns[rep] = last;
-        run->n_reps = rep + 1;
-        ov.loop_ns = (int64_t)(end - start);
-        ov.harness_ns = ov.loop_ns - ov.step_ns - ov.submit_ns - ov.sleep_ns;
-        ov.steps = st.steps - steps0;
-        run->ov.loop_ns += ov.loop_ns;
-        run->ov.step_ns += ov.step_ns;
-        run->ov.submit_ns += ov.submit_ns;
-        run->ov.sleep_ns += ov.sleep_ns;
-        run->ov.harness_ns += ov.harness_ns;
-        run->ov.steps += ov.steps;
-        /* the forward-pass time of these steps */
-        double busy = 0;
-        for (size_t w = 0; w < run->n_win; w++)
-            if (run->win[w].rep == rep)
-                busy += run->win[w].busy_ns;
-        run->ov.busy_ns += (int64_t)llround(busy);
-        /* the last window ends with the last repetition */
-        if (rep + 1 == o->repeat && run->n_win > 0) {
-            struct k25_bench_window *lw = &run->win[run->n_win - 1];
-            int64_t end_rel = (int64_t)(end - run->t0_ns);
-            if (end_rel - lw->t_ns < lw->len_ns)
-                lw->len_ns = end_rel - lw->t_ns > 0 ? end_rel - lw->t_ns : 1;
-        }
-    }
-
-out:
-    k25_engine_set_event_cb(e, NULL, NULL);
-    for (int h = 0; h < L.cap_fl; h++) {
-        free(L.fl[h].cs);
-        free(L.fl[h].ce);
-    }
-    free(L.fl);
-    free(L.finished);
-    k25_arrivals_free(&A);
+    loop_free(&L);
     return rc;
 }

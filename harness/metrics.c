@@ -194,6 +194,97 @@ static int prefix_split(const struct k25_bench_run *run, enum k25_pctl_method me
     return 0;
 }
 
+void k25_bench_engine_totals_diff(const struct k25_engine_stats *a, const struct k25_engine_stats *b,
+                                  bool kv_tiers, struct k25_bench_engine_totals *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->measured = true;
+    out->kv_tiers = kv_tiers;
+    out->kv_block_reads = b->kv_block_reads - a->kv_block_reads;
+    out->kv_block_hits = b->kv_block_hits - a->kv_block_hits;
+    out->kv_tier_wait_ns = (int64_t)(b->kv_tier_wait_ns - a->kv_tier_wait_ns);
+    out->kv_tier_max_step_wait_ns = (int64_t)b->kv_tier_max_step_wait_ns;
+    out->kv_tier_bytes_moved = b->kv_tier_bytes_moved - a->kv_tier_bytes_moved;
+    out->kv_tier_copy_ns = (int64_t)(b->kv_tier_copy_ns - a->kv_tier_copy_ns);
+    out->kv_tier_evictions = b->kv_tier_evictions - a->kv_tier_evictions;
+    out->prefix_hit_tokens = b->prefix_hit_tokens - a->prefix_hit_tokens;
+    out->rejected_degraded = b->rejected_degraded - a->rejected_degraded;
+    out->spill_fsyncs = b->spill_fsyncs - a->spill_fsyncs;
+    out->breaker_opens = b->breaker_opens - a->breaker_opens;
+}
+
+/*
+ * KV tiers: the hit rate of the measured requests' block reads (sum of hits / sum of reads, so a
+ * long request weighs by its reads, as the engine's run figure does), and per completed request
+ * the wait, the bytes moved and its own hit rate.  Tiers off or unknown (an endpoint run, a trace
+ * before schema 4): the rate is NaN, "n/a (tiers off)" / "not measured" in the report.
+ * -1 out of memory.
+ */
+static int kv_tier_split(const struct k25_bench_run *run, enum k25_pctl_method method, struct k25_bench_summary *s)
+{
+    s->eng = run->eng;
+    s->kv_tiers = run->eng.measured && run->eng.kv_tiers;
+    s->kv_cache_hit_rate = NAN;
+    size_t cap = run->n_reqs + 1, n = 0;
+    double *w = malloc(sizeof(double) * cap), *b = malloc(sizeof(double) * cap), *h = malloc(sizeof(double) * cap);
+    size_t nh = 0;
+    if (!w || !b || !h) {
+        free(w);
+        free(b);
+        free(h);
+        return -1;
+    }
+    for (size_t i = 0; i < run->n_reqs; i++) {
+        const struct k25_bench_req *r = &run->reqs[i];
+        s->kv_block_reads += r->kv_block_reads;
+        s->kv_block_hits += r->kv_block_hits;
+        s->kv_tier_wait_ns += r->kv_tier_wait_ns;
+        s->kv_tier_bytes_moved += r->kv_tier_bytes_moved;
+        if (r->state != K25_REQ_COMPLETED)
+            continue;
+        w[n] = (double)r->kv_tier_wait_ns / 1e6;
+        b[n++] = (double)r->kv_tier_bytes_moved;
+        if (r->kv_block_reads > 0)
+            h[nh++] = (double)r->kv_block_hits / (double)r->kv_block_reads;
+    }
+    if (s->kv_tiers) {
+        /* no block read at all (every request ran inside its hot blocks): nothing waited */
+        s->kv_cache_hit_rate = s->kv_block_reads > 0 ? (double)s->kv_block_hits / (double)s->kv_block_reads : 1.0;
+        k25_stats_describe_method(w, n, method, &s->kv_wait_ms);
+        k25_stats_describe_method(b, n, method, &s->kv_bytes_moved);
+        k25_stats_describe_method(h, nh, method, &s->kv_hit_rate_req);
+    } else {
+        k25_stats_describe_method(w, 0, method, &s->kv_wait_ms);
+        k25_stats_describe_method(b, 0, method, &s->kv_bytes_moved);
+        k25_stats_describe_method(h, 0, method, &s->kv_hit_rate_req);
+    }
+    free(w);
+    free(b);
+    free(h);
+    return 0;
+}
+
+/* Elastic queue: TTFT of completed requests by priority and degraded or not.  -1 out of memory. */
+static int priority_split(const struct k25_bench_run *run, enum k25_pctl_method method, struct k25_bench_summary *s)
+{
+    double *v = malloc(sizeof(double) * (run->n_reqs + 1));
+    if (!v)
+        return -1;
+    for (int p = 0; p < 3; p++)
+        for (int d = 0; d < 2; d++) {
+            size_t n = 0;
+            for (size_t i = 0; i < run->n_reqs; i++) {
+                const struct k25_bench_req *r = &run->reqs[i];
+                double t = k25_bench_req_ttft_ms(r);
+                if (r->state == K25_REQ_COMPLETED && (int)r->priority == p && (int)r->degraded == d && !isnan(t))
+                    v[n++] = t;
+            }
+            k25_stats_describe_method(v, n, method, &s->ttft_prio[p][d]);
+        }
+    free(v);
+    return 0;
+}
+
 int k25_bench_summarize(const struct k25_bench_run *run, const struct k25_bench_slo *slo,
                         struct k25_bench_summary *s, struct k25_error *err)
 {
@@ -244,7 +335,8 @@ int k25_bench_summarize_method(const struct k25_bench_run *run, const struct k25
         goto out_nomem;
     for (int m = 0; m < K25_M_NMETRICS; m++)
         k25_stats_describe_method(v[m], n[m], method, &s->d[m]);
-    if (prefix_split(run, method, s) != 0)
+    if (prefix_split(run, method, s) != 0 || kv_tier_split(run, method, s) != 0 ||
+        priority_split(run, method, s) != 0)
         goto out_nomem;
 
     /* busy fraction of each 100 ms window (a final window under 50 ms is too short to count) */

@@ -184,44 +184,31 @@ static void apply_events(struct k25_serve *S)
     S->n_evs = 0;
 }
 
-/* Submits r to the engine (S->mu held, engine thread); on failure r is done with 400. */
-static void submit_one(struct k25_serve *S, struct sreq *r)
+/* r ends without reaching the engine (S->mu held): done, counted, the queue's reference dropped. */
+static void finish_unsubmitted(struct k25_serve *S, struct sreq *r)
 {
-    const int32_t *stop_ptrs[SERVE_MAX_STOP];
-    for (int i = 0; i < r->n_stop; i++)
-        stop_ptrs[i] = r->stop[i];
-    struct k25_request q = {.id = r->id, .input_ids = r->ids, .n_input = r->n_ids,
-                            .max_new_tokens = r->max_tokens, .has_sampling = r->has_sampling,
-                            .temperature = r->temperature, .top_p = r->top_p, .seed = r->seed,
-                            .stop_ids = r->n_stop ? stop_ptrs : NULL, .stop_lens = r->n_stop ? r->stop_len : NULL,
-                            .n_stop = r->n_stop};
-    struct k25_error err;
-    struct k25_engine_stats st0, st1;
-    int h, rc = K25_OK;
-    if (r->gone || S->stopping || S->broken) {
-        r->finish = K25_FINISH_CANCELLED;
-        r->state = K25_REQ_COMPLETED;
-        if (S->broken) {
-            r->err_status = 503;
-            snprintf(r->err_msg, sizeof(r->err_msg), "%s", S->broken_msg);
-        }
-        goto out_done;
-    }
-    k25_engine_get_stats(S->eng, &st0);
-    if ((rc = k25_engine_submit(S->eng, &q, &h, &err)) != K25_OK) {
-        /* K25_EIO: the spill record could not be made durable, nothing was accepted */
-        r->err_status = rc == K25_ENOMEM || rc == K25_EIO ? 503 : 400;
-        snprintf(r->err_msg, sizeof(r->err_msg), "%s", err.msg);
-        r->state = K25_REQ_REJECTED;
-        goto out_done;
-    }
-    k25_engine_get_stats(S->eng, &st1);
-    if (st1.rejected_queue_full > st0.rejected_queue_full) {
-        /* the memory queue is full and there is no spill folder: rejected with its reason (its
-         * FINISH event follows with the next step); 503, as for any overload */
-        r->err_status = 503;
-        snprintf(r->err_msg, sizeof(r->err_msg), "the server is overloaded: %s",
-                 k25_engine_result(S->eng, h)->reason);
+    r->done = true;
+    S->finished[K25_FINISH_NONE]++;
+    sreq_unref(r);
+}
+
+/*
+ * Registers r under its engine handle h after a successful submit (S->mu held, engine thread):
+ * records how the engine routed it (priority, degraded, spilled, its SLA) and marks it submitted,
+ * so its stream may send the HTTP status line.  A request the engine rejected on arrival (its
+ * queue was full: "queue full" / "degraded queue full") gets 503 with the reason; its FINISH event
+ * follows with the next step.  Out of memory: the request is cancelled and fails with 503.
+ */
+static void register_submitted(struct k25_serve *S, struct sreq *r, int h)
+{
+    const struct k25_result *res = k25_engine_result(S->eng, h);
+    r->priority = res->priority;
+    r->degraded = res->degraded;
+    r->spilled = res->spilled;
+    r->ttft_sla_ms = res->ttft_sla_ms;
+    if (res->state == K25_REQ_REJECTED) {
+        r->err_status = 503; /* overload, as for any full queue */
+        snprintf(r->err_msg, sizeof(r->err_msg), "the server is overloaded: %s", res->reason);
     }
     r->submitted = true; /* engine_main broadcasts cv_out after this intake round */
     if (h >= S->cap_handle) {
@@ -254,10 +241,71 @@ out_nomem:
     k25_engine_release(S->eng, h);
     r->err_status = 503;
     snprintf(r->err_msg, sizeof(r->err_msg), "out of memory");
-out_done:
-    r->done = true;
-    S->finished[K25_FINISH_NONE]++;
-    sreq_unref(r);
+    finish_unsubmitted(S, r);
+}
+
+/*
+ * One intake round (S->mu held, engine thread): every pending request goes to the engine with
+ * one k25_engine_submit_batch, so with a spill folder their records share one fsync (group
+ * commit).  A request whose client left, or that arrives while the server stops, ends without
+ * reaching the engine.  Per request: rcs[i] == 0 -> registered (register_submitted); K25_EIO
+ * (its spill record could not be made durable: nothing accepted) or K25_ENOMEM -> 503 with the
+ * engine's reason; any other failure (a bad request) -> 400.
+ */
+static void intake(struct k25_serve *S)
+{
+    int n = S->n_pend, k = 0;
+    struct sreq **rs = malloc(sizeof(*rs) * (size_t)(n ? n : 1));
+    struct k25_request *q = calloc((size_t)(n ? n : 1), sizeof(*q));
+    const int32_t *(*stops)[SERVE_MAX_STOP] = malloc(sizeof(*stops) * (size_t)(n ? n : 1));
+    int *hs = malloc(sizeof(int) * (size_t)(n ? n : 1)), *rcs = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    struct k25_error *errs = malloc(sizeof(*errs) * (size_t)(n ? n : 1));
+    bool oom = !rs || !q || !stops || !hs || !rcs || !errs;
+    while (S->pend_head) {
+        struct sreq *r = S->pend_head;
+        S->pend_head = r->next;
+        if (!S->pend_head)
+            S->pend_tail = NULL;
+        S->n_pend--;
+        if (r->gone || S->stopping || S->broken || oom) {
+            r->finish = K25_FINISH_CANCELLED;
+            r->state = K25_REQ_COMPLETED;
+            if (S->broken || oom) {
+                r->err_status = 503;
+                snprintf(r->err_msg, sizeof(r->err_msg), "%s", S->broken ? S->broken_msg : "out of memory");
+            }
+            finish_unsubmitted(S, r);
+            continue;
+        }
+        for (int i = 0; i < r->n_stop; i++)
+            stops[k][i] = r->stop[i];
+        q[k] = (struct k25_request){.id = r->id, .input_ids = r->ids, .n_input = r->n_ids,
+                                    .max_new_tokens = r->max_tokens, .has_sampling = r->has_sampling,
+                                    .temperature = r->temperature, .top_p = r->top_p, .seed = r->seed,
+                                    .stop_ids = r->n_stop ? stops[k] : NULL,
+                                    .stop_lens = r->n_stop ? r->stop_len : NULL, .n_stop = r->n_stop,
+                                    .priority = r->priority};
+        rs[k++] = r;
+    }
+    if (k > 0)
+        k25_engine_submit_batch(S->eng, q, k, hs, rcs, errs); /* per-request outcomes in rcs */
+    for (int i = 0; i < k; i++) {
+        struct sreq *r = rs[i];
+        if (rcs[i] == K25_OK) {
+            register_submitted(S, r, hs[i]);
+            continue;
+        }
+        r->err_status = rcs[i] == K25_ENOMEM || rcs[i] == K25_EIO ? 503 : 400;
+        snprintf(r->err_msg, sizeof(r->err_msg), "%s", errs[i].msg);
+        r->state = K25_REQ_REJECTED;
+        finish_unsubmitted(S, r);
+    }
+    free(rs);
+    free(q);
+    free(stops);
+    free(hs);
+    free(rcs);
+    free(errs);
 }
 
 /* The engine's life: intake, cancellations, one step, publish; sleeps when idle. */
@@ -267,14 +315,8 @@ static void *engine_main(void *arg)
     struct k25_error err;
     pthread_mutex_lock(&S->mu);
     for (;;) {
-        while (S->pend_head) {
-            struct sreq *r = S->pend_head;
-            S->pend_head = r->next;
-            if (!S->pend_head)
-                S->pend_tail = NULL;
-            S->n_pend--;
-            submit_one(S, r);
-        }
+        if (S->pend_head)
+            intake(S);
         for (int i = 0; i < S->n_active; i++) {
             struct sreq *r = S->active[i];
             if ((r->gone || S->stopping || S->broken) && !r->cancel_sent) {

@@ -255,6 +255,15 @@ int k25_serve_parse(struct k25_serve *S, const char *body, size_t n, bool chat, 
         }
         r->include_usage = json_is_true(iu);
     }
+    /* k25 extension: the request's priority in the elastic queue (high never spills) */
+    json_t *pr = json_object_get(j, "priority");
+    if (pr && !json_is_null(pr)) {
+        struct k25_error perr;
+        if (!json_is_string(pr) || k25_priority_parse(json_string_value(pr), &r->priority, &perr) != K25_OK) {
+            bad(b, 400, "priority", "'priority' must be \"high\", \"standard\" or \"low\"");
+            goto out;
+        }
+    }
     r->max_tokens = (int)mt; /* 0: the server's cap (decode_max_tokens); larger ones are capped to it */
     r->has_sampling = have_t || have_p || have_seed;
     r->seed = have_seed ? (uint64_t)seed : S->cfg.seed;
@@ -287,9 +296,18 @@ json_t *k25_serve_chunk_json(const struct sreq *r, const char *model, const char
     }
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
     json_object_set_new(choice, "token_ids", tid);
-    return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", r->id, "object",
-                     r->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)r->created,
-                     "model", model, "choices", choice);
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", r->id, "object",
+                          r->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)r->created,
+                          "model", model, "choices", choice);
+    if (j && finish) /* the final chunk says how the request was served */
+        json_object_set_new(j, "k25", k25_serve_ext_json(r));
+    return j;
+}
+
+json_t *k25_serve_ext_json(const struct sreq *r)
+{
+    return json_pack("{s:s, s:b, s:b, s:i}", "priority", k25_priority_name(r->priority), "degraded", r->degraded,
+                     "spilled", r->spilled, "ttft_sla_ms", r->ttft_sla_ms);
 }
 
 json_t *k25_serve_usage_json(const struct sreq *r)
@@ -335,9 +353,9 @@ json_t *k25_serve_result_json(const struct sreq *r, const char *model)
     free(text);
     json_object_set_new(choice, "finish_reason", json_string(k25_serve_finish_name(r)));
     json_object_set_new(choice, "token_ids", tid);
-    return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", r->id, "object",
+    return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o, s:o}", "id", r->id, "object",
                      r->chat ? "chat.completion" : "text_completion", "created", (json_int_t)r->created, "model",
-                     model, "choices", choice, "usage", k25_serve_usage_json(r));
+                     model, "choices", choice, "usage", k25_serve_usage_json(r), "k25", k25_serve_ext_json(r));
 }
 
 /* ------------------------------------------------------------ /metrics */

@@ -65,6 +65,10 @@ struct sreq {
     enum k25_finish_reason finish;
     char reason[128];
     int n_prompt;
+    /* the elastic queue's routing (k25_engine_result at submit): the "k25" object of the answer */
+    enum k25_priority priority;    /* as it runs: low once spilled */
+    bool degraded, spilled;
+    int ttft_sla_ms;
     bool gone;                     /* the client went away: cancel */
     int err_status;                /* != 0: failed with this HTTP status and err_msg */
     char err_msg[1100];
@@ -143,6 +147,8 @@ json_t *k25_serve_error_json(int status, const char *param, const char *msg);
 json_t *k25_serve_chunk_json(const struct sreq *r, const char *model, const char *text, size_t text_len,
                              const int32_t *ids, int n_ids, const char *finish, bool role);
 json_t *k25_serve_usage_json(const struct sreq *r);
+/* The answer's k25 extension: {"priority", "degraded", "spilled", "ttft_sla_ms"} (docs/serve.md). */
+json_t *k25_serve_ext_json(const struct sreq *r);
 const char *k25_serve_finish_name(const struct sreq *r);
 /* The whole (non-streamed) answer of a finished request; NULL when out of memory. */
 json_t *k25_serve_result_json(const struct sreq *r, const char *model);

@@ -11,10 +11,13 @@
  *   /prefill    offsets[n+1], start_ns[], end_ns[]: the prefill chunks
  *               (schema 3 adds priority, spilled, replayed, degraded,
  *               timed_out, ttft_sla_ms: the elastic queue)
+ *               (schema 4 adds cached_tokens and the KV tiers' per-request
+ *               block reads, hits, hit rate, wait and bytes moved)
  *   /timeline   compound table, one row per 100 ms window (schema 3 adds
  *               the memory/spill queue depths, breaker state and the
  *               breaker's busy fraction)
- *   /summary    attributes (summary JSON, headline figures), tables
+ *   /summary    attributes (summary JSON, headline figures; schema 4 the
+ *               engine's run totals of the KV tiers and the queue), tables
  *               percentiles and moments, arrays rep_start_ns/rep_end_ns
  *
  * The file is created under a temporary name before the measurement and
@@ -44,6 +47,11 @@ struct req_row {
     char priority[16];
     uint8_t spilled, replayed, degraded, timed_out;
     int32_t ttft_sla_ms;
+    /* schema 4 */
+    int32_t cached_tokens;
+    int64_t kv_block_reads, kv_block_hits;
+    double kv_cache_hit_rate;
+    int64_t kv_tier_wait_ns, kv_tier_bytes_moved;
 };
 
 #define RC(name, type, member, len) {name, type, offsetof(struct req_row, member), len}
@@ -77,9 +85,17 @@ static const struct k25_h5_col req_cols[] = {
     RC("degraded", K25_H5_U8, degraded, 0),
     RC("timed_out", K25_H5_U8, timed_out, 0),
     RC("ttft_sla_ms", K25_H5_I32, ttft_sla_ms, 0),
+    /* schema 4: prefix caching and the KV tiers (absent from older traces: 0; hit rate NaN) */
+    RC("cached_tokens", K25_H5_I32, cached_tokens, 0),
+    RC("kv_block_reads", K25_H5_I64, kv_block_reads, 0),
+    RC("kv_block_hits", K25_H5_I64, kv_block_hits, 0),
+    RC("kv_cache_hit_rate", K25_H5_F64, kv_cache_hit_rate, 0),
+    RC("kv_tier_wait_ns", K25_H5_I64, kv_tier_wait_ns, 0),
+    RC("kv_tier_bytes_moved", K25_H5_I64, kv_tier_bytes_moved, 0),
 };
 #define N_REQ_COLS ((int)(sizeof(req_cols) / sizeof(req_cols[0])))
-#define N_REQ_COLS_V2 (N_REQ_COLS - 6) /* the columns of schema 1 and 2 */
+#define N_REQ_COLS_V3 (N_REQ_COLS - 6)     /* the columns of schema 3 */
+#define N_REQ_COLS_V2 (N_REQ_COLS_V3 - 6)  /* the columns of schema 1 and 2 */
 
 /* One /timeline row. */
 struct win_row {
@@ -211,6 +227,24 @@ static int write_summary(struct k25_h5 *h, const struct k25_bench_run *run, cons
         {"overhead_per_request_us", s->overhead_per_request_us},
         {"overhead_per_token_us", s->overhead_per_token_us},
         {"degraded_requests_ratio", s->degraded_requests_ratio}, /* schema 3 */
+        {"kv_cache_hit_rate", s->kv_cache_hit_rate},             /* schema 4: NaN with tiers off */
+    };
+    /* schema 4: the engine's run totals over the measurement (eng_measured 0: an endpoint run) */
+    const struct k25_bench_engine_totals *e = &run->eng;
+    const struct { const char *name; int64_t v; } eng[] = {
+        {"eng_measured", e->measured},
+        {"kv_tiers", e->kv_tiers},
+        {"kv_block_reads", e->kv_block_reads},
+        {"kv_block_hits", e->kv_block_hits},
+        {"kv_tier_wait_ns", e->kv_tier_wait_ns},
+        {"kv_tier_max_step_wait_ns", e->kv_tier_max_step_wait_ns},
+        {"kv_tier_bytes_moved", e->kv_tier_bytes_moved},
+        {"kv_tier_copy_ns", e->kv_tier_copy_ns},
+        {"kv_tier_evictions", e->kv_tier_evictions},
+        {"prefix_hit_tokens", e->prefix_hit_tokens},
+        {"rejected_degraded", e->rejected_degraded},
+        {"spill_fsyncs", e->spill_fsyncs},
+        {"breaker_opens", e->breaker_opens},
     };
     int64_t rs[K25_BENCH_MAX_REPEAT], re[K25_BENCH_MAX_REPEAT];
     for (int k = 0; k < run->n_reps; k++) {
@@ -221,6 +255,9 @@ static int write_summary(struct k25_h5 *h, const struct k25_bench_run *run, cons
         goto out;
     for (size_t i = 0; i < sizeof(flat) / sizeof(flat[0]); i++)
         if ((rc = k25_h5_attr_f64(g, flat[i].name, flat[i].v, err)) != K25_OK)
+            goto out;
+    for (size_t i = 0; i < sizeof(eng) / sizeof(eng[0]); i++)
+        if ((rc = k25_h5_attr_i64(g, eng[i].name, eng[i].v, err)) != K25_OK)
             goto out;
     if ((rc = k25_h5_attr_i64(g, "requests_total", s->n_total, err)) != K25_OK ||
         (rc = k25_h5_attr_i64(g, "requests_completed", s->n_completed, err)) != K25_OK ||
@@ -344,6 +381,14 @@ int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const str
         r->degraded = q->degraded;
         r->timed_out = q->state == K25_REQ_TIMED_OUT;
         r->ttft_sla_ms = q->ttft_sla_ms;
+        r->cached_tokens = q->cached_tokens;
+        r->kv_block_reads = q->kv_block_reads;
+        r->kv_block_hits = q->kv_block_hits;
+        r->kv_cache_hit_rate = q->kv_block_reads > 0 ? (double)q->kv_block_hits / (double)q->kv_block_reads
+                             : run->eng.kv_tiers     ? 1.0 /* no block read: nothing waited */
+                                                     : NAN;
+        r->kv_tier_wait_ns = q->kv_tier_wait_ns;
+        r->kv_tier_bytes_moved = q->kv_tier_bytes_moved;
         for (int t = 0; t < q->n_output; t++, kt++) {
             tns[kt] = q->token_ns[t];
             tid[kt] = q->token_ids[t];
@@ -433,6 +478,35 @@ out:
 
 static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t, struct k25_error *err);
 
+/* The schema-4 /summary attributes of the engine's run totals (struct k25_bench_engine_totals). */
+static int read_engine_totals(hid_t g, struct k25_bench_engine_totals *e, struct k25_error *err)
+{
+    struct { const char *name; int64_t *v; } a[] = {
+        {"kv_block_reads", &e->kv_block_reads},
+        {"kv_block_hits", &e->kv_block_hits},
+        {"kv_tier_wait_ns", &e->kv_tier_wait_ns},
+        {"kv_tier_max_step_wait_ns", &e->kv_tier_max_step_wait_ns},
+        {"kv_tier_bytes_moved", &e->kv_tier_bytes_moved},
+        {"kv_tier_copy_ns", &e->kv_tier_copy_ns},
+        {"kv_tier_evictions", &e->kv_tier_evictions},
+        {"prefix_hit_tokens", &e->prefix_hit_tokens},
+        {"rejected_degraded", &e->rejected_degraded},
+        {"spill_fsyncs", &e->spill_fsyncs},
+        {"breaker_opens", &e->breaker_opens},
+    };
+    int64_t measured = 0, tiers = 0;
+    int rc;
+    if ((rc = k25_h5_get_attr_i64(g, "eng_measured", &measured, err)) != K25_OK ||
+        (rc = k25_h5_get_attr_i64(g, "kv_tiers", &tiers, err)) != K25_OK)
+        return rc;
+    for (size_t i = 0; i < sizeof(a) / sizeof(a[0]); i++)
+        if ((rc = k25_h5_get_attr_i64(g, a[i].name, a[i].v, err)) != K25_OK)
+            return rc;
+    e->measured = measured != 0;
+    e->kv_tiers = tiers != 0;
+    return K25_OK;
+}
+
 int k25_trace_read(const char *path, struct k25_trace *t, struct k25_error *err)
 {
     memset(t, 0, sizeof(*t));
@@ -471,7 +545,9 @@ static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t,
         (rc = k25_h5_get_attr_str(h.meta, "workload", &t->workload_json, err)) != K25_OK)
         goto out;
     bool v3 = h.schema_version >= 3; /* the elastic queue's columns */
-    if ((rc = k25_h5_read_table(h.file, "/requests", req_cols, v3 ? N_REQ_COLS : N_REQ_COLS_V2, sizeof(struct req_row),
+    bool v4 = h.schema_version >= 4; /* prefix caching and the KV tiers */
+    if ((rc = k25_h5_read_table(h.file, "/requests", req_cols, v4 ? N_REQ_COLS : v3 ? N_REQ_COLS_V3 : N_REQ_COLS_V2,
+                                sizeof(struct req_row),
                                 K25_H5_ANY_COUNT, (void **)&rows, &n, err)) != K25_OK ||
         (rc = read_ragged(&h, "/tokens", "time_ns", K25_H5_I64, (void **)&tns, "token_id", K25_H5_I32,
                           (void **)&tid, &toff, n, err)) != K25_OK ||
@@ -494,6 +570,8 @@ static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t,
                            (long long)n_reps, K25_BENCH_MAX_REPEAT);
         goto out;
     }
+    if (v4 && (rc = read_engine_totals(g, &t->run.eng, err)) != K25_OK)
+        goto out;
     if ((rc = k25_h5_read_array(g, "rep_start_ns", K25_H5_I64, (size_t)n_reps, (void **)&rs, &nrs, err)) != K25_OK ||
         (rc = k25_h5_read_array(g, "rep_end_ns", K25_H5_I64, (size_t)n_reps, (void **)&re, &nre, err)) != K25_OK)
         goto out;
@@ -553,6 +631,19 @@ static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t,
             q->replayed = r->replayed != 0;
             q->degraded = r->degraded != 0;
             q->ttft_sla_ms = r->ttft_sla_ms;
+        }
+        if (v4) {
+            if (r->cached_tokens < 0 || r->kv_block_reads < 0 || r->kv_block_hits < 0 ||
+                r->kv_block_hits > r->kv_block_reads || r->kv_tier_wait_ns < 0 || r->kv_tier_bytes_moved < 0) {
+                rc = k25_error_set(err, K25_EFORMAT, path, 0, "/requests",
+                                   "row %zu: negative cached_tokens or KV tier counts, or more hits than reads", i);
+                goto out;
+            }
+            q->cached_tokens = r->cached_tokens;
+            q->kv_block_reads = r->kv_block_reads;
+            q->kv_block_hits = r->kv_block_hits;
+            q->kv_tier_wait_ns = r->kv_tier_wait_ns;
+            q->kv_tier_bytes_moved = r->kv_tier_bytes_moved;
         }
         if (toff[i + 1] - toff[i] != r->n_output || coff[i + 1] - coff[i] != r->n_chunks || r->n_output < 0 ||
             r->n_chunks < 0) {
@@ -646,9 +737,22 @@ static const struct k25_h5_col fid_cols[] = {
  * /fidelity: attributes with the run figures, `requests` (one row per
  * compared request) and `kl` (every compared position's KL, request order).
  */
+static int write_fidelity_group(struct k25_h5 *h, const char *group, const struct k25_fidelity *f,
+                                struct k25_error *err);
+
 int k25_trace_write_fidelity(struct k25_h5 *h, const struct k25_fidelity *f, struct k25_error *err)
 {
-    hid_t g = k25_h5_group(h, "/fidelity", err);
+    int rc = write_fidelity_group(h, "/fidelity", f, err);
+    if (rc == K25_OK && f->degraded) /* schema 4: the degraded model against the full one */
+        rc = write_fidelity_group(h, "/fidelity_degraded", f->degraded, err);
+    return rc;
+}
+
+/* One fidelity group: attributes with the run figures, `requests` and `kl`. */
+static int write_fidelity_group(struct k25_h5 *h, const char *group, const struct k25_fidelity *f,
+                                struct k25_error *err)
+{
+    hid_t g = k25_h5_group(h, group, err);
     if (g < 0)
         return K25_EIO;
     struct fid_row *rows = calloc(f->n_reqs ? f->n_reqs : 1, sizeof(*rows));
@@ -689,6 +793,6 @@ int k25_trace_write_fidelity(struct k25_h5 *h, const struct k25_fidelity *f, str
 out:
     free(rows);
     if (H5Gclose(g) < 0 && rc == K25_OK)
-        rc = k25_error_set(err, K25_EIO, h->path, 0, "/fidelity", "closing the group failed");
+        rc = k25_error_set(err, K25_EIO, h->path, 0, group, "closing the group failed");
     return rc;
 }

@@ -276,10 +276,13 @@ int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outco
                 hr->value = k25_health_value(&sla->health[h], d->col_runs[c], d->col_nruns[c]);
                 char v[64];
                 k25_report_fmt(hr->value, v, sizeof(v));
-                k25_report_sfmt(hr->note, sizeof(hr->note),
-                         "(%s): measured %s, but a closed loop keeps the engine saturated (busy near 1 by "
-                         "construction); the check applies to open-loop runs at a target rate",
-                         why, v);
+                if (strcmp(why, "closed loop") != 0) /* e.g. "tiers off": nothing more to say */
+                    k25_report_sfmt(hr->note, sizeof(hr->note), "(%s)", why);
+                else
+                    k25_report_sfmt(hr->note, sizeof(hr->note),
+                             "(%s): measured %s, but a closed loop keeps the engine saturated (busy near 1 by "
+                             "construction); the check applies to open-loop runs at a target rate",
+                             why, v);
                 continue;
             }
             k25_health_eval(&sla->health[h], k25_health_value(&sla->health[h], d->col_runs[c], d->col_nruns[c]), hr);

@@ -472,6 +472,73 @@ static int data_mem_jitter(const struct k25_bench_run *r, const char *plot_dir, 
     return K25_OK;
 }
 
+/*
+ * TTFT by priority class (the elastic queue, issue 17): P50 and P99 of the completed requests of
+ * each priority, degraded or not, from the trace's /requests.  Drawn only when the run had more
+ * than one class (a plain run has one: its CDF says it all).
+ */
+static int data_ttft_priority(const struct k25_bench_run *r, const char *plot_dir, const char *prefix,
+                              const char *heading, struct k25_plot_list *pl, struct k25_error *err)
+{
+    char path[PATH_MAX + 256], name[128], stem[96], title[200];
+    struct k25_dist d[3][2];
+    double *v = malloc(sizeof(double) * (r->n_reqs + 1));
+    if (!v)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    int classes = 0;
+    for (int p = 0; p < 3; p++)
+        for (int g = 0; g < 2; g++) {
+            size_t n = 0;
+            for (size_t i = 0; i < r->n_reqs; i++) {
+                const struct k25_bench_req *q = &r->reqs[i];
+                double t = k25_bench_req_ttft_ms(q);
+                if (q->state == K25_REQ_COMPLETED && (int)q->priority == p && (int)q->degraded == g && !isnan(t))
+                    v[n++] = t;
+            }
+            k25_stats_describe(v, n, &d[p][g]);
+            classes += n > 0;
+        }
+    free(v);
+    if (classes < 2)
+        return K25_OK;
+    snprintf(name, sizeof(name), "%sttft_priority.tsv", prefix);
+    FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
+    if (!f)
+        return K25_EIO;
+    static const enum k25_priority order[3] = {K25_PRIORITY_HIGH, K25_PRIORITY_STANDARD, K25_PRIORITY_LOW};
+    int rows = 0;
+    double ymax = 0;
+    for (int k = 0; k < 3; k++)
+        for (int g = 0; g < 2; g++) {
+            const struct k25_dist *x = &d[order[k]][g];
+            if (x->n == 0)
+                continue;
+            fprintf(f, "%s%s\t%lld\t", k25_priority_name(order[k]), g ? "-degraded" : "", (long long)x->n);
+            num(f, x->p[0].supported ? x->p[0].value : x->mean); /* one sample: its value */
+            fputc('\t', f);
+            num(f, x->p[3].supported ? x->p[3].value : x->max); /* the tail: P99, or the max under 100 samples */
+            fputc('\t', f);
+            num(f, x->max);
+            fputc('\n', f);
+            ymax = fmax(ymax, x->max);
+            rows++;
+        }
+    int rc = dclose(f, path, err);
+    if (rc)
+        return rc;
+    snprintf(stem, sizeof(stem), "%srun_ttft_priority", prefix);
+    snprintf(title, sizeof(title), "%s: TTFT by priority class", heading);
+    struct k25_plot_job *j =
+        add(pl, "run_ttft_priority", stem, "run", title,
+            "Time to first token of the completed requests of each priority, as they ran (a spilled request "
+            "runs as low), split by whether they ran on the degraded model: P50 and P99 (the max where the class "
+            "has fewer than 100 requests).");
+    k25_plot_set(j, "DATA", "'data/%s'", name);
+    k25_plot_set(j, "N", "%d", rows);
+    k25_plot_set(j, "YMAX", "%.6g", ymax > 0 ? ymax * 1.2 : 1);
+    return K25_OK;
+}
+
 int k25_report_data_run(const struct k25_report_run *run, const char *plot_dir, const char *prefix,
                         const char *heading, struct k25_plot_list *pl, struct k25_error *err)
 {
@@ -686,6 +753,8 @@ timeline:
         if ((rc = data_mem_jitter(r, plot_dir, prefix, heading, pl, err)))
             goto out;
     }
+    if ((rc = data_ttft_priority(r, plot_dir, prefix, heading, pl, err)))
+        goto out;
 out:
     free(ttft);
     free(e2e);
@@ -1007,13 +1076,296 @@ static void ref_ratio(const struct k25_report_point *p, double *r, double *lo, d
     }
 }
 
+/*
+ * The heatmap of the objective over axes a x b (the other axes at the best
+ * point), coloured by the paired ratio to the reference.  No plot when
+ * neither axis has two values or no cell was measured; K25_EIO when its
+ * data file cannot be written.
+ */
+static int sweep_heatmap(const struct k25_report_sweep *s, int a, int b, const char *plot_dir,
+                         struct k25_plot_list *pl, struct k25_error *err)
+{
+    char path[PATH_MAX + 256], name[128], stem[96], title[256], q[300];
+    static char vals[2][64][128];
+    bool numeric[2];
+    int rc;
+    int na = axis_values(s, a, vals[0], 64, &numeric[0]);
+    int nb = axis_values(s, b, vals[1], 64, &numeric[1]);
+    if (na < 2 && nb < 2)
+        return K25_OK;
+    snprintf(name, sizeof(name), "heat_%d_%d.tsv", a, b);
+    FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
+    if (!f)
+        return K25_EIO;
+    /* colour: the paired ratio to the reference, on a log scale symmetric around 1 that spans
+       at least +-25%, so a few percent inside the noise stays pale */
+    double span = 1.25;
+    int cells = 0;
+    for (int i = 0; i < s->n_pts; i++) {
+        const struct k25_report_point *p = &s->pts[i];
+        double v = metric(p, s->objective), r, rlo, rhi;
+        if (!others_at_best(s, p, a, b) || isnan(v))
+            continue;
+        ref_ratio(p, &r, &rlo, &rhi);
+        if (r > 0 && isfinite(r))
+            span = fmax(span, r >= 1 ? r : 1 / r);
+        bool same = i != s->best && same_as_best(s, p, &s->pts[s->best]);
+        fprintf(f, "%d\t%d\t%.9g\t%d\t", index_of(vals[0], na, p->value[a]), index_of(vals[1], nb, p->value[b]),
+                v, p->feasible ? 1 : 0);
+        num(f, r);
+        fputc('\t', f);
+        num(f, rlo);
+        fputc('\t', f);
+        num(f, rhi);
+        fprintf(f, "\t%d\t%d\t%d\n", same ? 1 : 0, p->reference ? 1 : 0, i == s->best ? 1 : 0);
+        cells++;
+    }
+    if ((rc = dclose(f, path, err)))
+        return rc;
+    if (!cells)
+        return K25_OK;
+    snprintf(stem, sizeof(stem), "sweep_heatmap_%d_%d", a, b);
+    k25_report_sfmt(title, sizeof(title), "%s over %s x %s", s->objective, s->axis[a], s->axis[b]);
+    char note[512];
+    snprintf(note, sizeof(note),
+             "Each cell is a grid point with the other axes at the %s point's values. Colour: the paired "
+             "ratio to the reference (the defaults), green better, red worse, pale within +-%.0f%%; the cell "
+             "gives the objective and that ratio with its interval. Hatched cells cannot be told apart from "
+             "the %s point (the sweep's paired rule, docs/sweeps.md). Grey: not compared; blank: not run.",
+             s->significant ? "best" : "leading", 100 * (span - 1), s->significant ? "best" : "leading");
+    struct k25_plot_job *j = add(pl, "sweep_heatmap", stem, "sweep", title, note);
+    k25_plot_set(j, "DATA", "'data/%s'", name);
+    char t[1536], al[160];
+    tics(vals[0], na, t, sizeof(t));
+    k25_plot_set(j, "XTICS", "%s", t);
+    tics(vals[1], nb, t, sizeof(t));
+    k25_plot_set(j, "YTICS", "%s", t);
+    k25_plot_set(j, "NX", "%d", na);
+    k25_plot_set(j, "NY", "%d", nb);
+    axis_label(s->axis[a], al, sizeof(al));
+    k25_plot_quote(al, q, sizeof(q));
+    k25_plot_set(j, "XLABEL", "%s", q);
+    axis_label(s->axis[b], al, sizeof(al));
+    k25_plot_quote(al, q, sizeof(q));
+    k25_plot_set(j, "YLABEL", "%s", q);
+    char cbl[200];
+    k25_report_sfmt(cbl, sizeof(cbl), "%s / reference (paired ratio, log scale)", s->objective);
+    k25_plot_quote(cbl, q, sizeof(q));
+    k25_plot_set(j, "CBLABEL", "%s", q);
+    k25_plot_set(j, "SPAN", "%.6g", span);
+    k25_plot_set(j, "BEST_X", "%d", index_of(vals[0], na, s->pts[s->best].value[a]));
+    k25_plot_set(j, "BEST_Y", "%d", index_of(vals[1], nb, s->pts[s->best].value[b]));
+    k25_plot_set(j, "BEST_NAME", "'%s'", s->significant ? "best" : "best mean (not significant)");
+    /* green = better, whichever way the objective goes */
+    k25_plot_set(j, "PALETTE", "%s",
+                 s->maximize ? "(0 '#d73027', 0.5 '#f7f7f7', 1 '#1a9850')"
+                             : "(0 '#1a9850', 0.5 '#f7f7f7', 1 '#d73027')");
+    return K25_OK;
+}
+
+/* The Pareto plot: the objective against fidelity KL (else peak memory), marker size by memory.  K25_EIO. */
+static int sweep_pareto(const struct k25_report_sweep *s, const char *ol, const char *plot_dir,
+                        struct k25_plot_list *pl, struct k25_error *err)
+{
+    char path[PATH_MAX + 256], name[128], title[256], q[300];
+    int rc;
+    const char *xm = s->has_fidelity ? "fidelity_kl_mean" : "peak_memory_mb";
+    double mlo = INFINITY, mhi = -INFINITY, xlo = INFINITY, xhi = -INFINITY;
+    for (int i = 0; i < s->n_pts; i++) {
+        double m = metric(&s->pts[i], "peak_memory_mb"), x = metric(&s->pts[i], xm);
+        if (!isnan(m)) {
+            mlo = m < mlo ? m : mlo;
+            mhi = m > mhi ? m : mhi;
+        }
+        if (!isnan(x)) {
+            xlo = x < xlo ? x : xlo;
+            xhi = x > xhi ? x : xhi;
+        }
+    }
+    /* front sorted by x, so the line joins neighbours */
+    int order[1024], nf = 0;
+    for (int i = 0; i < s->n_pts && nf < 1024; i++)
+        if (s->pts[i].pareto && !isnan(metric(&s->pts[i], xm)) && !isnan(metric(&s->pts[i], s->objective)))
+            order[nf++] = i;
+    for (int i = 1; i < nf; i++)
+        for (int k = i; k > 0 && metric(&s->pts[order[k]], xm) < metric(&s->pts[order[k - 1]], xm); k--) {
+            int t = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = t;
+        }
+    snprintf(name, sizeof(name), "pareto.tsv");
+    FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
+    if (!f)
+        return K25_EIO;
+    int np = 0;
+    /* block 0: every point; block 1: the front in x order; block 2: the best point */
+    for (int i = 0; i < s->n_pts; i++) {
+        const struct k25_report_point *p = &s->pts[i];
+        double x = metric(p, xm), y = metric(p, s->objective), m = metric(p, "peak_memory_mb");
+        if (isnan(x) || isnan(y))
+            continue;
+        double ps = isnan(m) || !(mhi > mlo) ? 1.6 : 0.9 + 2.6 * (m - mlo) / (mhi - mlo);
+        fprintf(f, "%.9g\t%.9g\t%.4g\t%d\t%s\n", x, y, ps, p->feasible ? 1 : 0, p->id);
+        np++;
+    }
+    if (!np)
+        fputs("nan\tnan\t1\t0\tnone\n", f);
+    fputs("\n\n", f);
+    for (int k = 0; k < nf; k++) {
+        const struct k25_report_point *p = &s->pts[order[k]];
+        double m = metric(p, "peak_memory_mb");
+        double ps = isnan(m) || !(mhi > mlo) ? 1.6 : 0.9 + 2.6 * (m - mlo) / (mhi - mlo);
+        fprintf(f, "%.9g\t%.9g\t%.4g\t1\t%s\n", metric(p, xm), metric(p, s->objective), ps, p->id);
+    }
+    if (!nf)
+        fputs("nan\tnan\t1\t0\tnone\n", f);
+    fputs("\n\n", f);
+    {
+        const struct k25_report_point *p = &s->pts[s->best];
+        double x = metric(p, xm), y = metric(p, s->objective);
+        fprintf(f, "%.9g\t%.9g\t3\t1\tbest\n", x, y);
+    }
+    if ((rc = dclose(f, path, err)))
+        return rc;
+    if (np) {
+        k25_report_sfmt(title, sizeof(title), "Pareto front: %s against %s", s->objective, xm);
+        struct k25_plot_job *j =
+            add(pl, "sweep_pareto", "sweep_pareto", "sweep", title,
+                s->has_fidelity ? "Every point of the sweep; marker size grows with peak memory; the line joins "
+                                  "the Pareto front (no other point is better on the objective, fidelity and "
+                                  "memory at once)."
+                                : "Fidelity was not measured in this sweep, so the front is the objective against "
+                                  "peak memory (marker size grows with memory too).");
+        k25_plot_set(j, "DATA", "'data/pareto.tsv'");
+        int n_infeas = 0;
+        for (int i = 0; i < s->n_pts; i++)
+            n_infeas += !s->pts[i].feasible && !isnan(metric(&s->pts[i], xm)) && !isnan(metric(&s->pts[i], s->objective));
+        k25_plot_set(j, "N_INFEAS", "%d", n_infeas);
+        char al[160];
+        k25_report_metric_label(xm, al, sizeof(al));
+        k25_plot_quote(al, q, sizeof(q));
+        k25_plot_set(j, "XLABEL", "%s", q);
+        k25_plot_quote(ol, q, sizeof(q));
+        k25_plot_set(j, "YLABEL", "%s", q);
+        k25_plot_set(j, "LOGX", "%d", wide_range(xlo, xhi, 30));
+        char ml[160];
+        snprintf(ml, sizeof(ml), "marker size: peak memory %.0f .. %.0f MiB", isfinite(mlo) ? mlo : 0,
+                 isfinite(mhi) ? mhi : 0);
+        k25_plot_quote(ml, q, sizeof(q));
+        k25_plot_set(j, "SIZE_NOTE", "%s", q);
+    }
+    return K25_OK;
+}
+
+/*
+ * The objective along axis a through the best point; where that line holds
+ * one point (the best is the reference, off the grid), through the grid
+ * point with the most neighbours along the axis.  A skip note when the axis
+ * has one value or no two points differ in it alone.  K25_EIO.
+ */
+static int sweep_axis(const struct k25_report_sweep *s, int a, const char *ol, const char *plot_dir,
+                      struct k25_plot_list *pl, struct k25_error *err)
+{
+    char path[PATH_MAX + 256], name[128], stem[96], title[256], q[300];
+    static char vals[2][64][128];
+    bool numeric[2];
+    int rc;
+    int na = axis_values(s, a, vals[0], 64, &numeric[0]);
+    if (na < 2) {
+        skip_note(pl, "%s: no plot along this axis: the sweep ran one value of it (%s)", s->axis[a], vals[0][0]);
+        return K25_OK;
+    }
+    int at = s->best, most = line_points(s, s->best, a);
+    for (int i = 0; i < s->n_pts && most < 2; i++) {
+        int m = line_points(s, i, a);
+        if (m > most) {
+            most = m;
+            at = i;
+        }
+    }
+    if (most < 2) {
+        skip_note(pl, "%s: no plot along this axis: no two measured points differ in it alone", s->axis[a]);
+        return K25_OK;
+    }
+    snprintf(name, sizeof(name), "axis_%d.tsv", a);
+    FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
+    if (!f)
+        return K25_EIO;
+    double xlo = INFINITY, xhi = -INFINITY;
+    int rows = 0, n_infeas = 0, n_best = 0, n_ci = 0;
+    for (int k = 0; k < na; k++)
+        for (int i = 0; i < s->n_pts; i++) {
+            const struct k25_report_point *p = &s->pts[i];
+            if (strcmp(p->value[a], vals[0][k]) != 0 || !others_at(s, at, p, a, a))
+                continue;
+            double x = numeric[0] ? strtod(vals[0][k], NULL) : k, y = metric(p, s->objective);
+            if (isnan(y))
+                continue;
+            xlo = x < xlo ? x : xlo;
+            xhi = x > xhi ? x : xhi;
+            fprintf(f, "%.9g\t%.9g\t", x, y);
+            num(f, metric_ci(p, s->objective, 0));
+            fputc('\t', f);
+            num(f, metric_ci(p, s->objective, 1));
+            fprintf(f, "\t%d\t%d\n", p->feasible ? 1 : 0, i == s->best ? 1 : 0);
+            n_infeas += !p->feasible;
+            n_ci += !isnan(metric_ci(p, s->objective, 0)) && !isnan(metric_ci(p, s->objective, 1));
+            n_best += i == s->best;
+            rows++;
+        }
+    if ((rc = dclose(f, path, err)))
+        return rc;
+    if (rows < 2)
+        return K25_OK;
+    snprintf(stem, sizeof(stem), "sweep_axis_%d", a);
+    if (at == s->best || s->n_axes < 2) {
+        k25_report_sfmt(title, sizeof(title), "%s along %s (other axes at the %s point)", s->objective, s->axis[a],
+                        s->significant ? "best" : "best-mean");
+    } else {
+        char others[200] = "";
+        size_t u = 0;
+        for (int k = 0; k < s->n_axes && u < sizeof(others); k++)
+            if (k != a)
+                u += (size_t)snprintf(others + u, sizeof(others) - u, "%s%s=%s", u ? ", " : "", s->axis[k],
+                                      s->pts[at].value[k]);
+        k25_report_sfmt(title, sizeof(title), "%s along %s (at %s: the %s point has no neighbour on this axis)",
+                        s->objective, s->axis[a], others, s->significant ? "best" : "best-mean");
+    }
+    struct k25_plot_job *j = add(pl, "sweep_axis", stem, "sweep", title,
+                                 "The objective as one axis moves and the others stay at the best point; "
+                                 "error bars are 95% intervals over repetitions (none with one repetition); "
+                                 "hollow markers are infeasible points, the star is the best.");
+    k25_plot_set(j, "DATA", "'data/%s'", name);
+    k25_plot_set(j, "N_INFEAS", "%d", n_infeas);
+    k25_plot_set(j, "N_BEST", "%d", n_best);
+    k25_plot_set(j, "N_CI", "%d", n_ci);
+    char al[160], t[1536];
+    axis_label(s->axis[a], al, sizeof(al));
+    k25_plot_quote(al, q, sizeof(q));
+    k25_plot_set(j, "XLABEL", "%s", q);
+    k25_plot_quote(ol, q, sizeof(q));
+    k25_plot_set(j, "YLABEL", "%s", q);
+    if (numeric[0]) {
+        size_t u = (size_t)snprintf(t, sizeof(t), "set xtics (");
+        for (int k = 0; k < na && u < sizeof(t); k++)
+            u += (size_t)snprintf(t + u, sizeof(t) - u, "%s%.9g", k ? ", " : "", strtod(vals[0][k], NULL));
+        if (u < sizeof(t))
+            snprintf(t + u, sizeof(t) - u, ")");
+        k25_plot_set(j, "XTICS", "%s", t);
+        k25_plot_set(j, "LOGX", "%d", wide_range(xlo, xhi, 7.9) ? 1 : 0);
+    } else {
+        tics(vals[0], na, t, sizeof(t));
+        k25_plot_set(j, "XTICS", "set xtics %s; set xrange [-0.5:%d.5]", t, na - 1);
+        k25_plot_set(j, "LOGX", "0");
+    }
+    return K25_OK;
+}
+
 int k25_report_data_sweep(const struct k25_report_sweep *s, const char *plot_dir, struct k25_plot_list *pl,
                           struct k25_error *err)
 {
-    char path[PATH_MAX + 256], name[128], stem[96], title[256], ol[128], q[300];
+    char ol[128];
     int rc = K25_OK;
-    static char vals[2][64][128];
-    bool numeric[2];
     k25_report_metric_label(s->objective, ol, sizeof(ol));
     int anchor = s->best >= 0 ? s->best : -1;
     if (anchor < 0) /* no feasible point: anchor on the point with the best objective */
@@ -1028,266 +1380,16 @@ int k25_report_data_sweep(const struct k25_report_sweep *s, const char *plot_dir
     struct k25_report_sweep tmp = *s;
     tmp.best = anchor;
     s = &tmp;
-
-    /* --- heatmaps over each pair of axes */
+    /* heatmaps over each pair of axes, the Pareto front, then one line per axis */
     for (int a = 0; a < s->n_axes; a++)
-        for (int b = a + 1; b < s->n_axes; b++) {
-            int na = axis_values(s, a, vals[0], 64, &numeric[0]);
-            int nb = axis_values(s, b, vals[1], 64, &numeric[1]);
-            if (na < 2 && nb < 2)
-                continue;
-            if (pl->n >= K25_REPORT_MAX_PLOTS - 8)
-                break;
-            snprintf(name, sizeof(name), "heat_%d_%d.tsv", a, b);
-            FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
-            if (!f)
-                return K25_EIO;
-            /* colour: the paired ratio to the reference, on a log scale symmetric around 1 that spans
-               at least +-25%, so a few percent inside the noise stays pale */
-            double span = 1.25;
-            int cells = 0;
-            for (int i = 0; i < s->n_pts; i++) {
-                const struct k25_report_point *p = &s->pts[i];
-                double v = metric(p, s->objective), r, rlo, rhi;
-                if (!others_at_best(s, p, a, b) || isnan(v))
-                    continue;
-                ref_ratio(p, &r, &rlo, &rhi);
-                if (r > 0 && isfinite(r))
-                    span = fmax(span, r >= 1 ? r : 1 / r);
-                bool same = i != s->best && same_as_best(s, p, &s->pts[s->best]);
-                fprintf(f, "%d\t%d\t%.9g\t%d\t", index_of(vals[0], na, p->value[a]), index_of(vals[1], nb, p->value[b]),
-                        v, p->feasible ? 1 : 0);
-                num(f, r);
-                fputc('\t', f);
-                num(f, rlo);
-                fputc('\t', f);
-                num(f, rhi);
-                fprintf(f, "\t%d\t%d\t%d\n", same ? 1 : 0, p->reference ? 1 : 0, i == s->best ? 1 : 0);
-                cells++;
-            }
-            if ((rc = dclose(f, path, err)))
+        for (int b = a + 1; b < s->n_axes && pl->n < K25_REPORT_MAX_PLOTS - 8; b++)
+            if ((rc = sweep_heatmap(s, a, b, plot_dir, pl, err)) != K25_OK)
                 return rc;
-            if (!cells)
-                continue;
-            snprintf(stem, sizeof(stem), "sweep_heatmap_%d_%d", a, b);
-            k25_report_sfmt(title, sizeof(title), "%s over %s x %s", s->objective, s->axis[a], s->axis[b]);
-            char note[512];
-            snprintf(note, sizeof(note),
-                     "Each cell is a grid point with the other axes at the %s point's values. Colour: the paired "
-                     "ratio to the reference (the defaults), green better, red worse, pale within +-%.0f%%; the cell "
-                     "gives the objective and that ratio with its interval. Hatched cells cannot be told apart from "
-                     "the %s point (the sweep's paired rule, docs/sweeps.md). Grey: not compared; blank: not run.",
-                     s->significant ? "best" : "leading", 100 * (span - 1), s->significant ? "best" : "leading");
-            struct k25_plot_job *j = add(pl, "sweep_heatmap", stem, "sweep", title, note);
-            k25_plot_set(j, "DATA", "'data/%s'", name);
-            char t[1536], al[160];
-            tics(vals[0], na, t, sizeof(t));
-            k25_plot_set(j, "XTICS", "%s", t);
-            tics(vals[1], nb, t, sizeof(t));
-            k25_plot_set(j, "YTICS", "%s", t);
-            k25_plot_set(j, "NX", "%d", na);
-            k25_plot_set(j, "NY", "%d", nb);
-            axis_label(s->axis[a], al, sizeof(al));
-            k25_plot_quote(al, q, sizeof(q));
-            k25_plot_set(j, "XLABEL", "%s", q);
-            axis_label(s->axis[b], al, sizeof(al));
-            k25_plot_quote(al, q, sizeof(q));
-            k25_plot_set(j, "YLABEL", "%s", q);
-            char cbl[200];
-            k25_report_sfmt(cbl, sizeof(cbl), "%s / reference (paired ratio, log scale)", s->objective);
-            k25_plot_quote(cbl, q, sizeof(q));
-            k25_plot_set(j, "CBLABEL", "%s", q);
-            k25_plot_set(j, "SPAN", "%.6g", span);
-            k25_plot_set(j, "BEST_X", "%d", index_of(vals[0], na, s->pts[s->best].value[a]));
-            k25_plot_set(j, "BEST_Y", "%d", index_of(vals[1], nb, s->pts[s->best].value[b]));
-            k25_plot_set(j, "BEST_NAME", "'%s'", s->significant ? "best" : "best mean (not significant)");
-            /* green = better, whichever way the objective goes */
-            k25_plot_set(j, "PALETTE", "%s",
-                         s->maximize ? "(0 '#d73027', 0.5 '#f7f7f7', 1 '#1a9850')"
-                                     : "(0 '#1a9850', 0.5 '#f7f7f7', 1 '#d73027')");
-        }
-
-    /* --- Pareto front: objective against fidelity KL (else peak memory), size by memory */
-    {
-        const char *xm = s->has_fidelity ? "fidelity_kl_mean" : "peak_memory_mb";
-        double mlo = INFINITY, mhi = -INFINITY, xlo = INFINITY, xhi = -INFINITY;
-        for (int i = 0; i < s->n_pts; i++) {
-            double m = metric(&s->pts[i], "peak_memory_mb"), x = metric(&s->pts[i], xm);
-            if (!isnan(m)) {
-                mlo = m < mlo ? m : mlo;
-                mhi = m > mhi ? m : mhi;
-            }
-            if (!isnan(x)) {
-                xlo = x < xlo ? x : xlo;
-                xhi = x > xhi ? x : xhi;
-            }
-        }
-        /* front sorted by x, so the line joins neighbours */
-        int order[1024], nf = 0;
-        for (int i = 0; i < s->n_pts && nf < 1024; i++)
-            if (s->pts[i].pareto && !isnan(metric(&s->pts[i], xm)) && !isnan(metric(&s->pts[i], s->objective)))
-                order[nf++] = i;
-        for (int i = 1; i < nf; i++)
-            for (int k = i; k > 0 && metric(&s->pts[order[k]], xm) < metric(&s->pts[order[k - 1]], xm); k--) {
-                int t = order[k];
-                order[k] = order[k - 1];
-                order[k - 1] = t;
-            }
-        snprintf(name, sizeof(name), "pareto.tsv");
-        FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
-        if (!f)
-            return K25_EIO;
-        int np = 0;
-        /* block 0: every point; block 1: the front in x order; block 2: the best point */
-        for (int i = 0; i < s->n_pts; i++) {
-            const struct k25_report_point *p = &s->pts[i];
-            double x = metric(p, xm), y = metric(p, s->objective), m = metric(p, "peak_memory_mb");
-            if (isnan(x) || isnan(y))
-                continue;
-            double ps = isnan(m) || !(mhi > mlo) ? 1.6 : 0.9 + 2.6 * (m - mlo) / (mhi - mlo);
-            fprintf(f, "%.9g\t%.9g\t%.4g\t%d\t%s\n", x, y, ps, p->feasible ? 1 : 0, p->id);
-            np++;
-        }
-        if (!np)
-            fputs("nan\tnan\t1\t0\tnone\n", f);
-        fputs("\n\n", f);
-        for (int k = 0; k < nf; k++) {
-            const struct k25_report_point *p = &s->pts[order[k]];
-            double m = metric(p, "peak_memory_mb");
-            double ps = isnan(m) || !(mhi > mlo) ? 1.6 : 0.9 + 2.6 * (m - mlo) / (mhi - mlo);
-            fprintf(f, "%.9g\t%.9g\t%.4g\t1\t%s\n", metric(p, xm), metric(p, s->objective), ps, p->id);
-        }
-        if (!nf)
-            fputs("nan\tnan\t1\t0\tnone\n", f);
-        fputs("\n\n", f);
-        {
-            const struct k25_report_point *p = &s->pts[s->best];
-            double x = metric(p, xm), y = metric(p, s->objective);
-            fprintf(f, "%.9g\t%.9g\t3\t1\tbest\n", x, y);
-        }
-        if ((rc = dclose(f, path, err)))
+    if ((rc = sweep_pareto(s, ol, plot_dir, pl, err)) != K25_OK)
+        return rc;
+    for (int a = 0; a < s->n_axes && pl->n < K25_REPORT_MAX_PLOTS - 1; a++)
+        if ((rc = sweep_axis(s, a, ol, plot_dir, pl, err)) != K25_OK)
             return rc;
-        if (np) {
-            k25_report_sfmt(title, sizeof(title), "Pareto front: %s against %s", s->objective, xm);
-            struct k25_plot_job *j =
-                add(pl, "sweep_pareto", "sweep_pareto", "sweep", title,
-                    s->has_fidelity ? "Every point of the sweep; marker size grows with peak memory; the line joins "
-                                      "the Pareto front (no other point is better on the objective, fidelity and "
-                                      "memory at once)."
-                                    : "Fidelity was not measured in this sweep, so the front is the objective against "
-                                      "peak memory (marker size grows with memory too).");
-            k25_plot_set(j, "DATA", "'data/pareto.tsv'");
-            int n_infeas = 0;
-            for (int i = 0; i < s->n_pts; i++)
-                n_infeas += !s->pts[i].feasible && !isnan(metric(&s->pts[i], xm)) && !isnan(metric(&s->pts[i], s->objective));
-            k25_plot_set(j, "N_INFEAS", "%d", n_infeas);
-            char al[160];
-            k25_report_metric_label(xm, al, sizeof(al));
-            k25_plot_quote(al, q, sizeof(q));
-            k25_plot_set(j, "XLABEL", "%s", q);
-            k25_plot_quote(ol, q, sizeof(q));
-            k25_plot_set(j, "YLABEL", "%s", q);
-            k25_plot_set(j, "LOGX", "%d", wide_range(xlo, xhi, 30));
-            char ml[160];
-            snprintf(ml, sizeof(ml), "marker size: peak memory %.0f .. %.0f MiB", isfinite(mlo) ? mlo : 0,
-                     isfinite(mhi) ? mhi : 0);
-            k25_plot_quote(ml, q, sizeof(q));
-            k25_plot_set(j, "SIZE_NOTE", "%s", q);
-        }
-    }
-
-    /* --- one line per axis through the best point; where that line holds one point (the best is
-       the reference, off the grid), through the grid point with the most neighbours along the axis */
-    for (int a = 0; a < s->n_axes && pl->n < K25_REPORT_MAX_PLOTS - 1; a++) {
-        int na = axis_values(s, a, vals[0], 64, &numeric[0]);
-        if (na < 2) {
-            skip_note(pl, "%s: no plot along this axis: the sweep ran one value of it (%s)", s->axis[a], vals[0][0]);
-            continue;
-        }
-        int at = s->best, most = line_points(s, s->best, a);
-        for (int i = 0; i < s->n_pts && most < 2; i++) {
-            int m = line_points(s, i, a);
-            if (m > most) {
-                most = m;
-                at = i;
-            }
-        }
-        if (most < 2) {
-            skip_note(pl, "%s: no plot along this axis: no two measured points differ in it alone", s->axis[a]);
-            continue;
-        }
-        snprintf(name, sizeof(name), "axis_%d.tsv", a);
-        FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
-        if (!f)
-            return K25_EIO;
-        double xlo = INFINITY, xhi = -INFINITY;
-        int rows = 0, n_infeas = 0, n_best = 0, n_ci = 0;
-        for (int k = 0; k < na; k++)
-            for (int i = 0; i < s->n_pts; i++) {
-                const struct k25_report_point *p = &s->pts[i];
-                if (strcmp(p->value[a], vals[0][k]) != 0 || !others_at(s, at, p, a, a))
-                    continue;
-                double x = numeric[0] ? strtod(vals[0][k], NULL) : k, y = metric(p, s->objective);
-                if (isnan(y))
-                    continue;
-                xlo = x < xlo ? x : xlo;
-                xhi = x > xhi ? x : xhi;
-                fprintf(f, "%.9g\t%.9g\t", x, y);
-                num(f, metric_ci(p, s->objective, 0));
-                fputc('\t', f);
-                num(f, metric_ci(p, s->objective, 1));
-                fprintf(f, "\t%d\t%d\n", p->feasible ? 1 : 0, i == s->best ? 1 : 0);
-                n_infeas += !p->feasible;
-                n_ci += !isnan(metric_ci(p, s->objective, 0)) && !isnan(metric_ci(p, s->objective, 1));
-                n_best += i == s->best;
-                rows++;
-            }
-        if ((rc = dclose(f, path, err)))
-            return rc;
-        if (rows < 2)
-            continue;
-        snprintf(stem, sizeof(stem), "sweep_axis_%d", a);
-        if (at == s->best || s->n_axes < 2) {
-            k25_report_sfmt(title, sizeof(title), "%s along %s (other axes at the %s point)", s->objective, s->axis[a],
-                            s->significant ? "best" : "best-mean");
-        } else {
-            char others[200] = "";
-            size_t u = 0;
-            for (int k = 0; k < s->n_axes && u < sizeof(others); k++)
-                if (k != a)
-                    u += (size_t)snprintf(others + u, sizeof(others) - u, "%s%s=%s", u ? ", " : "", s->axis[k],
-                                          s->pts[at].value[k]);
-            k25_report_sfmt(title, sizeof(title), "%s along %s (at %s: the %s point has no neighbour on this axis)",
-                            s->objective, s->axis[a], others, s->significant ? "best" : "best-mean");
-        }
-        struct k25_plot_job *j = add(pl, "sweep_axis", stem, "sweep", title,
-                                     "The objective as one axis moves and the others stay at the best point; "
-                                     "error bars are 95% intervals over repetitions (none with one repetition); "
-                                     "hollow markers are infeasible points, the star is the best.");
-        k25_plot_set(j, "DATA", "'data/%s'", name);
-        k25_plot_set(j, "N_INFEAS", "%d", n_infeas);
-        k25_plot_set(j, "N_BEST", "%d", n_best);
-        k25_plot_set(j, "N_CI", "%d", n_ci);
-        char al[160], t[1536];
-        axis_label(s->axis[a], al, sizeof(al));
-        k25_plot_quote(al, q, sizeof(q));
-        k25_plot_set(j, "XLABEL", "%s", q);
-        k25_plot_quote(ol, q, sizeof(q));
-        k25_plot_set(j, "YLABEL", "%s", q);
-        if (numeric[0]) {
-            size_t u = (size_t)snprintf(t, sizeof(t), "set xtics (");
-            for (int k = 0; k < na && u < sizeof(t); k++)
-                u += (size_t)snprintf(t + u, sizeof(t) - u, "%s%.9g", k ? ", " : "", strtod(vals[0][k], NULL));
-            if (u < sizeof(t))
-                snprintf(t + u, sizeof(t) - u, ")");
-            k25_plot_set(j, "XTICS", "%s", t);
-            k25_plot_set(j, "LOGX", "%d", wide_range(xlo, xhi, 7.9) ? 1 : 0);
-        } else {
-            tics(vals[0], na, t, sizeof(t));
-            k25_plot_set(j, "XTICS", "set xtics %s; set xrange [-0.5:%d.5]", t, na - 1);
-            k25_plot_set(j, "LOGX", "0");
-        }
-    }
     return K25_OK;
 }
 

@@ -174,130 +174,126 @@ static bool metric_resolve(const char *name, struct k25_sla_line *l)
 
 /* ------------------------------------------------------------- parsing */
 
-struct lex {
-    const char *s;
-    size_t pos;
-};
+/*
+ * A line is util's expression language (k25util.h) twice: the head
+ * `METRIC OP NUMBER`, ended by a stop word (at / where / for), then the
+ * conditions, comparisons of input_length / output_length joined by
+ * `and` (&&).  The operators line up with util's.
+ */
+_Static_assert((int)K25_SLA_LT == (int)K25_EXPR_LT && (int)K25_SLA_LE == (int)K25_EXPR_LE &&
+                   (int)K25_SLA_GT == (int)K25_EXPR_GT && (int)K25_SLA_GE == (int)K25_EXPR_GE &&
+                   (int)K25_SLA_EQ == (int)K25_EXPR_EQ && (int)K25_SLA_NE == (int)K25_EXPR_NE,
+               "k25_sla_op and k25_expr_op differ");
 
-static void skip_ws(struct lex *x)
+static bool head_resolve(void *ctx, const char *name, enum k25_expr_type *type, int *slot, char *why, size_t n)
 {
-    while (x->s[x->pos] == ' ' || x->s[x->pos] == '\t')
-        x->pos++;
-}
-
-/* A name: [A-Za-z_][A-Za-z0-9_]* */
-static bool lex_name(struct lex *x, char *out, size_t n)
-{
-    skip_ws(x);
-    size_t st = x->pos;
-    if (!isalpha((unsigned char)x->s[st]) && x->s[st] != '_')
-        return false;
-    while (isalnum((unsigned char)x->s[x->pos]) || x->s[x->pos] == '_')
-        x->pos++;
-    snprintf(out, n, "%.*s", (int)(x->pos - st), x->s + st);
-    return true;
-}
-
-static bool lex_op(struct lex *x, enum k25_sla_op *op)
-{
-    skip_ws(x);
-    static const struct {
-        const char *t;
-        enum k25_sla_op op;
-    } ops[] = {{"<=", K25_SLA_LE}, {">=", K25_SLA_GE}, {"==", K25_SLA_EQ}, {"!=", K25_SLA_NE},
-               {"<", K25_SLA_LT},  {">", K25_SLA_GT}};
-    for (size_t i = 0; i < 6; i++) {
-        size_t l = strlen(ops[i].t);
-        if (!strncmp(x->s + x->pos, ops[i].t, l)) {
-            /* "<==" and "=>" are typos, not operators */
-            if (x->s[x->pos + l] == '=' || x->s[x->pos + l] == '<' || x->s[x->pos + l] == '>')
-                return false;
-            x->pos += l;
-            *op = ops[i].op;
-            return true;
-        }
-    }
+    struct k25_sla_line *l = ctx;
+    *type = K25_EXPR_NUM;
+    *slot = -1;
+    snprintf(l->metric, sizeof(l->metric), "%s", name);
+    if (metric_resolve(name, l))
+        return true;
+    snprintf(why, n,
+             "unknown metric '%.63s' (use ttft|tpot|itl|e2e|queue _p50|_p90|_p95|_p99|_mean|_max _ms, busy_p95, "
+             "output_tok_per_s, requests_per_s, goodput_rps, peak_memory_mb, kv_cache_hit_rate, "
+             "degraded_requests_ratio, kv_usage_ratio, rejected_ratio)",
+             name);
     return false;
 }
 
-/* A number; with allow_k, a k/K suffix multiplies by 1024 (token counts: 32k = 32768). */
-static bool lex_number(struct lex *x, bool allow_k, double *v)
+static bool cond_resolve(void *ctx, const char *name, enum k25_expr_type *type, int *slot, char *why, size_t n)
 {
-    skip_ws(x);
-    const char *st = x->s + x->pos;
-    char *end;
-    errno = 0;
-    double d = strtod(st, &end);
-    if (end == st || errno || !isfinite(d))
-        return false;
-    if (allow_k && (*end == 'k' || *end == 'K')) {
-        d *= 1024;
-        end++;
+    (void)ctx;
+    *type = K25_EXPR_NUM;
+    *slot = -1;
+    if (!strcmp(name, "input_length") || !strcmp(name, "output_length"))
+        return true;
+    snprintf(why, n, "unknown field '%.63s': expected input_length or output_length", name);
+    return false;
+}
+
+/* Adds the comparisons of the `and` chain e to l->cond; anything else is an error naming its column. */
+static int add_conds(const struct k25_expr *e, const char *text, const char *what, const char *file, int line,
+                     struct k25_sla_line *l, struct k25_error *err)
+{
+    int rc;
+    switch (e->kind) {
+    case K25_EXPR_AND:
+        if ((rc = add_conds(e->a, text, what, file, line, l, err)) < 0)
+            return rc;
+        return add_conds(e->b, text, what, file, line, l, err);
+    case K25_EXPR_OR:
+        return k25_error_set(err, K25_EINVAL, file, line, "sla",
+                             "%s: column %d: expected `and` between conditions, got '%s' (every condition must hold)",
+                             what, e->col, text[e->col - 1] == '|' ? "||" : "or");
+    case K25_EXPR_NOT:
+        return k25_error_set(err, K25_EINVAL, file, line, "sla",
+                             "%s: column %d: expected input_length or output_length, got '!'", what, e->col);
+    case K25_EXPR_CMP: break;
     }
-    if (isalnum((unsigned char)*end) || *end == '_')
-        return false;
-    x->pos += (size_t)(end - st);
-    *v = d;
-    return true;
+    if (l->n_cond == K25_SLA_MAX_COND)
+        return k25_error_set(err, K25_EINVAL, file, line, "sla", "%s: at most %d conditions", what, K25_SLA_MAX_COND);
+    struct k25_sla_cond *c = &l->cond[l->n_cond++];
+    snprintf(c->field, sizeof(c->field), "%s", e->name);
+    c->op = (enum k25_sla_op)e->op;
+    c->value = e->num;
+    return K25_OK;
 }
 
 int k25_sla_line_parse(const char *text, const char *file, int line, struct k25_sla_line *l, struct k25_error *err)
 {
+    static const char *const stops[] = {"at", "where", "for", NULL};
     memset(l, 0, sizeof(*l));
     snprintf(l->text, sizeof(l->text), "%s", text);
     l->line = line;
-    struct lex x = {text, 0};
+    char what[300];
+    snprintf(what, sizeof(what), "\"%.250s\"", text);
+    struct k25_expr_opts o = {
+        .what = what, .file = file, .line = line, .field = "sla", .names = "a metric name, e.g. ttft_p95_ms",
+        .resolve = head_resolve, .ctx = l, .stop_words = stops,
+    };
+    struct k25_expr *e = NULL;
+    size_t end = 0;
+    int rc = k25_expr_parse(text, &o, &e, &end, NULL, err);
+    if (rc < 0)
+        return rc;
 #define BAD(...) k25_error_set(err, K25_EINVAL, file, line, "sla", __VA_ARGS__)
-    if (!lex_name(&x, l->metric, sizeof(l->metric)))
-        return BAD("\"%s\": column %zu: expected a metric name, e.g. ttft_p95_ms", text, x.pos + 1);
-    if (!metric_resolve(l->metric, l))
-        return BAD("\"%s\": column 1: unknown metric '%s' (use ttft|tpot|itl|e2e|queue _p50|_p90|_p95|_p99|_mean|"
-                   "_max _ms, busy_p95, output_tok_per_s, requests_per_s, goodput_rps, peak_memory_mb, "
-                   "kv_cache_hit_rate, degraded_requests_ratio, kv_usage_ratio, rejected_ratio)",
-                   text, l->metric);
-    if (!lex_op(&x, &l->op))
-        return BAD("\"%s\": column %zu: expected a comparison (<, <=, >, >=, ==, !=)", text, x.pos + 1);
-    if (!lex_number(&x, false, &l->limit))
-        return BAD("\"%s\": column %zu: expected a number", text, x.pos + 1);
-    skip_ws(&x);
-    if (!text[x.pos])
-        return K25_OK;
-    char word[32];
-    size_t wpos = x.pos;
-    if (!lex_name(&x, word, sizeof(word)) || (strcmp(word, "at") && strcmp(word, "where") && strcmp(word, "for")))
-        return BAD("\"%s\": column %zu: expected the end of the line or `at CONDITION`", text, wpos + 1);
-    if (l->src != K25_SLA_SRC_REQ && l->src != K25_SLA_SRC_TOKEN)
-        return BAD("\"%s\": column %zu: conditions select requests, so they apply only to per-request metrics "
-                   "(ttft, tpot, itl, e2e, queue), not to %s",
-                   text, wpos + 1, l->metric);
-    for (;;) {
-        if (l->n_cond == K25_SLA_MAX_COND)
-            return BAD("\"%s\": at most %d conditions", text, K25_SLA_MAX_COND);
-        struct k25_sla_cond *c = &l->cond[l->n_cond];
-        size_t cpos = x.pos;
-        skip_ws(&x);
-        cpos = x.pos;
-        if (!lex_name(&x, c->field, sizeof(c->field)) ||
-            (strcmp(c->field, "input_length") && strcmp(c->field, "output_length")))
-            return BAD("\"%s\": column %zu: expected input_length or output_length", text, cpos + 1);
-        if (!lex_op(&x, &c->op))
-            return BAD("\"%s\": column %zu: expected a comparison (<, <=, >, >=, ==, !=)", text, x.pos + 1);
-        if (!lex_number(&x, true, &c->value))
-            return BAD("\"%s\": column %zu: expected a number of tokens (32768 or 32k)", text, x.pos + 1);
-        l->n_cond++;
-        skip_ws(&x);
-        if (!text[x.pos])
-            break;
-        if (!strncmp(text + x.pos, "&&", 2)) {
-            x.pos += 2;
-            continue;
-        }
-        wpos = x.pos;
-        if (!lex_name(&x, word, sizeof(word)) || strcmp(word, "and"))
-            return BAD("\"%s\": column %zu: expected `and` or the end of the line", text, wpos + 1);
+    if (e->kind != K25_EXPR_CMP) {
+        rc = BAD("%s: column %d: an SLA line is `METRIC OP NUMBER [at CONDITIONS]`, got '%s'", what, e->col,
+                 e->kind == K25_EXPR_NOT ? "!" : text[e->col - 1] == '&' || text[e->col - 1] == '|'
+                                                     ? (text[e->col - 1] == '&' ? "&&" : "||")
+                                                     : (e->kind == K25_EXPR_AND ? "and" : "or"));
+        goto out_free;
     }
+    snprintf(l->metric, sizeof(l->metric), "%s", e->name);
+    metric_resolve(l->metric, l); /* the head's metric, after any resolver call */
+    l->op = (enum k25_sla_op)e->op;
+    l->limit = e->num;
+    k25_expr_free(e);
+    e = NULL;
+    if (!text[end])
+        return K25_OK;
+    size_t wlen = strspn(text + end, "abcdefghijklmnopqrstuvwxyz");
+    if (l->src != K25_SLA_SRC_REQ && l->src != K25_SLA_SRC_TOKEN)
+        return BAD("%s: column %zu: conditions select requests, so they apply only to per-request metrics "
+                   "(ttft, tpot, itl, e2e, queue), not to %s",
+                   what, end + 1, l->metric);
+    size_t rest = end + wlen;
+    if (!text[rest + strspn(text + rest, " \t")])
+        return BAD("%s: column %zu: expected a condition (input_length or output_length) after '%.*s', got the end",
+                   what, rest + 1, (int)wlen, text + end);
+    o.names = "input_length or output_length";
+    o.resolve = cond_resolve;
+    o.ctx = NULL;
+    o.stop_words = NULL;
+    o.col0 = (int)rest;
+    if ((rc = k25_expr_parse(text + rest, &o, &e, NULL, NULL, err)) < 0)
+        return rc;
+    rc = add_conds(e, text, what, file, line, l, err);
+out_free:
+    k25_expr_free(e);
 #undef BAD
-    return K25_OK;
+    return rc;
 }
 
 /* ---------------------------------------------------------- the file */

@@ -826,51 +826,22 @@ void k25_sweep_point_label(const struct k25_sweep_spec *s, const struct k25_swee
 
 /* ---------------------------------------------------- small expressions */
 
-static const char *op_text[] = {"<", "<=", ">", ">=", "==", "!="};
+/* Constraints and --only are util's expression language (k25util.h); the operators line up. */
+_Static_assert((int)K25_OP_LT == (int)K25_EXPR_LT && (int)K25_OP_LE == (int)K25_EXPR_LE &&
+                   (int)K25_OP_GT == (int)K25_EXPR_GT && (int)K25_OP_GE == (int)K25_EXPR_GE &&
+                   (int)K25_OP_EQ == (int)K25_EXPR_EQ && (int)K25_OP_NE == (int)K25_EXPR_NE,
+               "k25_sweep_op and k25_expr_op differ");
 
-/* Reads an operator at *p; advances.  -1 when none. */
-static int read_op(const char **p)
+/* A constraint's name: a metric the sweep knows, a number. */
+static bool metric_resolve(void *ctx, const char *name, enum k25_expr_type *type, int *slot, char *why, size_t n)
 {
-    static const struct { const char *t; enum k25_sweep_op op; } ops[] = {
-        {"<=", K25_OP_LE}, {">=", K25_OP_GE}, {"==", K25_OP_EQ}, {"!=", K25_OP_NE}, {"<", K25_OP_LT}, {">", K25_OP_GT}};
-    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
-        if (!strncmp(*p, ops[i].t, strlen(ops[i].t))) {
-            *p += strlen(ops[i].t);
-            return (int)ops[i].op;
-        }
-    return -1;
-}
-
-static bool cmp(double a, enum k25_sweep_op op, double b)
-{
-    switch (op) {
-    case K25_OP_LT: return a < b;
-    case K25_OP_LE: return a <= b;
-    case K25_OP_GT: return a > b;
-    case K25_OP_GE: return a >= b;
-    case K25_OP_EQ: return a == b;
-    case K25_OP_NE: return a != b;
-    }
+    (void)ctx;
+    *slot = -1;
+    *type = K25_EXPR_NUM;
+    if (k25_sweep_metric_known(name))
+        return true;
+    snprintf(why, n, "unknown metric '%.63s' (see docs/sweeps.md for the list)", name);
     return false;
-}
-
-static void skip_ws(const char **p)
-{
-    while (**p == ' ' || **p == '\t')
-        (*p)++;
-}
-
-/* name: [A-Za-z_][A-Za-z0-9_]* */
-static size_t read_name(const char *p, char *out, size_t n)
-{
-    size_t i = 0;
-    while ((p[i] == '_' || (p[i] >= 'a' && p[i] <= 'z') || (p[i] >= 'A' && p[i] <= 'Z') ||
-            (i > 0 && p[i] >= '0' && p[i] <= '9')) && i + 1 < n) {
-        out[i] = p[i];
-        i++;
-    }
-    out[i] = 0;
-    return i;
 }
 
 int k25_sweep_constraint_parse(const char *text, const char *file, int line, struct k25_sweep_constraint *c,
@@ -879,95 +850,95 @@ int k25_sweep_constraint_parse(const char *text, const char *file, int line, str
     memset(c, 0, sizeof(*c));
     snprintf(c->text, sizeof(c->text), "%s", text);
     c->line = line;
-    const char *p = text;
-    skip_ws(&p);
-    size_t nl = read_name(p, c->metric, sizeof(c->metric));
-    if (!nl)
-        return k25_error_set(err, K25_EINVAL, file, line, "subject_to",
-                             "\"%s\": column %d: expected a metric name", text, (int)(p - text) + 1);
-    if (!k25_sweep_metric_known(c->metric))
-        return k25_error_set(err, K25_EINVAL, file, line, "subject_to",
-                             "\"%s\": unknown metric '%s' (see docs/sweeps.md for the list)", text, c->metric);
-    p += nl;
-    skip_ws(&p);
-    int op = read_op(&p);
-    if (op < 0)
-        return k25_error_set(err, K25_EINVAL, file, line, "subject_to",
-                             "\"%s\": column %d: expected one of < <= > >= == !=", text, (int)(p - text) + 1);
-    c->op = (enum k25_sweep_op)op;
-    skip_ws(&p);
-    char *end;
-    errno = 0;
-    c->value = strtod(p, &end);
-    if (end == p || errno || !isfinite(c->value))
-        return k25_error_set(err, K25_EINVAL, file, line, "subject_to", "\"%s\": column %d: expected a number", text,
-                             (int)(p - text) + 1);
-    p = end;
-    skip_ws(&p);
-    if (*p)
-        return k25_error_set(err, K25_EINVAL, file, line, "subject_to", "\"%s\": column %d: unexpected '%s'", text,
-                             (int)(p - text) + 1, p);
-    return K25_OK;
+    char what[200];
+    snprintf(what, sizeof(what), "\"%.160s\"", text);
+    const struct k25_expr_opts o = {
+        .what = what, .file = file, .line = line, .field = "subject_to", .names = "a metric name",
+        .resolve = metric_resolve,
+    };
+    struct k25_expr *e;
+    int rc = k25_expr_parse(text, &o, &e, NULL, NULL, err);
+    if (rc < 0)
+        return rc;
+    if (e->kind != K25_EXPR_CMP) {
+        rc = k25_error_set(err, K25_EINVAL, file, line, "subject_to",
+                           "%s: column %d: a constraint is one comparison `METRIC OP NUMBER`, got '%s'", what, e->col,
+                           e->kind == K25_EXPR_NOT ? "!" : e->kind == K25_EXPR_AND ? "&&" : "||");
+        goto out_free;
+    }
+    snprintf(c->metric, sizeof(c->metric), "%s", e->name);
+    c->op = (enum k25_sweep_op)e->op;
+    c->value = e->num;
+out_free:
+    k25_expr_free(e);
+    return rc;
 }
 
 bool k25_sweep_constraint_holds(const struct k25_sweep_constraint *c, double v)
 {
-    return !isnan(v) && cmp(v, c->op, c->value);
+    const struct k25_expr cmp = {.kind = K25_EXPR_CMP, .op = (enum k25_expr_op)c->op,
+                                 .value_type = K25_EXPR_NUM, .num = c->value};
+    return k25_expr_cmp_holds(&cmp, (struct k25_expr_value){.type = K25_EXPR_NUM, .num = v});
+}
+
+/* Does s read as a number (the way --only compares an axis value)? */
+static bool axis_number(const char *s, double *v)
+{
+    return k25_expr_number(s, v);
+}
+
+/* --only's names: the spec's axes; a number when every value of the axis is one, text when none is. */
+static bool axis_resolve(void *ctx, const char *name, enum k25_expr_type *type, int *slot, char *why, size_t n)
+{
+    const struct k25_sweep_spec *s = ctx;
+    for (int a = 0; a < s->n_axes; a++) {
+        if (strcmp(s->axes[a].key, name) != 0)
+            continue;
+        int nums = 0;
+        double v;
+        for (int i = 0; i < s->axes[a].n; i++)
+            nums += axis_number(s->axes[a].values[i], &v);
+        *slot = a;
+        *type = nums == s->axes[a].n ? K25_EXPR_NUM : nums == 0 ? K25_EXPR_STR : K25_EXPR_ANY;
+        return true;
+    }
+    size_t k = (size_t)snprintf(why, n, "unknown axis '%.63s' (axes:", name);
+    for (int a = 0; a < s->n_axes && k < n; a++)
+        k += (size_t)snprintf(why + k, n - k, "%s %s", a ? "," : "", s->axes[a].key);
+    if (k < n)
+        snprintf(why + k, n - k, "%s)", s->n_axes ? "" : " none");
+    return false;
+}
+
+struct only_ctx {
+    const struct k25_sweep_spec *s;
+    const struct k25_sweep_point *pt;
+};
+
+/* A point's value of an axis (the reference point has none: absent). */
+static struct k25_expr_value axis_lookup(void *ctx, const char *name, int slot)
+{
+    (void)name;
+    const struct only_ctx *c = ctx;
+    struct k25_expr_value v = {.type = K25_EXPR_ANY};
+    if (c->pt->reference || c->pt->idx[slot] < 0)
+        return v;
+    v.str = c->s->axes[slot].values[c->pt->idx[slot]];
+    v.type = axis_number(v.str, &v.num) ? K25_EXPR_NUM : K25_EXPR_STR;
+    return v;
 }
 
 int k25_sweep_only_match(const struct k25_sweep_spec *s, const struct k25_sweep_point *pt, const char *expr,
                          bool *match, struct k25_error *err)
 {
-    const char *p = expr;
+    const struct k25_expr_opts o = {.what = "--only", .names = "an axis name", .resolve = axis_resolve, .ctx = (void *)s};
+    struct k25_expr *e;
     *match = true;
-    for (;;) {
-        skip_ws(&p);
-        char name[64];
-        size_t nl = read_name(p, name, sizeof(name));
-        int a = -1;
-        for (int i = 0; nl && i < s->n_axes; i++)
-            if (!strcmp(s->axes[i].key, name))
-                a = i;
-        if (a < 0)
-            return k25_error_set(err, K25_EINVAL, "--only", 0, NULL, "column %d: expected an axis name (%s%s)",
-                                 (int)(p - expr) + 1, s->n_axes ? s->axes[0].key : "none", s->n_axes > 1 ? ", ..." : "");
-        p += nl;
-        skip_ws(&p);
-        int op = read_op(&p);
-        if (op < 0)
-            return k25_error_set(err, K25_EINVAL, "--only", 0, NULL, "column %d: expected one of < <= > >= == !=",
-                                 (int)(p - expr) + 1);
-        skip_ws(&p);
-        const char *v0 = p;
-        while (*p && *p != ' ' && *p != '\t' && *p != '&')
-            p++;
-        if (p == v0)
-            return k25_error_set(err, K25_EINVAL, "--only", 0, NULL, "column %d: expected a value", (int)(p - expr) + 1);
-        char val[128];
-        snprintf(val, sizeof(val), "%.*s", (int)(p - v0), v0);
-        const char *mine = pt->reference || pt->idx[a] < 0 ? NULL : s->axes[a].values[pt->idx[a]];
-        bool ok;
-        if (!mine) {
-            ok = false; /* the reference point has no axis value */
-        } else {
-            char *e1, *e2;
-            double x = strtod(mine, &e1), y = strtod(val, &e2);
-            if (!*e1 && !*e2 && e1 != mine && e2 != val)
-                ok = cmp(x, (enum k25_sweep_op)op, y);
-            else if (op == K25_OP_EQ || op == K25_OP_NE)
-                ok = (strcmp(mine, val) == 0) == (op == K25_OP_EQ);
-            else
-                return k25_error_set(err, K25_EINVAL, "--only", 0, NULL,
-                                     "column %d: %s compares text values; use == or !=", (int)(v0 - expr) + 1,
-                                     op_text[op]);
-        }
-        *match = *match && ok;
-        skip_ws(&p);
-        if (!*p)
-            return K25_OK;
-        if (strncmp(p, "&&", 2) != 0)
-            return k25_error_set(err, K25_EINVAL, "--only", 0, NULL, "column %d: expected && or the end",
-                                 (int)(p - expr) + 1);
-        p += 2;
-    }
+    int rc = k25_expr_parse(expr, &o, &e, NULL, NULL, err);
+    if (rc < 0)
+        return rc;
+    struct only_ctx c = {s, pt};
+    *match = k25_expr_eval(e, axis_lookup, &c);
+    k25_expr_free(e);
+    return K25_OK;
 }

@@ -102,7 +102,9 @@ static void test_open_loop_stall(void **state)
     struct k25_bench_run run = {0};
     run.stall_start_ns = run.stall_end_ns = -1;
     struct k25_error err;
-    if (k25_loadgen_run(e, &o, in, 3, order, 0, 40, 0, true, &run, &err) != K25_OK)
+    struct k25_loadgen_settings s = {.opts = &o, .inputs = in, .n_inputs = 3, .order = order, .n_requests = 40,
+                                     .record = true, .seed = k25_engine_config(e)->seed};
+    if (k25_loadgen_run(e, &s, &run, &err) != K25_OK)
         fail_msg("%s", err.msg);
     assert_int_equal(run.n_reqs, 40);
     assert_true(run.stall_start_ns >= 200000000);
@@ -134,6 +136,65 @@ static void test_open_loop_stall(void **state)
     k25_model_destroy(m);
 }
 
+/*
+ * The load generator submits every request due at once in one
+ * k25_engine_submit_batch: with a spill folder, eight users starting
+ * together (one memory slot, seven spilled records) share fsyncs, where one
+ * submit per request would pay an fsync for each spilled record.  Every
+ * request still completes and is recorded once, in issue order.
+ */
+static void test_loadgen_batches_submits(void **state)
+{
+    (void)state;
+    struct k25_config cfg;
+    struct k25_error err;
+    k25_model_t *m;
+    k25_engine_t *e;
+    k25_config_init(&cfg);
+    cfg.threads = 1;
+    cfg.queue_memory_capacity = 1;
+    snprintf(cfg.queue_spill_dir, sizeof(cfg.queue_spill_dir), "%s/lg-spill", tu_dir);
+    assert_int_equal(k25_model_load(&cfg, &m, &err), K25_OK);
+    if (k25_engine_create(&cfg, m, &e, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    struct k25_bench_input in[4];
+    for (int i = 0; i < 4; i++) {
+        memset(&in[i], 0, sizeof(in[i]));
+        snprintf(in[i].id, sizeof(in[i].id), "b%d", i);
+        in[i].ids = malloc(sizeof(int32_t) * 16);
+        for (int t = 0; t < 16; t++)
+            in[i].ids[t] = (int32_t)((i * 5 + t * 11) % 256);
+        in[i].n_ids = 16;
+        in[i].max_new = 2;
+    }
+    struct k25_bench_opts o;
+    k25_bench_opts_init(&o);
+    o.concurrency = 8;
+    size_t order[4] = {0, 1, 2, 3};
+    struct k25_bench_run run = {0};
+    run.stall_start_ns = run.stall_end_ns = -1;
+    struct k25_loadgen_settings s = {.opts = &o, .inputs = in, .n_inputs = 4, .order = order, .n_requests = 16,
+                                     .record = true, .seed = cfg.seed};
+    if (k25_loadgen_run(e, &s, &run, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    struct k25_engine_stats st;
+    k25_engine_get_stats(e, &st);
+    assert_int_equal(run.n_reqs, 16);
+    for (size_t i = 0; i < run.n_reqs; i++) {
+        assert_int_equal(run.reqs[i].seq, (int64_t)i);
+        assert_string_equal(run.reqs[i].id, in[i % 4].id);
+        assert_int_equal(run.reqs[i].state, K25_REQ_COMPLETED);
+    }
+    if (!(st.spilled_requests >= 7 && st.spill_fsyncs < st.spilled_requests))
+        fail_msg("%lld spilled records took %lld fsyncs: the due requests were not submitted as one batch",
+                 (long long)st.spilled_requests, (long long)st.spill_fsyncs);
+    k25_bench_run_free(&run);
+    for (int i = 0; i < 4; i++)
+        free(in[i].ids);
+    k25_engine_destroy(e);
+    k25_model_destroy(m);
+}
+
 /* Closed loop: each user's next request arrives exactly when its previous one finished. */
 static void test_closed_loop_users(void **state)
 {
@@ -149,7 +210,9 @@ static void test_closed_loop_users(void **state)
     struct k25_bench_run run = {0};
     run.stall_start_ns = run.stall_end_ns = -1;
     struct k25_error err;
-    assert_int_equal(k25_loadgen_run(e, &o, in, 4, order, 1, 10, 0, true, &run, &err), K25_OK);
+    struct k25_loadgen_settings s = {.opts = &o, .inputs = in, .n_inputs = 4, .order = order, .first = 1,
+                                     .n_requests = 10, .record = true, .seed = k25_engine_config(e)->seed};
+    assert_int_equal(k25_loadgen_run(e, &s, &run, &err), K25_OK);
     assert_int_equal(run.n_reqs, 10);
     for (size_t i = 0; i < run.n_reqs; i++) {
         const struct k25_bench_req *q = &run.reqs[i];
@@ -505,6 +568,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_loop_stall),
         cmocka_unit_test(test_closed_loop_users),
+        cmocka_unit_test(test_loadgen_batches_submits),
         cmocka_unit_test(test_bench_ci_small),
         cmocka_unit_test(test_bench_open_loop_repeat),
         cmocka_unit_test(test_alias_and_help),

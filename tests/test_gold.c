@@ -676,20 +676,21 @@ static void test_filter_errors(void **state)
     } cases[] = {
         {"", 1, "filter: column 1: empty expression"},
         {"   ", 4, "filter: column 4: empty expression"},
-        {"output_length >", 16, "filter: column 16: expected a number, found the end"},
+        {"output_length >", 16, "filter: column 16: expected a number after '>', got the end"},
         {"foo > 3", 1, "filter: column 1: unknown field 'foo' (input_length, output_length, domain, id)"},
-        {"domain > 3", 10, "filter: column 10: domain is a string; compare it with \"...\", not a number"},
-        {"input_length == 'x'", 17, "filter: column 17: input_length is a number; compare it with a number"},
+        {"domain > 3", 10, "filter: column 10: expected a string after '>', got '3' (domain is text: quote it, \"3\")"},
+        {"input_length == 'x'", 17, "filter: column 17: expected a number after '==', got ''x'' (input_length is a number)"},
         {"input_length = 3", 14, "filter: column 14: '=' is not an operator; use '=='"},
-        {"input_length ~ 3", 14, "filter: column 14: expected an operator (== != < <= > >=), found '~ 3'"},
+        {"input_length ~ 3", 14, "filter: column 14: expected an operator (== != < <= > >=) after 'input_length', got '~'"},
         {"(input_length > 3", 1, "filter: column 1: '(' is never closed"},
         {"input_length > 3)", 17, "filter: column 17: ')' without a matching '('"},
-        {"input_length > 3 & id == 'x'", 18, "filter: column 18: use '&&' or '||', found '& id == 'x''"},
-        {"input_length > 3 id == 'x'", 18, "filter: column 18: expected '&&', '||' or the end"},
+        {"input_length > 3 & id == 'x'", 18, "filter: column 18: expected '&&', '||' or the end, got '&'"},
+        {"input_length > 3 id == 'x'", 18, "filter: column 18: expected '&&', '||' or the end, got 'id'"},
         {"domain == \"legal", 11, "filter: column 11: string not closed (missing \")"},
-        {"input_length > 4x", 16, "filter: column 16: bad number '4x'"},
-        {"input_length > 3 && ", 21, "filter: column 21: expected a field"},
-        {"!", 2, "filter: column 2: expected a field"},
+        {"input_length > 4x", 16, "filter: column 16: expected a number after '>', got '4x' (input_length is a number)"},
+        {"input_length > 3 && ", 21, "filter: column 21: expected a field (input_length, output_length, domain, id), got the end"},
+        {"!", 2, "filter: column 2: expected a field (input_length, output_length, domain, id), got the end"},
+        {"input_length >> 3", 14, "filter: column 14: '>>' is not an operator (== != < <= > >=)"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         k25_gold_filter_t *f = (k25_gold_filter_t *)1;
@@ -1240,8 +1241,8 @@ static void test_cli_validate_bad(void **state)
     free(out);
     snprintf(cmd, sizeof(cmd), "gold validate %s --filter 'output_length >> 3'", path);
     assert_int_equal(k25(cmd, &out), 2);
-    assert_non_null(strstr(out, "k25 gold: --filter: column 16: expected a number, found '> 3'"));
-    assert_non_null(strstr(out, "\n  output_length >> 3\n                 ^"));
+    assert_non_null(strstr(out, "k25 gold: --filter: column 15: '>>' is not an operator (== != < <= > >=)"));
+    assert_non_null(strstr(out, "\n  output_length >> 3\n                ^"));
     free(out);
     rm_tmp(path);
 }

@@ -21,6 +21,9 @@
 #include "engine.h"
 #include "k25.h"
 #include "kvtier.h"
+#include "harness.h"
+
+#include <math.h>
 
 enum { N_NEW = 24, BLOCK = 16 };
 
@@ -542,6 +545,119 @@ static int measure(int argc, char **argv)
     return same ? 0 : 1;
 }
 
+/*
+ * A small `k25 bench` (the library call) with tiers on: the summary carries the measured
+ * kv_cache_hit_rate, equal to the trace's per-request hits over reads (a hand count), the
+ * bytes moved and the engine's run totals; the trace keeps them.  The same run with tiers off
+ * says so (kv_tiers_enabled false, the rate null: the report's "n/a (tiers off)").
+ */
+static void test_bench_summary_hit_rate(void **state)
+{
+    (void)state;
+    char gold[600], h5[600], js[600];
+    snprintf(gold, sizeof(gold), "%s/tiers.jsonl", tu_dir);
+    FILE *f = fopen(gold, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 3; i++) {
+        fprintf(f, "{\"id\":\"t%d\",\"expected_output_length\":8,\"text\":\"", i);
+        for (int k = 0; k < 300; k++)
+            fputc('a' + (k * 7 + i) % 26, f);
+        fprintf(f, "\"}\n");
+    }
+    assert_int_equal(fclose(f), 0);
+    for (int tiers = 1; tiers >= 0; tiers--) {
+        struct k25_config c;
+        base_cfg(&c);
+        c.decode_max_tokens = 8;
+        if (tiers)
+            tier_cfg(&c, 300 + 8);
+        struct k25_bench_opts o;
+        k25_bench_opts_init(&o);
+        snprintf(h5, sizeof(h5), "%s/tiers%d.h5", tu_dir, tiers);
+        snprintf(js, sizeof(js), "%s/tiers%d.json", tu_dir, tiers);
+        o.dataset = gold;
+        o.out = h5;
+        o.json_out = js;
+        struct k25_bench_summary s;
+        struct k25_error err;
+        setenv("K25_LOAD_GUARD", "0", 1);
+        if (k25_bench_measure(&o, &c, NULL, &s, &err) != K25_OK)
+            fail_msg("bench: %s", err.msg);
+        json_error_t jerr;
+        json_t *doc = json_load_file(js, 0, &jerr), *sj = json_object_get(doc, "summary");
+        assert_non_null(sj);
+        struct k25_trace t;
+        if (k25_trace_read(h5, &t, &err) != K25_OK)
+            fail_msg("%s", err.msg);
+        int64_t reads = 0, hits = 0, moved = 0;
+        for (size_t i = 0; i < t.run.n_reqs; i++) {
+            reads += t.run.reqs[i].kv_block_reads;
+            hits += t.run.reqs[i].kv_block_hits;
+            moved += t.run.reqs[i].kv_tier_bytes_moved;
+        }
+        if (tiers) {
+            assert_true(json_is_true(json_object_get(sj, "kv_tiers_enabled")));
+            assert_true(reads > 0 && hits <= reads);
+            double rate = json_real_value(json_object_get(sj, "kv_cache_hit_rate"));
+            assert_true(fabs(rate - (double)hits / (double)reads) < 1e-12);
+            assert_true(s.kv_cache_hit_rate == rate);
+            json_t *kt = json_object_get(sj, "kv_tiers");
+            assert_int_equal(json_integer_value(json_object_get(kt, "bytes_moved")), moved);
+            assert_true(moved > 0); /* a quarter of the KV in RAM: the rest went through the cold tier */
+            /* the engine's counters over the measurement hold at least the requests' reads */
+            assert_true(t.run.eng.measured && t.run.eng.kv_tiers);
+            assert_true(t.run.eng.kv_block_reads >= reads && t.run.eng.kv_tier_bytes_moved >= moved);
+            print_message("  bench with tiers: kv_cache_hit_rate %.4f (%lld/%lld reads), %lld bytes moved\n", rate,
+                          (long long)hits, (long long)reads, (long long)moved);
+        } else {
+            assert_true(json_is_false(json_object_get(sj, "kv_tiers_enabled")));
+            assert_true(json_is_null(json_object_get(sj, "kv_cache_hit_rate")));
+            assert_null(json_object_get(sj, "kv_tiers"));
+            assert_int_equal(moved, 0);
+        }
+        k25_trace_free(&t);
+        json_decref(doc);
+    }
+}
+
+/* `k25 run --json`: a kv_tiers object (the request's reads, hits, rate, wait, bytes) with tiers on, none without. */
+static void test_run_json_tiers(void **state)
+{
+    (void)state;
+    struct k25_config c;
+    base_cfg(&c);
+    tier_cfg(&c, 400 + 8);
+    char cmd[2048], *out;
+    for (int tiers = 1; tiers >= 0; tiers--) {
+        int n = snprintf(cmd, sizeof(cmd),
+                         "%s run --model tiny --prompt 'Clause 1.' --prompt-len 400 --max-tokens 8 --threads 1 "
+                         "--kv-compression-ratio 1 --kv-block-size %d --prefill-chunk-size 64 --json --quiet",
+                         tu_k25(), BLOCK);
+        if (tiers)
+            snprintf(cmd + n, sizeof(cmd) - (size_t)n, " --kv-hot-tokens %d --kv-warm-budget-mb %.9g --kv-cold-dir %s",
+                     c.kv_hot_tokens, c.kv_warm_budget_mb, c.kv_cold_dir);
+        int st = tu_run(cmd, &out);
+        json_error_t je;
+        json_t *j = st == 0 ? json_loads(out, 0, &je) : NULL;
+        if (!j)
+            fail_msg("%s: exit %d\n%s", cmd, st, out);
+        free(out);
+        json_t *kt = json_object_get(j, "kv_tiers");
+        if (tiers) {
+            json_int_t reads = json_integer_value(json_object_get(kt, "block_reads"));
+            json_int_t hits = json_integer_value(json_object_get(kt, "block_hits"));
+            assert_true(reads > 0 && hits <= reads);
+            assert_true(fabs(json_real_value(json_object_get(kt, "kv_cache_hit_rate")) - (double)hits / (double)reads) <
+                        1e-9);
+            assert_true(json_integer_value(json_object_get(kt, "bytes_moved")) > 0);
+        } else {
+            assert_null(kt);
+        }
+        assert_int_equal(json_integer_value(json_object_get(j, "cached_tokens")), 0);
+        json_decref(j);
+    }
+}
+
 static int setup(void **state)
 {
     return tu_group_setup(state) || tu_model_setup(state);
@@ -567,6 +683,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_admission_past_ram),
         cmocka_unit_test(test_mem_estimate_tiers),
         cmocka_unit_test(test_config_keys),
+        cmocka_unit_test(test_bench_summary_hit_rate),
+        cmocka_unit_test(test_run_json_tiers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

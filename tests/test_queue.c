@@ -16,9 +16,11 @@
 #include "k25.h"
 #include "internal.h"
 #include "queue.h"
+#include "fidelity.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -678,6 +680,79 @@ static void run_tokens(const struct k25_config *cfg, const k25_model_t *m, const
     k25_engine_destroy(e);
 }
 
+/*
+ * k25_request.force_degraded: with the breaker off, the request runs on the degraded model (the
+ * same tokens as a breaker-open engine's), a plain one beside it on the full model; and
+ * k25_fidelity_measure_degraded (k25 bench --fidelity) measures that model against the full one:
+ * a real distance for 2 of 4 layers, exactly none when the "degraded" model runs every layer.
+ */
+static void test_force_degraded_fidelity(void **state)
+{
+    (void)state;
+    enum { N = 12 };
+    const char *ids[] = {"f0", "f1"};
+    int32_t deg[2][16], full[2][16];
+    float md[2][16], mf[2][16];
+    struct k25_config dc = degraded_cfg();
+    run_tokens(&dc, tu_tiny, ids, 2, N, deg, md, true);
+    struct k25_config cfg = cfg_base();
+    run_tokens(&cfg, tu_tiny, ids, 2, N, full, mf, false);
+    struct k25_error err;
+    k25_engine_t *e = create(&cfg, &err);
+    int h[2];
+    for (int i = 0; i < 2; i++) {
+        make_prompt((uint32_t)strlen(ids[i]) * 7919u + (uint32_t)ids[i][strlen(ids[i]) - 1]);
+        struct k25_request req = {.id = ids[i], .input_ids = g_prompt, .n_input = 24, .max_new_tokens = N,
+                                  .force_degraded = i == 0};
+        assert_int_equal(k25_engine_submit(e, &req, &h[i], &err), K25_OK);
+    }
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    const struct k25_result *r0 = k25_engine_result(e, h[0]), *r1 = k25_engine_result(e, h[1]);
+    assert_true(r0->degraded && !r1->degraded);
+    struct k25_tok_cmp cmp;
+    k25_tok_compare(deg[0], md[0], N, r0->output_ids, r0->margins, r0->n_output, K25_TOK_TAU, &cmp);
+    assert_true(cmp.pass);
+    k25_tok_compare(full[1], mf[1], N, r1->output_ids, r1->margins, r1->n_output, K25_TOK_TAU, &cmp);
+    assert_true(cmp.pass);
+    struct k25_engine_stats st;
+    k25_engine_get_stats(e, &st);
+    assert_int_equal(st.degraded_requests, 1);
+    k25_engine_destroy(e);
+
+    /* fidelity of the degraded model against the full one */
+    struct k25_bench_input in[2];
+    memset(in, 0, sizeof(in));
+    for (int i = 0; i < 2; i++) {
+        snprintf(in[i].id, sizeof(in[i].id), "%s", ids[i]);
+        make_prompt((uint32_t)strlen(ids[i]) * 7919u + (uint32_t)ids[i][strlen(ids[i]) - 1]);
+        in[i].ids = malloc(sizeof(int32_t) * 24);
+        assert_non_null(in[i].ids);
+        memcpy(in[i].ids, g_prompt, sizeof(int32_t) * 24);
+        in[i].n_ids = 24;
+    }
+    struct k25_fidelity *f = NULL;
+    if (k25_fidelity_measure_degraded(&cfg, tu_tiny, in, 2, N, &f, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(f->n_requests, 2);
+    assert_int_equal(f->n_positions, 2 * N);
+    assert_true(isfinite(f->kl_mean) && f->kl_mean > 0 && f->kl_max >= f->kl_mean);
+    assert_true(f->token_agreement < 1.0); /* the degraded tokens differ (test_degraded_model) */
+    assert_true(isnan(f->attn_rel_err));
+    print_message("  degraded model (2 of 4 layers): KL mean %.4g, top-1 agreement %.3f, token agreement %.3f\n",
+                  f->kl_mean, f->top1_agreement, f->token_agreement);
+    k25_fidelity_free(f);
+    free(f);
+    cfg.degraded_layer_fraction = 1.0; /* every layer: the "degraded" model is the full one */
+    if (k25_fidelity_measure_degraded(&cfg, tu_tiny, in, 2, N, &f, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    assert_true(f->kl_max < 1e-9);
+    assert_true(f->top1_agreement == 1.0 && f->token_agreement == 1.0);
+    k25_fidelity_free(f);
+    free(f);
+    for (int i = 0; i < 2; i++)
+        free(in[i].ids);
+}
+
 /* The degraded model is the first ceil(0.3 * 4) = 2 layers + norm + head: deterministic, not the full model. */
 static void test_degraded_model(void **state)
 {
@@ -1143,6 +1218,7 @@ int main(void)
         cmocka_unit_test(test_breaker_hysteresis),
         cmocka_unit_test(test_breaker_counts_occupancy),
         cmocka_unit_test(test_degraded_model),
+        cmocka_unit_test(test_force_degraded_fidelity),
         cmocka_unit_test(test_group_commit_log),
         cmocka_unit_test(test_group_commit_engine),
         cmocka_unit_test(test_done_durable_before_finish),

@@ -79,7 +79,12 @@ static void test_sla_parse(void **state)
     line_bad("ttft_p95_ms <= 500 at", "input_length or output_length");
     line_bad("ttft_p95_ms <= 500 at context >= 5", "input_length or output_length");
     line_bad("ttft_p95_ms <= 500 at input_length >= 5 or output_length < 3", "expected `and`");
-    line_bad("ttft_p95_ms <= 500 when input_length >= 5", "`at CONDITION`");
+    line_bad("ttft_p95_ms <= 500 when input_length >= 5", "column 20: expected '&&', '||', 'at', 'where', 'for' or the end, got 'when'");
+    line_bad("ttft_p95_ms <= 500 at input_length >= 5 || output_length < 3", "column 41: expected `and`");
+    line_bad("ttft_p95_ms <= 500 at input_length >= 5 and output_length < 3 and input_length < 9 and output_length > 1 "
+             "and input_length > 2", "at most 4 conditions");
+    line_bad("ttft_p95_ms <= 500 at input_length >= abc", "column 39: expected a number after '>=', got 'abc'");
+    line_bad("ttft_p95_ms <= 500 && itl_p99_ms < 3", "an SLA line is `METRIC OP NUMBER [at CONDITIONS]`, got '&&'");
     line_bad("output_tok_per_s >= 10 at input_length > 5", "only to per-request metrics");
 }
 
@@ -236,16 +241,16 @@ static void test_health(void **state)
     int n = k25_health_defaults(h, K25_HEALTH_MAX);
     assert_int_equal(n, 4);
     struct k25_health_result r;
-    /* kv_cache_hit_rate: >= 0.92 ok, < 0.92 warn, < 0.90 fail */
+    /* kv_cache_hit_rate (the KV tiers' measured figure): >= 0.92 passes, below fails */
     k25_health_eval(&h[0], 0.95, &r);
     assert_int_equal(r.level, K25_HEALTH_OK);
     k25_health_eval(&h[0], 0.92, &r);
     assert_int_equal(r.level, K25_HEALTH_OK);
-    k25_health_eval(&h[0], 0.91, &r);
-    assert_int_equal(r.level, K25_HEALTH_WARN);
+    k25_health_eval(&h[0], 0.9199, &r);
+    assert_int_equal(r.level, K25_HEALTH_FAIL);
     k25_health_eval(&h[0], 0.85, &r);
     assert_int_equal(r.level, K25_HEALTH_FAIL);
-    assert_non_null(strstr(r.note, "cache policy"));
+    assert_non_null(strstr(r.note, "cold tier"));
     /* busy P95 */
     k25_health_eval(&h[1], 0.80, &r);
     assert_int_equal(r.level, K25_HEALTH_OK);
@@ -284,6 +289,21 @@ static void test_health(void **state)
     run.workload = json_pack("{s:s}", "mode", "open");
     assert_true(k25_health_applies(&h[1], &run, 1, why, sizeof(why)));
     assert_string_equal(k25_health_level_name(K25_HEALTH_NA), "n/a");
+    /* the hit rate with tiers off: n/a (tiers off); a run before the figure existed: applies
+     * (and reads "not measured": no value) */
+    json_decref(run.summary);
+    run.summary = json_pack("{s:{s:b, s:n}}", "summary", "kv_tiers_enabled", 0, "kv_cache_hit_rate");
+    assert_false(k25_health_applies(&h[0], &run, 1, why, sizeof(why)));
+    assert_string_equal(why, "tiers off");
+    json_decref(run.summary);
+    run.summary = json_pack("{s:{s:f}}", "summary", "requests_per_s", 1.0);
+    assert_true(k25_health_applies(&h[0], &run, 1, why, sizeof(why)));
+    assert_true(isnan(k25_health_value(&h[0], &run, 1)));
+    json_decref(run.summary);
+    run.summary = json_pack("{s:{s:b, s:f}}", "summary", "kv_tiers_enabled", 1, "kv_cache_hit_rate", 0.5);
+    assert_true(k25_health_applies(&h[0], &run, 1, why, sizeof(why)));
+    k25_health_eval(&h[0], k25_health_value(&h[0], &run, 1), &r);
+    assert_int_equal(r.level, K25_HEALTH_FAIL);
     json_decref(run.workload);
     json_decref(run.summary);
 }
@@ -609,8 +629,16 @@ static void test_report_run(void **state)
     char *md = slurp(mdp);
     assert_non_null(strstr(md, "n/a (closed loop)"));
     assert_null(strstr(md, "| not measured"));
-    assert_non_null(strstr(md, "Not measured by this run, so not checked: `kv_cache_hit_rate`"));
+    /* a run without KV tiers: the hit rate check is n/a (tiers off), not "not measured" */
+    assert_non_null(strstr(md, "n/a (tiers off)"));
+    assert_null(strstr(md, "not checked: `kv_cache_hit_rate`"));
     free(md);
+    snprintf(cmd, sizeof(cmd),
+             "jq -e '[.health[] | select(.check == \"kv_cache_hit_rate\") | .results[0].level] == [\"n/a\"]' "
+             "%s/verdict.json", out);
+    if (tu_run(cmd, &o) != 0)
+        fail_msg("%s\n%s", cmd, o);
+    free(o);
     /* --check turns a FAIL into exit 1 */
     snprintf(cmd, sizeof(cmd), "%s report %s --sla %s --out %s/rep-check --check --quiet", tu_k25(), g_run, sla, tu_dir);
     assert_int_equal(tu_run(cmd, NULL), 1);
@@ -720,6 +748,44 @@ static void test_report_errors(void **state)
     assert_int_equal(tu_run(cmd, NULL), 2);
 }
 
+/*
+ * A run with more than one priority class (the elastic queue): the report draws TTFT by class, its
+ * data one row per class with that class's request count; a plain run (test_report_run) has none.
+ */
+static void test_report_priority(void **state)
+{
+    (void)state;
+    if (!have_gnuplot())
+        skip();
+    char gold[700], h5[700], out[700], cmd[4096], *o;
+    snprintf(gold, sizeof(gold), "%s/prio.jsonl", tu_dir);
+    FILE *f = fopen(gold, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 8; i++) { /* lengths 23 .. 600 bytes: several input-length buckets */
+        fprintf(f, "{\"id\":\"p%d\",\"text\":\"Clause %d of the lease.", i, i);
+        for (int k = 0; k < (1 << i) * 5 && k < 580; k++)
+            fputc('a' + k % 26, f);
+        fprintf(f, "\",\"expected_output_length\":4%s}\n", i % 4 == 0 ? ",\"priority\":\"high\"" : "");
+    }
+    assert_int_equal(fclose(f), 0);
+    snprintf(h5, sizeof(h5), "%s/prio.h5", tu_dir);
+    snprintf(cmd, sizeof(cmd), "%s bench --dataset %s --model tiny --threads 1 --out %s --quiet >/dev/null", tu_k25(),
+             gold, h5);
+    if (tu_run(cmd, &o) != 0)
+        fail_msg("%s\n%s", cmd, o);
+    free(o);
+    static const char *const plots[] = {"run_cdf", "run_ttft_priority", NULL};
+    snprintf(out, sizeof(out), "%s/rep-prio", tu_dir);
+    report_ok(h5, out, plots, "png");
+    char tsv[800];
+    snprintf(tsv, sizeof(tsv), "%s/plots/data/ttft_priority.tsv", out);
+    char *d = slurp(tsv);
+    assert_non_null(d);
+    assert_non_null(strstr(d, "high\t2\t"));
+    assert_non_null(strstr(d, "standard\t6\t"));
+    free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -729,6 +795,7 @@ int main(void)
         cmocka_unit_test(test_health),
         cmocka_unit_test(test_fmt_double),
         cmocka_unit_test(test_report_run),
+        cmocka_unit_test(test_report_priority),
         cmocka_unit_test(test_report_sweep),
         cmocka_unit_test(test_report_attn_and_compare),
         cmocka_unit_test(test_report_errors),

@@ -560,13 +560,64 @@ static void test_openai_client(void **state)
     json_decref(j);
 }
 
+/*
+ * The elastic queue in answers: every answer's "k25" object says its priority, whether it ran on
+ * the degraded model, spilled, and its first-token SLA; a stream says it in its final chunk.  A
+ * server whose breaker is open (memory above a tiny threshold from the start) marks its answers
+ * degraded with degraded_ttft_ms as their SLA; a bad priority is a 400 naming the field.
+ */
+static void test_degraded_marking(void **state)
+{
+    (void)state;
+    json_t *j = post_json(&g_main, "/v1/completions", "{\"prompt\":\"Article 3.\",\"max_tokens\":4,\"priority\":\"high\"}",
+                          200);
+    assert_string_equal(json_string_value(k25_json_path(j, "k25.priority")), "high");
+    assert_true(json_is_false(k25_json_path(j, "k25.degraded")));
+    assert_true(json_is_false(k25_json_path(j, "k25.spilled")));
+    json_decref(j);
+    j = post_json(&g_main, "/v1/completions", "{\"prompt\":\"Article 3.\",\"max_tokens\":4,\"priority\":\"urgent\"}",
+                  400);
+    assert_string_equal(json_string_value(k25_json_path(j, "error.param")), "priority");
+    json_decref(j);
+
+    struct server deg = {0};
+    if (server_start(&deg, "--memory-budget-mb 256 --breaker-memory-threshold 0.001 --degraded-ttft-ms 60000") != 0)
+        fail_msg("cannot start the degraded server");
+    j = post_json(&deg, "/v1/completions", "{\"prompt\":\"Article 3.\",\"max_tokens\":4}", 200);
+    assert_true(json_is_true(k25_json_path(j, "k25.degraded")));
+    assert_string_equal(json_string_value(k25_json_path(j, "k25.priority")), "standard");
+    assert_int_equal(json_integer_value(k25_json_path(j, "k25.ttft_sla_ms")), 60000);
+    json_decref(j);
+    const char *body = "{\"prompt\":\"Article 3.\",\"max_tokens\":4,\"stream\":true}";
+    char *out;
+    assert_int_equal(http(&deg, "POST", "/v1/completions", body, strlen(body), NULL, &out), 200);
+    int finals = 0;
+    for (char *l = strstr(out, "data: {"); l; l = strstr(l + 1, "data: {")) {
+        json_t *e = json_loadb(l + 6, strcspn(l + 6, "\n"), JSON_ALLOW_NUL, NULL);
+        assert_non_null(e);
+        const char *fin =
+            json_string_value(json_object_get(json_array_get(json_object_get(e, "choices"), 0), "finish_reason"));
+        if (fin) { /* the final chunk carries the k25 object; the token chunks do not */
+            assert_true(json_is_true(k25_json_path(e, "k25.degraded")));
+            finals++;
+        } else {
+            assert_null(json_object_get(e, "k25"));
+        }
+        json_decref(e);
+    }
+    assert_int_equal(finals, 1);
+    free(out);
+    assert_true(metric(&deg, "k25_degraded_requests_total") >= 2);
+    assert_int_equal(server_stop(&deg), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parity_and_timing), cmocka_unit_test(test_overload),
         cmocka_unit_test(test_bad_bodies),        cmocka_unit_test(test_stop_seed_stream),
         cmocka_unit_test(test_disconnect_cancels), cmocka_unit_test(test_api_key),
-        cmocka_unit_test(test_openai_client),
+        cmocka_unit_test(test_openai_client),     cmocka_unit_test(test_degraded_marking),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

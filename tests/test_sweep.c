@@ -62,7 +62,11 @@ static void test_spec_errors(void **state)
     expect_spec_error(HEAD "objective:\n  minimize: ttft_p50_ms\n  subject_to: [\"fidelity_kl_mean <= 0.05\"]\n", 3,
                       "set `fidelity: true`");
     expect_spec_error(HEAD "objective:\n  minimize: ttft_p50_ms\n  subject_to: [\"ttft_p99_ms <== 5\"]\n", 5,
-                      "column 15");
+                      "column 13: '<==' is not an operator");
+    expect_spec_error(HEAD "objective:\n  minimize: ttft_p50_ms\n  subject_to: [\"ttft_p99_ms <= 5 || ttft_p50_ms < 1\"]\n",
+                      5, "column 18: a constraint is one comparison `METRIC OP NUMBER`, got '||'");
+    expect_spec_error(HEAD "objective:\n  minimize: ttft_p50_ms\n  subject_to: [\"ttft_p99_ms <= fast\"]\n", 5,
+                      "column 16: expected a number after '<=', got 'fast' (ttft_p99_ms is a number)");
     expect_spec_error("dataset: /nonexistent/gold.jsonl\nworkload: {requests: 4}\n" OBJ, 1, "/nonexistent/gold.jsonl");
     expect_spec_error(HEAD "filter: \"input_length > 1000000\"\n" OBJ, 3, "selects no request");
     expect_spec_error("dataset: datasets/gold/ci-small.jsonl\nworkload: {requests: 4, duration_s: 3}\n" OBJ, 2,
@@ -123,6 +127,12 @@ static void test_expand_and_ids(void **state)
     assert_non_null(strstr(err.msg, "column 1"));
     assert_int_equal(k25_sweep_only_match(&g_spec, &a[0], "max_batch_size = 1", &m, &err), K25_EINVAL);
     assert_non_null(strstr(err.msg, "column 16"));
+    /* the one expression language: ||, !, parentheses, and text compared with == / != only */
+    assert_int_equal(k25_sweep_only_match(&g_spec, &a[0], "!(prefill_chunk_size >= 1024) || max_batch_size == 99", &m,
+                                          &err), K25_OK);
+    assert_true(m);
+    assert_int_equal(k25_sweep_only_match(&g_spec, &a[0], "max_batch_size >= fast", &m, &err), K25_EINVAL);
+    assert_non_null(strstr(err.msg, "--only: column 19: expected a number after '>=', got 'fast'"));
 
     /* the run order: every round holds each point once, shuffled by the seed, the same every time */
     struct k25_sweep_task t1[64], t2[64];

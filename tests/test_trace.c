@@ -444,7 +444,7 @@ static void test_elastic_queue_fields(void **state)
     snprintf(path, sizeof(path), "%s/queue.h5", dir);
     if (k25_trace_read(path, &t, &err) != K25_OK)
         fail_msg("%s", err.msg);
-    assert_int_equal(t.schema_version, 3);
+    assert_int_equal(t.schema_version, K25_H5_SCHEMA_VERSION);
     for (size_t i = 0; i < run.n_reqs; i++) {
         const struct k25_bench_req *a = &run.reqs[i], *b = &t.run.reqs[i];
         assert_int_equal(a->state, b->state);
@@ -482,6 +482,137 @@ static void test_elastic_queue_fields(void **state)
     assert_int_equal(t.run.win[0].n_waiting_memory, -1);
     assert_true(isnan(t.run.win[0].breaker_busy_fraction));
     k25_trace_free(&t);
+    k25_bench_run_free(&run);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    free(dir);
+}
+
+/*
+ * KV tiers and prefix caching (schema 4): per-request cached_tokens, block
+ * reads and hits, wait and bytes moved survive a round trip with the
+ * engine's run totals; the summary's kv_cache_hit_rate is the sum of hits
+ * over the sum of reads (checked against a hand count), null with tiers off;
+ * TTFT splits by priority and degraded; a schema-3 trace reads as zeros with
+ * the hit rate not measured.
+ */
+static void test_kv_tier_fields(void **state)
+{
+    (void)state;
+    char *dir = tu_tmpdir();
+    struct k25_bench_run run;
+    struct k25_error err;
+    struct k25_trace t;
+    char path[600];
+    make_run(&run);
+    int64_t reads = 0, hits = 0;
+    for (size_t i = 0; i < run.n_reqs; i++) {
+        struct k25_bench_req *q = &run.reqs[i];
+        q->cached_tokens = 16 * (int32_t)(i % 2);
+        q->kv_block_reads = 10 + 7 * (int64_t)i;
+        q->kv_block_hits = q->kv_block_reads - (int64_t)i; /* request i missed i reads */
+        q->kv_tier_wait_ns = 250000 * (int64_t)i;
+        q->kv_tier_bytes_moved = 4096 * (int64_t)i;
+        reads += q->kv_block_reads;
+        hits += q->kv_block_hits;
+    }
+    run.reqs[1].priority = K25_PRIORITY_HIGH;
+    run.reqs[3].priority = K25_PRIORITY_LOW;
+    run.reqs[4].degraded = true;
+    run.eng = (struct k25_bench_engine_totals){.measured = true, .kv_tiers = true, .kv_block_reads = reads + 3,
+                                               .kv_block_hits = hits, .kv_tier_wait_ns = 123456789,
+                                               .kv_tier_max_step_wait_ns = 5000000, .kv_tier_bytes_moved = 1 << 20,
+                                               .kv_tier_copy_ns = 2000000, .kv_tier_evictions = 9,
+                                               .prefix_hit_tokens = 48, .rejected_degraded = 2, .spill_fsyncs = 5,
+                                               .breaker_opens = 1};
+    struct k25_bench_summary s;
+    struct k25_bench_slo slo = {0};
+    assert_int_equal(k25_bench_summarize(&run, &slo, &s, NULL), K25_OK);
+    assert_true(s.kv_tiers);
+    assert_int_equal(s.kv_block_reads, reads);
+    assert_true(fabs(s.kv_cache_hit_rate - (double)hits / (double)reads) < 1e-12);
+    assert_true(s.kv_cache_hit_rate < 1.0);
+    assert_int_equal(s.kv_wait_ms.n, 6); /* completed requests (5 is rejected) */
+    /* TTFT by priority and degraded: the completed high one, the low one, the degraded standard one */
+    assert_int_equal(s.ttft_prio[K25_PRIORITY_HIGH][0].n, 1);
+    assert_int_equal(s.ttft_prio[K25_PRIORITY_LOW][0].n, 1);
+    assert_int_equal(s.ttft_prio[K25_PRIORITY_STANDARD][1].n, 1);
+    assert_int_equal(s.ttft_prio[K25_PRIORITY_STANDARD][0].n, 3);
+    assert_true(s.ttft_prio[K25_PRIORITY_HIGH][0].mean == k25_bench_req_ttft_ms(&run.reqs[1]));
+    json_t *sj = k25_bench_summary_json(&s);
+    assert_true(json_is_true(json_object_get(sj, "kv_tiers_enabled")));
+    assert_true(fabs(json_real_value(json_object_get(sj, "kv_cache_hit_rate")) - (double)hits / (double)reads) <
+                1e-12);
+    json_t *kt = json_object_get(sj, "kv_tiers");
+    assert_int_equal(json_integer_value(json_object_get(kt, "block_reads")), reads);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(kt, "engine"), "evictions")), 9);
+    json_t *bp = json_object_get(json_object_get(sj, "ttft_ms_by_priority"), "standard");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(bp, "degraded"), "n")), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(sj, "queue"), "spill_fsyncs")), 5);
+    json_decref(sj);
+
+    write_as(dir, "tiers", &run, K25_H5_SCHEMA_VERSION);
+    snprintf(path, sizeof(path), "%s/tiers.h5", dir);
+    if (k25_trace_read(path, &t, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    for (size_t i = 0; i < run.n_reqs; i++) {
+        const struct k25_bench_req *a = &run.reqs[i], *b = &t.run.reqs[i];
+        assert_int_equal(a->cached_tokens, b->cached_tokens);
+        assert_int_equal(a->kv_block_reads, b->kv_block_reads);
+        assert_int_equal(a->kv_block_hits, b->kv_block_hits);
+        assert_int_equal(a->kv_tier_wait_ns, b->kv_tier_wait_ns);
+        assert_int_equal(a->kv_tier_bytes_moved, b->kv_tier_bytes_moved);
+    }
+    const struct k25_bench_engine_totals *ea = &run.eng, *eb = &t.run.eng;
+    assert_true(eb->measured && eb->kv_tiers);
+    assert_int_equal(eb->kv_block_reads, ea->kv_block_reads);
+    assert_int_equal(eb->kv_block_hits, ea->kv_block_hits);
+    assert_int_equal(eb->kv_tier_wait_ns, ea->kv_tier_wait_ns);
+    assert_int_equal(eb->kv_tier_max_step_wait_ns, ea->kv_tier_max_step_wait_ns);
+    assert_int_equal(eb->kv_tier_bytes_moved, ea->kv_tier_bytes_moved);
+    assert_int_equal(eb->kv_tier_copy_ns, ea->kv_tier_copy_ns);
+    assert_int_equal(eb->kv_tier_evictions, ea->kv_tier_evictions);
+    assert_int_equal(eb->prefix_hit_tokens, ea->prefix_hit_tokens);
+    assert_int_equal(eb->rejected_degraded, ea->rejected_degraded);
+    assert_int_equal(eb->spill_fsyncs, ea->spill_fsyncs);
+    assert_int_equal(eb->breaker_opens, ea->breaker_opens);
+    struct k25_bench_summary s2;
+    assert_int_equal(k25_bench_summarize(&t.run, &slo, &s2, NULL), K25_OK);
+    assert_true(s2.kv_cache_hit_rate == s.kv_cache_hit_rate);
+    k25_trace_free(&t);
+    char cmd[1400], *out;
+    snprintf(cmd, sizeof(cmd), "h5dump -a /summary/kv_tier_evictions -d /requests %s", path);
+    int st = tu_run(cmd, &out);
+    if (st != 0 || !strstr(out, "kv_tier_evictions") || !strstr(out, "kv_cache_hit_rate") ||
+        !strstr(out, "cached_tokens"))
+        fail_msg("%s: exit %d\n%s", cmd, st, out);
+    free(out);
+
+    /* a schema-3 trace: no tier columns, the hit rate not measured (null, not 1) */
+    write_as(dir, "v3", &run, 3);
+    snprintf(path, sizeof(path), "%s/v3.h5", dir);
+    if (k25_trace_read(path, &t, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(t.run.reqs[3].kv_block_reads, 0);
+    assert_int_equal(t.run.reqs[1].cached_tokens, 0);
+    assert_false(t.run.eng.measured);
+    assert_int_equal(t.run.reqs[1].priority, K25_PRIORITY_HIGH); /* schema 3's columns still read */
+    assert_int_equal(k25_bench_summarize(&t.run, &slo, &s2, NULL), K25_OK);
+    assert_true(isnan(s2.kv_cache_hit_rate));
+    sj = k25_bench_summary_json(&s2);
+    assert_true(json_is_null(json_object_get(sj, "kv_cache_hit_rate")));
+    assert_true(json_is_null(json_object_get(sj, "kv_tiers_enabled")));
+    json_decref(sj);
+    k25_trace_free(&t);
+
+    /* tiers off: the rate is null and kv_tiers_enabled false (the report's "n/a (tiers off)") */
+    run.eng.kv_tiers = false;
+    assert_int_equal(k25_bench_summarize(&run, &slo, &s2, NULL), K25_OK);
+    sj = k25_bench_summary_json(&s2);
+    assert_true(json_is_false(json_object_get(sj, "kv_tiers_enabled")));
+    assert_true(json_is_null(json_object_get(sj, "kv_cache_hit_rate")));
+    assert_null(json_object_get(sj, "kv_tiers"));
+    json_decref(sj);
     k25_bench_run_free(&run);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
@@ -583,6 +714,7 @@ int main(void)
         cmocka_unit_test(test_provenance_fields),
         cmocka_unit_test(test_token_margins_and_gate_rule),
         cmocka_unit_test(test_elastic_queue_fields),
+        cmocka_unit_test(test_kv_tier_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

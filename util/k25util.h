@@ -8,6 +8,7 @@
  *   yamldoc.c     whole-file YAML loading, shortest round-trip doubles
  *   jsonpath.c    dot-separated key paths into JSON documents
  *   h5store.c     the HDF5 store (below)
+ *   expr.c        the one expression language (filters, --only, SLA conditions)
  *
  * Nothing in util/ includes a header of another folder (README.md, "Source
  * layout"; the Makefile's include paths enforce it).
@@ -164,11 +165,13 @@ int k25_write_json_atomic(const char *path, const json_t *j, struct k25_error *e
  * /tokens/margin (the token-identity rule's top-1 margins,
  * docs/trace-schema.md).  3: run traces carry the elastic queue's columns
  * (/requests priority, spilled, replayed, degraded, timed_out,
- * ttft_sla_ms; /timeline queue depths and breaker state).  Readers accept
+ * ttft_sla_ms; /timeline queue depths and breaker state).  4: run traces
+ * carry cached_tokens and the KV tiers' per-request columns in /requests and
+ * the engine's run totals in /summary attributes.  Readers accept
  * every version from K25_H5_SCHEMA_MIN_VERSION up; what a version lacks
- * (margins in 1, the queue's columns before 3) reads as absent.
+ * (margins in 1, the queue's columns before 3, the tiers' before 4) reads as absent.
  */
-#define K25_H5_SCHEMA_VERSION 3
+#define K25_H5_SCHEMA_VERSION 4
 #define K25_H5_SCHEMA_MIN_VERSION 1
 
 /* The count argument of the readers when the caller cannot know it. */
@@ -264,5 +267,102 @@ int k25_h5_write_array(hid_t parent, const char *name, enum k25_h5_type type, co
  */
 int k25_h5_read_array(hid_t parent, const char *name, enum k25_h5_type type, size_t expect, void **data,
                       size_t *n, struct k25_error *err);
+
+
+/* ------------------------------------------- expressions (expr.c) */
+
+/*
+ * The one expression language of k25 (gold-set and bench --filter, k25
+ * logs --filter, sweep --only and subject_to constraints, the conditions
+ * of SLA lines; docs/cli.md "Expressions"):
+ *
+ *     expr  := and ( ( '||' | 'or' ) and )*
+ *     and   := unary ( ( '&&' | 'and' ) unary )*
+ *     unary := '!' unary | '(' expr ')' | NAME op value
+ *     op    := == | != | < | <= | > | >=
+ *     value := NUMBER [k|K|m|M (x1024, x1048576) | unit: ns us ms s b kb mb gb]
+ *            | "text" | 'text' (\" \' \\ escapes) | WORD (unquoted text)
+ *
+ * '!' binds tightest, then comparisons, '&&', '||'.  NAME is
+ * [A-Za-z0-9_.]+; a WORD is any run of characters other than blanks and
+ * ( ) ! = < > & | " '.  Parsed once into a tree (transparent, so a
+ * caller may check its shape), evaluated any number of times against the
+ * caller's variables.  Every parse error is "WHAT: column N: ..." naming
+ * the 1-based column and the token found there ("got ')'", "got the end").
+ */
+enum k25_expr_op { K25_EXPR_LT, K25_EXPR_LE, K25_EXPR_GT, K25_EXPR_GE, K25_EXPR_EQ, K25_EXPR_NE };
+/* The type of a value, or of a variable as declared at parse time (ANY: known only when evaluated). */
+enum k25_expr_type { K25_EXPR_ANY, K25_EXPR_NUM, K25_EXPR_STR };
+enum k25_expr_kind { K25_EXPR_OR, K25_EXPR_AND, K25_EXPR_NOT, K25_EXPR_CMP };
+
+/*
+ * A variable's value when evaluated: a number (str may also hold its
+ * spelling, used when it is compared with text), a text (str), or
+ * unknown (type ANY: the variable is absent; every comparison with it is
+ * false).  str is borrowed for the call.
+ */
+struct k25_expr_value {
+    enum k25_expr_type type;
+    double num;
+    const char *str;
+};
+
+/* A node of a parsed expression; owns its children and strings. */
+struct k25_expr {
+    enum k25_expr_kind kind;
+    int col;                  /* 1-based column: the operator for OR/AND, '!' for NOT, NAME for CMP */
+    struct k25_expr *a, *b;   /* OR/AND: both; NOT: a */
+    /* CMP: NAME op value */
+    char *name;               /* malloc'd */
+    int slot;                 /* what the resolver said (-1 when none) */
+    enum k25_expr_type name_type;
+    enum k25_expr_op op;
+    int op_col, value_col;
+    enum k25_expr_type value_type; /* NUM (a number literal) or STR (quoted text or a word) */
+    double num;               /* NUM: the value, multiplier applied */
+    char *text;               /* the value as text (a number's spelling); malloc'd */
+    bool text_order;          /* < <= > >= order two texts bytewise (else they are false) */
+};
+
+/*
+ * Resolves a NAME while parsing: true when known, with *type (ANY when
+ * it is only known at evaluation) and *slot (handed back to the lookup);
+ * false when unknown, with why[n] saying so ("unknown field 'foo' (...)").
+ */
+typedef bool (*k25_expr_resolve_fn)(void *ctx, const char *name, enum k25_expr_type *type, int *slot, char *why,
+                                    size_t n);
+/* A variable's value while evaluating (type ANY: absent). */
+typedef struct k25_expr_value (*k25_expr_lookup_fn)(void *ctx, const char *name, int slot);
+
+struct k25_expr_opts {
+    const char *what;          /* message prefix before "column N:" ("--filter"); NULL: none */
+    const char *file;          /* k25_error_set's file, line and field (may be NULL/0) */
+    int line;
+    const char *field;
+    const char *names;         /* what a NAME is, for messages: "a field (input_length, ...)"; NULL: "a name" */
+    k25_expr_resolve_fn resolve; /* NULL: every name, type ANY */
+    void *ctx;
+    bool text_order;           /* texts order bytewise; else ordering a STR name is an error, an ANY one false */
+    const char *const *stop_words; /* NULL-terminated words that end the expression at the top level */
+    int col0;                  /* added to every column (the expression starts inside a longer line) */
+};
+
+/*
+ * Parses text into *out (the caller frees it with k25_expr_free).  With
+ * stop words, *end (may be NULL) is the offset where the expression ended
+ * (at a stop word or the end of text).  On error: K25_EINVAL (K25_ENOMEM)
+ * naming the column, *out NULL, *err_col (may be NULL) the column.
+ */
+int k25_expr_parse(const char *text, const struct k25_expr_opts *o, struct k25_expr **out, size_t *end, int *err_col,
+                   struct k25_error *err);
+/* Evaluates e against the caller's variables. */
+bool k25_expr_eval(const struct k25_expr *e, k25_expr_lookup_fn lookup, void *ctx);
+/* One comparison `v op` the literal of the CMP node c (the rule k25_expr_eval applies). */
+bool k25_expr_cmp_holds(const struct k25_expr *c, struct k25_expr_value v);
+void k25_expr_free(struct k25_expr *e);
+/* "<", "<=", ... */
+const char *k25_expr_op_text(enum k25_expr_op op);
+/* s as a number with an optional multiplier or unit (the value rule above); false when not one. */
+bool k25_expr_number(const char *s, double *out);
 
 #endif /* K25_UTIL_H */
