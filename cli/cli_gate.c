@@ -13,6 +13,89 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The A/B measurement of `k25 gate --ab` (ab false: the sets are stored results). */
+struct ab_plan {
+    const char *cmd_a, *cmd_b;
+    bool ab;
+    const char *dir;      /* where A/B runs go */
+    int rounds;           /* rounds measured so far, once measure_and_compare returns */
+    int max_rounds;
+    bool quiet;
+};
+
+/* Whether a gated (not advisory) metric is too noisy to call. */
+static bool gated_unsure(const struct k25_gate_result *res)
+{
+    for (int i = 0; i < res->n_rows; i++)
+        if (res->rows[i].verdict == K25_V_UNSURE && res->rows[i].m->gate && !res->rows[i].advisory)
+            return true;
+    return false;
+}
+
+/*
+ * Loads base and cand into B and C (after measuring them, with --ab) and
+ * compares them into res.  Sequential: while a gated metric is UNSURE,
+ * measures more rounds (half as many again, at least 2) up to max_rounds.
+ * Fails with the A/B run's, the loader's or the comparison's error.
+ */
+static int measure_and_compare(struct ab_plan *p, const char *base, const char *cand,
+                               const struct k25_gate_policy *pol, const struct k25_gate_opts *go,
+                               struct k25_gate_set *B, struct k25_gate_set *C, struct k25_gate_result *res,
+                               struct k25_error *err)
+{
+    int rc;
+    for (int done = 0;;) {
+        if (p->ab) {
+            struct k25_gate_ab_opts ao = {p->cmd_a, p->cmd_b, done, p->rounds, p->dir, p->quiet};
+            if ((rc = k25_gate_ab_run(&ao, err)) != K25_OK)
+                return rc;
+            done = p->rounds;
+            k25_gate_set_free(B);
+            k25_gate_set_free(C);
+        }
+        if ((rc = k25_gate_set_load(base, B, err)) != K25_OK || (rc = k25_gate_set_load(cand, C, err)) != K25_OK)
+            return rc;
+        if ((rc = k25_gate_compare(B, C, pol, go, res, err)) != K25_OK)
+            return rc;
+        if (!p->ab || !gated_unsure(res) || p->rounds >= p->max_rounds)
+            return K25_OK;
+        int more = p->rounds / 2 > 2 ? p->rounds / 2 : 2;
+        p->rounds = p->rounds + more > p->max_rounds ? p->max_rounds : p->rounds + more;
+        if (!p->quiet)
+            fprintf(stderr, "k25 gate: some metrics UNSURE after %d rounds; measuring up to %d\n", done, p->rounds);
+    }
+}
+
+/* The verdicts: the table, or JSON on stdout (--json) and/or in json_file.  -1 (said on stderr) on failure. */
+static int print_verdicts(const struct k25_gate_set *B, const struct k25_gate_set *C,
+                          const struct k25_gate_policy *pol, const struct k25_gate_result *res, bool json,
+                          const char *json_file)
+{
+    struct k25_error err;
+    json_t *j = (json || json_file) ? k25_gate_json(B, C, pol, res) : NULL;
+    if ((json || json_file) && !j) {
+        fprintf(stderr, "k25 gate: out of memory\n");
+        return -1;
+    }
+    if (json_file && k25_write_json_atomic(json_file, j, &err) != K25_OK) {
+        fprintf(stderr, "k25 gate: --json-file: %s\n", err.msg);
+        json_decref(j);
+        return -1;
+    }
+    if (json) {
+        json_dumpf(j, stdout, JSON_INDENT(2));
+        fputc('\n', stdout);
+    } else {
+        k25_gate_print(stdout, B, C, res);
+    }
+    json_decref(j);
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "k25 gate: writing the report failed: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int k25_cmd_gate(int argc, char **argv)
 {
     const char *base = NULL, *cand = NULL, *policy = NULL, *json_file = NULL, *dir = NULL;
@@ -115,60 +198,16 @@ int k25_cmd_gate(int argc, char **argv)
         base = pa;
         cand = pb;
     }
+    struct ab_plan plan = {cmd_a, cmd_b, ab, dir, rounds, max_rounds, quiet};
     struct k25_gate_opts go = {allow};
-    for (int done = 0;;) {
-        if (ab) {
-            struct k25_gate_ab_opts ao = {cmd_a, cmd_b, done, rounds, dir, quiet};
-            if (k25_gate_ab_run(&ao, &err) != K25_OK) {
-                fprintf(stderr, "k25 gate: %s\n", err.msg);
-                goto out;
-            }
-            done = rounds;
-            k25_gate_set_free(&B);
-            k25_gate_set_free(&C);
-        }
-        if (k25_gate_set_load(base, &B, &err) != K25_OK || k25_gate_set_load(cand, &C, &err) != K25_OK) {
-            fprintf(stderr, "k25 gate: %s\n", err.msg);
-            goto out;
-        }
-        if (k25_gate_compare(&B, &C, pol, &go, res, &err) != K25_OK) {
-            fprintf(stderr, "k25 gate: %s\n", err.msg);
-            goto out;
-        }
-        /* sequential: while a gated metric is too noisy to call, measure more rounds */
-        bool unsure = false;
-        for (int i = 0; i < res->n_rows; i++)
-            unsure |= res->rows[i].verdict == K25_V_UNSURE && res->rows[i].m->gate && !res->rows[i].advisory;
-        if (!ab || !unsure || rounds >= max_rounds)
-            break;
-        int more = rounds / 2 > 2 ? rounds / 2 : 2;
-        rounds = rounds + more > max_rounds ? max_rounds : rounds + more;
-        if (!quiet)
-            fprintf(stderr, "k25 gate: some metrics UNSURE after %d rounds; measuring up to %d\n", done, rounds);
+    if (measure_and_compare(&plan, base, cand, pol, &go, &B, &C, res, &err) != K25_OK) {
+        fprintf(stderr, "k25 gate: %s\n", err.msg);
+        goto out;
     }
     if (ab && !quiet)
-        fprintf(stderr, "k25 gate: A/B runs (%d rounds) kept in %s\n", rounds, dir);
-    json_t *j = (json || json_file) ? k25_gate_json(&B, &C, pol, res) : NULL;
-    if ((json || json_file) && !j) {
-        fprintf(stderr, "k25 gate: out of memory\n");
+        fprintf(stderr, "k25 gate: A/B runs (%d rounds) kept in %s\n", plan.rounds, dir);
+    if (print_verdicts(&B, &C, pol, res, json, json_file) != 0)
         goto out;
-    }
-    if (json_file && k25_write_json_atomic(json_file, j, &err) != K25_OK) {
-        fprintf(stderr, "k25 gate: --json-file: %s\n", err.msg);
-        json_decref(j);
-        goto out;
-    }
-    if (json) {
-        json_dumpf(j, stdout, JSON_INDENT(2));
-        fputc('\n', stdout);
-    } else {
-        k25_gate_print(stdout, &B, &C, res);
-    }
-    json_decref(j);
-    if (fflush(stdout) != 0) {
-        fprintf(stderr, "k25 gate: writing the report failed: %s\n", strerror(errno));
-        goto out;
-    }
     status = res->n_fail ? 1 : 0;
 out:
     k25_gate_set_free(&B);

@@ -16,6 +16,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The estimate as the JSON object `k25 mem --json` prints (NULL when out of memory). */
+static json_t *estimate_json(const struct k25_config *cfg, const struct k25_model_shape *shape, int64_t context,
+                             int64_t batch, const struct k25_mem_estimate *est)
+{
+    json_t *o = json_object(), *cat = json_object();
+    for (int c = 0; c < K25_MEM_NCAT; c++)
+        json_object_set_new(cat, k25_mem_cat_name(c), json_integer(est->bytes[c]));
+    json_object_set_new(o, "model", json_string(cfg->model));
+    json_object_set_new(o, "context", json_integer(context));
+    json_object_set_new(o, "batch", json_integer(batch));
+    json_object_set_new(o, "attention", json_string(k25_attn_impl_name(cfg->attention)));
+    json_object_set_new(o, "kv_cache_dtype", json_string(k25_dtype_name(cfg->kv_cache_dtype)));
+    json_object_set_new(o, "prefill_chunk_size", json_integer(cfg->prefill_chunk_size));
+    json_object_set_new(o, "one_pass_prefill", json_boolean(cfg->disable_prefill_optimization));
+    json_object_set_new(o, "threads", json_integer(est->threads));
+    json_object_set_new(o, "bytes", cat);
+    json_object_set_new(o, "total_bytes", json_integer(est->total_bytes));
+    json_object_set_new(o, "safety_margin", json_real(K25_MEM_SAFETY_MARGIN));
+    json_object_set_new(o, "recommended_bytes", json_integer(est->recommended_bytes));
+    json_object_set_new(o, "kv_blocks", json_integer(est->kv_blocks));
+    if (cfg->kv_hot_tokens > 0) /* KV tiers: RAM (hot, warm: in bytes.kv) and the cold file */
+        json_object_set_new(o, "kv_tiers", json_pack("{s:I, s:I, s:I}", "hot_bytes", (json_int_t)est->kv_hot_bytes,
+                                                      "warm_bytes", (json_int_t)est->kv_warm_bytes, "cold_bytes",
+                                                      (json_int_t)est->kv_cold_bytes));
+    {
+        struct k25_kv_layout lay;
+        k25_kv_layout(cfg, shape, &lay);
+        json_object_set_new(o, "kv_compression_ratio", json_real(cfg->kv_compression_ratio));
+        json_object_set_new(o, "kv_bits_per_value", json_real(lay.bits_per_value));
+        json_object_set_new(o, "kv_bytes_per_token", json_real(lay.bytes_per_token));
+        json_object_set_new(o, "kv_meta_bytes_per_token", json_real(lay.meta_bytes_per_token));
+        json_object_set_new(o, "kv_kept_tokens", json_integer(k25_kv_kept_tokens(cfg, context)));
+    }
+    json_object_set_new(o, "step_tokens", json_integer(est->step_tokens));
+    json_object_set_new(o, "activation_rows", json_integer(est->act_token_cap));
+    json_object_set_new(o, "largest_attention_call",
+                        json_pack("{s:I, s:I}", "queries", (json_int_t)est->attn_q_rows, "keys",
+                                  (json_int_t)est->attn_kv_tokens));
+    return o;
+}
+
 int k25_cmd_mem(int argc, char **argv)
 {
     struct k25_config cfg;
@@ -73,40 +114,11 @@ int k25_cmd_mem(int argc, char **argv)
         goto out_err;
 
     if (json) {
-        json_t *o = json_object(), *cat = json_object();
-        for (int c = 0; c < K25_MEM_NCAT; c++)
-            json_object_set_new(cat, k25_mem_cat_name(c), json_integer(est.bytes[c]));
-        json_object_set_new(o, "model", json_string(cfg.model));
-        json_object_set_new(o, "context", json_integer(context));
-        json_object_set_new(o, "batch", json_integer(batch));
-        json_object_set_new(o, "attention", json_string(k25_attn_impl_name(cfg.attention)));
-        json_object_set_new(o, "kv_cache_dtype", json_string(k25_dtype_name(cfg.kv_cache_dtype)));
-        json_object_set_new(o, "prefill_chunk_size", json_integer(cfg.prefill_chunk_size));
-        json_object_set_new(o, "one_pass_prefill", json_boolean(cfg.disable_prefill_optimization));
-        json_object_set_new(o, "threads", json_integer(est.threads));
-        json_object_set_new(o, "bytes", cat);
-        json_object_set_new(o, "total_bytes", json_integer(est.total_bytes));
-        json_object_set_new(o, "safety_margin", json_real(K25_MEM_SAFETY_MARGIN));
-        json_object_set_new(o, "recommended_bytes", json_integer(est.recommended_bytes));
-        json_object_set_new(o, "kv_blocks", json_integer(est.kv_blocks));
-        if (cfg.kv_hot_tokens > 0) /* KV tiers: RAM (hot, warm: in bytes.kv) and the cold file */
-            json_object_set_new(o, "kv_tiers", json_pack("{s:I, s:I, s:I}", "hot_bytes", (json_int_t)est.kv_hot_bytes,
-                                                          "warm_bytes", (json_int_t)est.kv_warm_bytes, "cold_bytes",
-                                                          (json_int_t)est.kv_cold_bytes));
-        {
-            struct k25_kv_layout lay;
-            k25_kv_layout(&cfg, &shape, &lay);
-            json_object_set_new(o, "kv_compression_ratio", json_real(cfg.kv_compression_ratio));
-            json_object_set_new(o, "kv_bits_per_value", json_real(lay.bits_per_value));
-            json_object_set_new(o, "kv_bytes_per_token", json_real(lay.bytes_per_token));
-            json_object_set_new(o, "kv_meta_bytes_per_token", json_real(lay.meta_bytes_per_token));
-            json_object_set_new(o, "kv_kept_tokens", json_integer(k25_kv_kept_tokens(&cfg, context)));
+        json_t *o = estimate_json(&cfg, &shape, context, batch, &est);
+        if (!o) {
+            k25_error_set(&err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            goto out_err;
         }
-        json_object_set_new(o, "step_tokens", json_integer(est.step_tokens));
-        json_object_set_new(o, "activation_rows", json_integer(est.act_token_cap));
-        json_object_set_new(o, "largest_attention_call",
-                            json_pack("{s:I, s:I}", "queries", (json_int_t)est.attn_q_rows, "keys",
-                                      (json_int_t)est.attn_kv_tokens));
         int w = json_dumpf(o, stdout, JSON_INDENT(2));
         json_decref(o);
         if (w != 0 || fputc('\n', stdout) == EOF)

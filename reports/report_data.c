@@ -776,14 +776,12 @@ static void set_labels(struct k25_plot_job *j, const char *key, const char *cons
     k25_plot_set(j, key, "%s", buf);
 }
 
-int k25_report_data_compare(const struct k25_report_run *runs, int n, const char *plot_dir, const char *prefix,
-                            const char *heading, struct k25_plot_list *pl, struct k25_error *err)
+/* The TTFT and E2E CDFs of every run, one curve each, in one plot.  K25_EIO, K25_ENOMEM. */
+static int compare_cdfs(const struct k25_report_run *runs, int n, const char *const *labels, const char *plot_dir,
+                        const char *prefix, const char *heading, struct k25_plot_list *pl, struct k25_error *err)
 {
     char path[PATH_MAX + 256], name[128], stem[96], title[200];
-    const char *labels[64];
     int rc = K25_OK;
-    if (n > 64)
-        n = 64;
     bool logx[2] = {false, false};
     for (int m = 0; m < 2 && !rc; m++) {
         snprintf(name, sizeof(name), "%scmp_%s_cdf.tsv", prefix, m == 0 ? "ttft" : "e2e");
@@ -814,8 +812,6 @@ int k25_report_data_compare(const struct k25_report_run *runs, int n, const char
     }
     if (rc)
         return rc;
-    for (int i = 0; i < n; i++)
-        labels[i] = runs[i].label;
     snprintf(stem, sizeof(stem), "%scmp_cdf", prefix);
     snprintf(title, sizeof(title), "%s: latency CDFs", heading);
     struct k25_plot_job *j = add(pl, "cmp_cdf", stem, "comparison", title,
@@ -826,8 +822,19 @@ int k25_report_data_compare(const struct k25_report_run *runs, int n, const char
     k25_plot_set(j, "TTFT_LOGX", "%d", logx[0]);
     k25_plot_set(j, "E2E_LOGX", "%d", logx[1]);
     set_labels(j, "LABELS", labels, n);
+    return K25_OK;
+}
 
-    /* headline ratios to the first run, each with its 95% interval where the run has one */
+/*
+ * The headline ratios to the first run, each with its 95% interval where
+ * the run has one: lower-is-better figures left of a divider,
+ * higher-is-better right of it.  K25_EIO.
+ */
+static int compare_ratios(const struct k25_report_run *runs, int n, const char *const *labels, const char *plot_dir,
+                          const char *prefix, const char *heading, struct k25_plot_list *pl, struct k25_error *err)
+{
+    char path[PATH_MAX + 256], name[128], stem[96], title[200];
+    int rc;
     static const struct {
         const char *label, *metric, *ci; /* ci: the interval's key beside the figure, NULL: none */
         bool lower_better;
@@ -895,7 +902,7 @@ int k25_report_data_compare(const struct k25_report_run *runs, int n, const char
         return rc;
     snprintf(stem, sizeof(stem), "%scmp_ratio", prefix);
     snprintf(title, sizeof(title), "%s: headline figures relative to %s", heading, runs[0].label);
-    j = add(pl, "cmp_ratio", stem, "comparison", title,
+    struct k25_plot_job *j = add(pl, "cmp_ratio", stem, "comparison", title,
             "Each run's figure divided by the first run's. Left of the divider lower is better (latency, memory), "
             "right of it higher is better (throughput). Green: better, red: worse, grey: the run's own 95% interval "
             "(error bar, percentiles only) holds 1, so no difference is shown. Missing bars: the figure is "
@@ -917,6 +924,19 @@ int k25_report_data_compare(const struct k25_report_run *runs, int n, const char
     k25_plot_set(j, "XMAX", "%.3g", NH - 1 + 0.6 + 0.6);
     k25_plot_set(j, "YMAX", "%.4g", ymax);
     return K25_OK;
+}
+int k25_report_data_compare(const struct k25_report_run *runs, int n, const char *plot_dir, const char *prefix,
+                            const char *heading, struct k25_plot_list *pl, struct k25_error *err)
+{
+    const char *labels[64];
+    int rc;
+    if (n > 64)
+        n = 64;
+    for (int i = 0; i < n; i++)
+        labels[i] = runs[i].label;
+    if ((rc = compare_cdfs(runs, n, labels, plot_dir, prefix, heading, pl, err)) != K25_OK)
+        return rc;
+    return compare_ratios(runs, n, labels, plot_dir, prefix, heading, pl, err);
 }
 
 /* ---------------------------------------------------------------- sweep */
