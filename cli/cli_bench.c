@@ -179,92 +179,80 @@ static const char *json_beside(const char *out, char *buf, size_t n)
 static const char *const endpoint_types[] = {"completions", "chat", NULL};
 static const char *const pctl_methods[] = {"nearest-rank", "linear", NULL};
 
-/*
- * k25 bench: parses the options (the table below, which --help prints) and
- * their combinations, then runs k25_bench_measure with SIGINT/SIGTERM
- * caught.  Over ~120 lines because the option table and the command's
- * help text are most of it (about 110 lines of data); the code is short.
- */
-int k25_cmd_bench(int argc, char **argv)
-{
+/* The command's state: the options, where the table's flags land, and the table itself. */
+struct bench_cli {
     struct k25_config cfg;
-    struct k25_error err;
     struct k25_bench_opts o;
-    k25_config_init(&cfg);
-    k25_error_clear(&err);
-    k25_bench_opts_init(&o);
-    char *cmdline = join_cmdline(argc, argv);
-    bool quiet = false, have_conc = false, have_burst = false, have_model = false, have_rate = false;
-    bool save_result = false, have_pctl_list = false, have_pctl_metrics = false, have_goodput = false;
-    int endpoint_type = 0, pctl_method = K25_PCTL_NEAREST_RANK;
-    char json_buf[4200];
-    int status = 2;
-    o.api_key = getenv("K25_API_KEY");
-    if (o.api_key && !*o.api_key)
-        o.api_key = NULL;
-    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) /* --model names the served model with --endpoint */
-        have_model |= !strcmp(argv[i], "--model") || !strncmp(argv[i], "--model=", 8);
+    bool quiet, have_conc, have_burst, have_model, have_rate;
+    bool save_result, have_pctl_list, have_pctl_metrics, have_goodput;
+    int endpoint_type, pctl_method;
+    char json_buf[4200]; /* --save-result's file name beside --out */
+    struct k25_opt opts[32];
+};
 
-    const struct k25_opt opts[] = {
-        {.names = {"--dataset"}, .type = K25_OPT_PATH, .dest = &o.dataset,
+/* The option table (which --help prints), pointing into c; data, not logic. */
+static void bench_options(struct bench_cli *c)
+{
+    const struct k25_opt table[] = {
+        {.names = {"--dataset"}, .type = K25_OPT_PATH, .dest = &c->o.dataset,
          .help = "JSONL gold set (requests cycle through it in a seeded order)"},
-        {.names = {"--out"}, .type = K25_OPT_PATH, .dest = &o.out, .metavar = "FILE",
+        {.names = {"--out"}, .type = K25_OPT_PATH, .dest = &c->o.out, .metavar = "FILE",
          .help = "HDF5 trace, written under a temporary name, renamed when complete"},
-        {.names = {"--json", "--result-filename"}, .type = K25_OPT_PATH, .dest = &o.json_out,
+        {.names = {"--json", "--result-filename"}, .type = K25_OPT_PATH, .dest = &c->o.json_out,
          .help = "also write the summary and provenance as JSON (for jq)"},
-        {.names = {"--save-result"}, .type = K25_OPT_FLAG, .dest = &save_result,
+        {.names = {"--save-result"}, .type = K25_OPT_FLAG, .dest = &c->save_result,
          .help = "(vLLM) write the JSON summary; without --json/--result-filename\n"
                  "it goes beside --out (run.h5 -> run.json)"},
-        {.names = {"--csv"}, .type = K25_OPT_PATH, .dest = &o.csv_out,
+        {.names = {"--csv"}, .type = K25_OPT_PATH, .dest = &c->o.csv_out,
          .help = "also write one CSV row per request (docs/cli.md lists the columns)"},
-        {.names = {"--concurrency", "--max-concurrency"}, .type = K25_OPT_INT, .dest = &o.concurrency, .min = 0,
-         .max = 100000, .seen = &have_conc, .deflt = "1; open loop: 0 = no cap",
+        {.names = {"--concurrency", "--max-concurrency"}, .type = K25_OPT_INT, .dest = &c->o.concurrency, .min = 0,
+         .max = 100000, .seen = &c->have_conc, .deflt = "1; open loop: 0 = no cap",
          .help = "closed loop: N users, each sends its next request when the last\n"
                  "one ends; open loop: cap on requests in flight"},
-        {.names = {"--requests", "--num-prompts"}, .type = K25_OPT_INT64, .dest = &o.requests, .min = 1,
+        {.names = {"--requests", "--num-prompts"}, .type = K25_OPT_INT64, .dest = &c->o.requests, .min = 1,
          .max = INT64_MAX, .deflt = "one pass over the selected requests",
          .help = "measured requests per repetition"},
-        {.names = {"--duration"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &o.duration_s, .metavar = "S",
+        {.names = {"--duration"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.duration_s, .metavar = "S",
          .help = "instead: send requests for S seconds (in-flight ones finish)"},
-        {.names = {"--rate", "--request-rate"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &o.rate_rps,
-         .metavar = "R", .seen = &have_rate,
+        {.names = {"--rate", "--request-rate"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.rate_rps,
+         .metavar = "R", .seen = &c->have_rate,
          .help = "open loop: arrivals at R requests/s on a seeded schedule;\n"
                  "latencies count from each scheduled arrival"},
-        {.names = {"--burstiness"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &o.burstiness,
-         .metavar = "B", .seen = &have_burst, .deflt = "1",
+        {.names = {"--burstiness"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.burstiness,
+         .metavar = "B", .seen = &c->have_burst, .deflt = "1",
          .help = "gamma shape of the inter-arrival times (1 = Poisson, < 1 burstier)"},
-        {.names = {"--filter"}, .type = K25_OPT_STRING, .dest = &o.filter, .metavar = "EXPR",
+        {.names = {"--filter"}, .type = K25_OPT_STRING, .dest = &c->o.filter, .metavar = "EXPR",
          .help = "select requests, e.g. 'output_length > 1800 && domain == \"legal\"'"},
-        {.names = {"--warmup"}, .type = K25_OPT_INT64, .dest = &o.warmup, .min = 0, .max = INT64_MAX,
+        {.names = {"--warmup"}, .type = K25_OPT_INT64, .dest = &c->o.warmup, .min = 0, .max = INT64_MAX,
          .help = "run N requests first (closed loop) and discard them"},
-        {.names = {"--repeat"}, .type = K25_OPT_INT, .dest = &o.repeat, .min = 1, .max = K25_BENCH_MAX_REPEAT,
+        {.names = {"--repeat"}, .type = K25_OPT_INT, .dest = &c->o.repeat, .min = 1, .max = K25_BENCH_MAX_REPEAT,
          .metavar = "K", .help = "run the measurement K times for confidence intervals"},
-        {.names = {"--slo"}, .type = K25_OPT_CALL, .parse = opt_slo, .dest = &o.slo, .metavar = "LIST",
+        {.names = {"--slo"}, .type = K25_OPT_CALL, .parse = opt_slo, .dest = &c->o.slo, .metavar = "LIST",
          .help = "objectives for goodput: ttft_ms, tpot_ms, itl_ms, e2e_ms\n(e.g. ttft_ms=500,tpot_ms=50)"},
-        {.names = {"--goodput"}, .type = K25_OPT_CALL, .parse = opt_goodput, .dest = &o.slo, .metavar = "'K:MS ...'",
-         .seen = &have_goodput,
+        {.names = {"--goodput"}, .type = K25_OPT_CALL, .parse = opt_goodput, .dest = &c->o.slo, .metavar = "'K:MS ...'",
+         .seen = &c->have_goodput,
          .help = "(vLLM) the same objectives as vLLM writes them: 'ttft:500 tpot:50'\n(ttft, tpot, e2el, itl)"},
-        {.names = {"--percentile-method"}, .type = K25_OPT_ENUM, .dest = &pctl_method, .choices = pctl_methods,
+        {.names = {"--percentile-method"}, .type = K25_OPT_ENUM, .dest = &c->pctl_method, .choices = pctl_methods,
          .help = "how percentiles are read off the samples: nearest-rank (an observed\n"
                  "value) or linear (numpy's default, as vLLM and GenAI-Perf report)"},
-        {.names = {"--metric-percentiles"}, .type = K25_OPT_CALL, .parse = opt_pctl_list, .dest = &o.pctl,
-         .metavar = "LIST", .seen = &have_pctl_list, .deflt = "50,90,95,99",
+        {.names = {"--metric-percentiles"}, .type = K25_OPT_CALL, .parse = opt_pctl_list, .dest = &c->o.pctl,
+         .metavar = "LIST", .seen = &c->have_pctl_list, .deflt = "50,90,95,99",
          .help = "(vLLM) percentiles to report in a second table, e.g. 50,90,99.9\n"
                  "(summary.percentiles in the JSON)"},
-        {.names = {"--percentile-metrics"}, .type = K25_OPT_CALL, .parse = opt_pctl_metrics, .dest = &o.pctl,
-         .metavar = "LIST", .seen = &have_pctl_metrics, .deflt = "every latency metric",
+        {.names = {"--percentile-metrics"}, .type = K25_OPT_CALL, .parse = opt_pctl_metrics, .dest = &c->o.pctl,
+         .metavar = "LIST", .seen = &c->have_pctl_metrics, .deflt = "every latency metric",
          .help = "(vLLM) metrics of that table: ttft,tpot,itl,e2el (or queue, sched_lag,\n"
                  "or k25's names ttft_ms, ...)"},
-        {.names = {"--fidelity"}, .type = K25_OPT_FLAG, .dest = &o.fidelity,
+        {.names = {"--fidelity"}, .type = K25_OPT_FLAG, .dest = &c->o.fidelity,
          .help = "after the measurement, compare every selected request against the\n"
                  "exact engine (fp32 KV, kv_compression_ratio 1, one-pass prefill):\n"
                  "next-token KL, top-1 and greedy-token agreement, attention error\n"
                  "(summary.fidelity in the JSON, /fidelity in the trace)"},
-        {.names = {"--fidelity-tokens"}, .type = K25_OPT_INT, .dest = &o.fidelity_tokens, .min = 1, .max = 100000,
+        {.names = {"--fidelity-tokens"}, .type = K25_OPT_INT, .dest = &c->o.fidelity_tokens, .min = 1, .max = 100000,
          .help = "generated positions compared per request"},
-        {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &quiet,
+        {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &c->quiet,
          .help = "no progress line (it is shown only when stderr is a terminal)"},
-        {.names = {"--endpoint"}, .type = K25_OPT_STRING, .dest = &o.endpoint, .metavar = "URL",
+        {.names = {"--endpoint"}, .type = K25_OPT_STRING, .dest = &c->o.endpoint, .metavar = "URL",
          .help = "benchmark an OpenAI-compatible server instead of the engine:\n"
                  "http://HOST:PORT (or .../v1, or the full completions URL); every\n"
                  "request is a streaming POST at its scheduled time; TTFT = first\n"
@@ -272,21 +260,28 @@ int k25_cmd_bench(int argc, char **argv)
                  "(else counted chunks, flagged).  Engine flags are not sent.\n"
                  "With --endpoint, --model NAME is the served model name\n"
                  "(default: the first of GET /v1/models)"},
-        {.names = {"--api-key"}, .type = K25_OPT_STRING, .dest = &o.api_key, .metavar = "KEY", .deflt = "$K25_API_KEY",
+        {.names = {"--api-key"}, .type = K25_OPT_STRING, .dest = &c->o.api_key, .metavar = "KEY", .deflt = "$K25_API_KEY",
          .help = "(--endpoint) sent as Authorization: Bearer KEY"},
-        {.names = {"--endpoint-type"}, .type = K25_OPT_ENUM, .dest = &endpoint_type, .choices = endpoint_types,
+        {.names = {"--endpoint-type"}, .type = K25_OPT_ENUM, .dest = &c->endpoint_type, .choices = endpoint_types,
          .help = "(--endpoint) /v1/completions or /v1/chat/completions"},
-        {.names = {"--ignore-eos"}, .type = K25_OPT_FLAG, .dest = &o.ignore_eos,
+        {.names = {"--ignore-eos"}, .type = K25_OPT_FLAG, .dest = &c->o.ignore_eos,
          .help = "(--endpoint) send \"ignore_eos\": true (vLLM, llama.cpp): always\ngenerate max_tokens"},
-        {.names = {"--stall-timeout"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &o.stall_timeout_s,
+        {.names = {"--stall-timeout"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.stall_timeout_s,
          .metavar = "S", .deflt = "30", .help = "(--endpoint) a stream silent for S seconds fails"},
-        {.names = {"--request-timeout"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &o.request_timeout_s,
+        {.names = {"--request-timeout"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.request_timeout_s,
          .metavar = "S", .deflt = "600", .help = "(--endpoint) a request longer than S seconds fails"},
-        {.names = {"--surge"}, .type = K25_OPT_CALL, .parse = opt_surge, .dest = &o, .metavar = "F:START_S:DUR_S",
+        {.names = {"--surge"}, .type = K25_OPT_CALL, .parse = opt_surge, .dest = &c->o, .metavar = "F:START_S:DUR_S",
          .help = "(open loop) the rate times F from START_S for DUR_S seconds\n(an empty F is 5, i.e. +400%)"},
         {.type = K25_OPT_END},
     };
-    const struct k25_cliopt_cmd cmd = {
+    _Static_assert(sizeof(table) <= sizeof(c->opts), "bench_cli.opts is too small for the option table");
+    memcpy(c->opts, table, sizeof(table));
+}
+
+/* The command's synopsis, prose and exit statuses around c's option table. */
+static struct k25_cliopt_cmd bench_command(struct bench_cli *c)
+{
+    return (struct k25_cliopt_cmd){
         .name = "bench",
         .usage = "bench --dataset FILE --out run.h5 [--config k25.yaml] [engine flags]\n"
                  "                 [--concurrency N] [--requests N | --duration S] [--rate R [--burstiness B]]\n"
@@ -302,8 +297,8 @@ int k25_cmd_bench(int argc, char **argv)
                  "Metric definitions: docs/metrics.md.  vLLM benchmark names are accepted where they\n"
                  "mean the same: --request-rate, --num-prompts, --max-concurrency, --result-filename,\n"
                  "--save-result, --goodput, --metric-percentiles, --percentile-metrics.\n",
-        .opts = opts,
-        .config = &cfg,
+        .opts = c->opts,
+        .config = &c->cfg,
         .epilog = "A failed --endpoint request (HTTP error, malformed or truncated stream, stall) is recorded\n"
                   "as rejected with its reason; the run goes on.\n\n"
                   "Ctrl-C (SIGINT) or SIGTERM ends the run early: the requests that finished are written,\n"
@@ -311,96 +306,129 @@ int k25_cmd_bench(int argc, char **argv)
                   "(SIGINT) or 143 (SIGTERM); a second signal stops at once, writing nothing.\n"
                   "Exit status: 0 done, 2 bad input or an unusable output path, 1 a failure while running.\n",
     };
-    k25_pctl_spec_init(&o.pctl);
-    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
-    if (prc == K25_CLIOPT_HELP) {
-        free(cmdline);
-        return 0;
-    }
-    if (prc != K25_OK)
-        goto out_err;
+}
+
+/*
+ * After parsing: vLLM's separate --goodput words, then the options'
+ * combinations (open/closed loop, --save-result, endpoint-only flags).
+ */
+static int finish_options(struct bench_cli *c, int argc, char **argv, struct k25_error *err)
+{
+    struct k25_bench_opts *o = &c->o;
     /* vLLM writes --goodput's items as separate words: take those, refuse anything else */
     for (int i = 1; i < argc; i++) {
-        if (have_goodput && goodput_word(argv[i])) {
-            if (opt_goodput(&o.slo, "--goodput", argv[i], &err) != K25_OK)
-                goto out_err;
+        if (c->have_goodput && goodput_word(argv[i])) {
+            int rc = opt_goodput(&o->slo, "--goodput", argv[i], err);
+            if (rc != K25_OK)
+                return rc;
             continue;
         }
-        k25_error_set(&err, K25_EINVAL, "command line", 0, argv[i],
-                      "unexpected argument (k25 bench takes options only; k25 bench --help)");
-        goto out_err;
+        return k25_error_set(err, K25_EINVAL, "command line", 0, argv[i],
+                             "unexpected argument (k25 bench takes options only; k25 bench --help)");
     }
-    if (o.api_key && !*o.api_key)
-        o.api_key = NULL;
-    o.endpoint_chat = endpoint_type == 1;
-    o.pctl_method = (enum k25_pctl_method)pctl_method;
-    o.pctl.method = o.pctl_method;
-    o.pctl_table = have_pctl_list || have_pctl_metrics;
-    if (have_rate)
-        o.mode = K25_BENCH_OPEN;
-    if (save_result && !o.json_out) {
-        if (!o.out) {
-            k25_error_set(&err, K25_EINVAL, "command line", 0, "--save-result",
-                          "writes the JSON beside --out: give --out (or --result-filename FILE)");
-            goto out_err;
-        }
-        o.json_out = json_beside(o.out, json_buf, sizeof(json_buf));
+    if (o->api_key && !*o->api_key)
+        o->api_key = NULL;
+    o->endpoint_chat = c->endpoint_type == 1;
+    o->pctl_method = (enum k25_pctl_method)c->pctl_method;
+    o->pctl.method = o->pctl_method;
+    o->pctl_table = c->have_pctl_list || c->have_pctl_metrics;
+    if (c->have_rate)
+        o->mode = K25_BENCH_OPEN;
+    if (c->save_result && !o->json_out) {
+        if (!o->out)
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--save-result",
+                                 "writes the JSON beside --out: give --out (or --result-filename FILE)");
+        o->json_out = json_beside(o->out, c->json_buf, sizeof(c->json_buf));
     }
-    if (have_burst && o.mode != K25_BENCH_OPEN) {
-        k25_error_set(&err, K25_EINVAL, "command line", 0, "--burstiness",
-                      "shapes open-loop arrivals: it needs --rate");
-        goto out_err;
-    }
-    if (o.mode == K25_BENCH_OPEN && !have_conc)
-        o.concurrency = 0; /* open loop: no cap unless asked */
-    if (o.mode == K25_BENCH_CLOSED && have_conc && o.concurrency < 1) {
-        k25_error_set(&err, K25_EINVAL, "command line", 0, "--concurrency", "closed loop needs at least 1 user");
-        goto out_err;
-    }
-    if (!o.endpoint && (o.ignore_eos || o.endpoint_chat)) {
-        k25_error_set(&err, K25_EINVAL, "command line", 0, o.ignore_eos ? "--ignore-eos" : "--endpoint-type",
-                      "applies to --endpoint runs only");
-        goto out_err;
-    }
-    if (o.endpoint && have_model)
-        o.endpoint_model = cfg.model;
-    o.progress = !quiet && isatty(2) && !o.endpoint;
-    o.cmdline = cmdline;
-    o.stop = &g_stop;
+    if (c->have_burst && o->mode != K25_BENCH_OPEN)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--burstiness",
+                             "shapes open-loop arrivals: it needs --rate");
+    if (o->mode == K25_BENCH_OPEN && !c->have_conc)
+        o->concurrency = 0; /* open loop: no cap unless asked */
+    if (o->mode == K25_BENCH_CLOSED && c->have_conc && o->concurrency < 1)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--concurrency", "closed loop needs at least 1 user");
+    if (!o->endpoint && (o->ignore_eos || o->endpoint_chat))
+        return k25_error_set(err, K25_EINVAL, "command line", 0, o->ignore_eos ? "--ignore-eos" : "--endpoint-type",
+                             "applies to --endpoint runs only");
+    if (o->endpoint && c->have_model)
+        o->endpoint_model = c->cfg.model;
+    o->progress = !c->quiet && isatty(2) && !o->endpoint;
+    return K25_OK;
+}
 
+/* Prints err; the exit status for it: 1 for a failure while running, 2 for bad input. */
+static int fail_status(const struct k25_error *err)
+{
+    fprintf(stderr, "k25 bench: %s\n", err->msg);
+    return err->code == K25_ENOMEM || err->code == K25_EIO ? 1 : 2;
+}
+
+/*
+ * Runs k25_bench_measure with SIGINT/SIGTERM caught and says where the
+ * results went.  Returns the exit status: 0, 1, 2, or 128 + the signal.
+ */
+static int measure_and_report(struct bench_cli *c, struct k25_error *err)
+{
+    const struct k25_bench_opts *o = &c->o;
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
-    int rc = k25_bench_measure(&o, &cfg, stdout, NULL, &err);
+    int rc = k25_bench_measure(o, &c->cfg, stdout, NULL, err);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     if (rc != K25_OK) {
         if (g_stop) {
-            fprintf(stderr, "k25 bench: %s\n", err.msg);
-            status = 128 + g_stop;
-            goto out;
+            fprintf(stderr, "k25 bench: %s\n", err->msg);
+            return 128 + g_stop;
         }
-        goto out_err;
+        return fail_status(err);
     }
     if (fflush(stdout) != 0) {
         fprintf(stderr, "k25 bench: writing the report failed: %s\n", strerror(errno));
-        status = 1;
-        goto out;
+        return 1;
     }
-    if (!quiet || g_stop)
+    if (!c->quiet || g_stop)
         fprintf(stderr, "k25 bench: %strace written to %s%s%s%s%s\n",
-                g_stop ? "interrupted: the finished requests' " : "", o.out, o.json_out ? ", summary to " : "",
-                o.json_out ? o.json_out : "", o.csv_out ? ", requests to " : "", o.csv_out ? o.csv_out : "");
-    status = g_stop ? 128 + g_stop : 0;
-    goto out;
+                g_stop ? "interrupted: the finished requests' " : "", o->out, o->json_out ? ", summary to " : "",
+                o->json_out ? o->json_out : "", o->csv_out ? ", requests to " : "", o->csv_out ? o->csv_out : "");
+    return g_stop ? 128 + g_stop : 0;
+}
 
-out_err:
-    fprintf(stderr, "k25 bench: %s\n", err.msg);
-    status = err.code == K25_ENOMEM || err.code == K25_EIO ? 1 : 2;
-out:
+/*
+ * k25 bench: parses the options (bench_options' table, which --help prints)
+ * and their combinations, then runs k25_bench_measure with SIGINT/SIGTERM
+ * caught.
+ */
+int k25_cmd_bench(int argc, char **argv)
+{
+    struct bench_cli c = {.pctl_method = K25_PCTL_NEAREST_RANK};
+    struct k25_error err;
+    k25_config_init(&c.cfg);
+    k25_error_clear(&err);
+    k25_bench_opts_init(&c.o);
+    char *cmdline = join_cmdline(argc, argv);
+    int status;
+    c.o.api_key = getenv("K25_API_KEY");
+    if (c.o.api_key && !*c.o.api_key)
+        c.o.api_key = NULL;
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) /* --model names the served model with --endpoint */
+        c.have_model |= !strcmp(argv[i], "--model") || !strncmp(argv[i], "--model=", 8);
+    bench_options(&c);
+    const struct k25_cliopt_cmd cmd = bench_command(&c);
+    k25_pctl_spec_init(&c.o.pctl);
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP) {
+        status = 0;
+    } else if (prc != K25_OK || finish_options(&c, argc, argv, &err) != K25_OK) {
+        status = fail_status(&err);
+    } else {
+        c.o.cmdline = cmdline;
+        c.o.stop = &g_stop;
+        status = measure_and_report(&c, &err);
+    }
     free(cmdline);
     return status;
 }

@@ -132,29 +132,200 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The command's options. */
+struct logs_opts {
+    const char *path, *tag, *filter, *stats, *by;
+    bool count, json;
+};
+
+/* What a pass over the log found: the matching lines' count, --by groups, --stats values. */
+struct logs_tally {
+    long matched, skipped, first_bad; /* skipped: lines not of the log's form; first_bad: the first one's number */
+    struct group groups[MAX_GROUPS];
+    int n_groups;
+    double *vals; /* [nv] the --stats field's values, owned */
+    size_t nv, vcap;
+};
+
+/*
+ * Reads f line by line: lines of the tag and filter are counted, grouped,
+ * their --stats field collected, or printed (neither --stats nor --count).
+ * Returns the exit status: 0, or 1 (out of memory, read error).
+ */
+static int scan(FILE *f, const struct logs_opts *lo, const struct k25_expr *fexpr, struct logs_tally *t)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long lineno = 0;
+    struct log_line l;
+    int status = 0;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        if (len == 0 || line[0] == '\n')
+            continue;
+        if (!parse_line(line, &l)) {
+            if (!t->skipped++)
+                t->first_bad = lineno;
+            continue;
+        }
+        if (lo->tag && strcmp(l.tag, lo->tag) != 0)
+            continue;
+        if (fexpr && !k25_expr_eval(fexpr, line_lookup, &l))
+            continue;
+        t->matched++;
+        if (lo->by)
+            group_add(t->groups, &t->n_groups, field(&l, lo->by));
+        if (lo->stats) {
+            const char *v = field(&l, lo->stats);
+            double x;
+            if (v && numeric(v, &x)) {
+                if (t->nv == t->vcap) {
+                    t->vcap = t->vcap ? 2 * t->vcap : 1024;
+                    double *nvals = realloc(t->vals, sizeof(double) * t->vcap);
+                    if (!nvals) {
+                        fprintf(stderr, "k25 logs: out of memory\n");
+                        status = 1;
+                        goto out;
+                    }
+                    t->vals = nvals;
+                }
+                t->vals[t->nv++] = x;
+            }
+        } else if (!lo->count) {
+            fputs(line, stdout);
+        }
+    }
+    if (ferror(f)) {
+        fprintf(stderr, "k25 logs: %s: read error: %s\n", lo->path, strerror(errno));
+        status = 1;
+    }
+out:
+    free(line);
+    return status;
+}
+
+/* --stats: n, mean, nearest-rank P50/P90/P99 and max of the values (sorted here), as text or JSON. */
+static void print_stats(const char *name, double *vals, size_t nv, bool json)
+{
+    qsort(vals, nv, sizeof(double), cmp_double);
+    double sum = 0;
+    for (size_t i = 0; i < nv; i++)
+        sum += vals[i];
+    /* nearest rank: the ceil(q n)-th smallest; a quantile needs n >= 1/(1-q) */
+    double q[3] = {0.5, 0.9, 0.99}, pv[3];
+    for (int k = 0; k < 3; k++) {
+        size_t r = (size_t)ceil(q[k] * (double)nv);
+        pv[k] = (nv > 0 && (double)nv * (1.0 - q[k]) >= 1.0 - 1e-9) ? vals[r - 1] : NAN;
+    }
+    if (json) {
+        printf("{\"field\": \"%s\", \"n\": %zu", name, nv);
+        const char *names[] = {"p50", "p90", "p99"};
+        if (nv)
+            printf(", \"mean\": %.6g", sum / (double)nv);
+        else
+            printf(", \"mean\": null");
+        for (int k = 0; k < 3; k++)
+            isnan(pv[k]) ? printf(", \"%s\": null", names[k]) : printf(", \"%s\": %.6g", names[k], pv[k]);
+        nv ? printf(", \"max\": %.6g}\n", vals[nv - 1]) : printf(", \"max\": null}\n");
+    } else {
+        printf("%s: n=%zu", name, nv);
+        if (nv)
+            printf(" mean=%.4g", sum / (double)nv);
+        const char *names[] = {"P50", "P90", "P99"};
+        for (int k = 0; k < 3; k++)
+            isnan(pv[k]) ? printf(" %s=n/a", names[k]) : printf(" %s=%.4g", names[k], pv[k]);
+        if (nv)
+            printf(" max=%.4g", vals[nv - 1]);
+        printf("\n");
+    }
+}
+
+/* --count --by: one count per value of the field, then the total, as text or JSON. */
+static void print_groups(const struct logs_tally *t, const char *by, bool json)
+{
+    if (json) {
+        printf("{\"count\": %ld, \"by\": \"%s\", \"counts\": {", t->matched, by);
+        for (int i = 0; i < t->n_groups; i++) {
+            json_t *k = json_string(t->groups[i].val);
+            char *ks = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
+            printf("%s%s: %ld", i ? ", " : "", ks ? ks : "\"?\"", t->groups[i].n);
+            free(ks);
+            json_decref(k);
+        }
+        printf("}}\n");
+    } else {
+        for (int i = 0; i < t->n_groups; i++)
+            printf("%s=%s %ld\n", by, t->groups[i].val, t->groups[i].n);
+        printf("total %ld\n", t->matched);
+    }
+}
+
+/*
+ * Runs the parsed command: compiles the filter, opens the log (FILE or -),
+ * scans it and prints what was asked.  Returns the exit status: 2 for a bad
+ * filter or an unreadable file, 1 for a failure while reading or writing.
+ */
+static int run_logs(const struct logs_opts *lo)
+{
+    struct k25_error err;
+    /* the expression language of k25util.h: field names are known only per line */
+    const struct k25_expr_opts fopts = {.what = "--filter", .names = "a field name"};
+    struct k25_expr *fexpr = NULL;
+    if (lo->filter && k25_expr_parse(lo->filter, &fopts, &fexpr, NULL, NULL, &err) != K25_OK) {
+        fprintf(stderr, "k25 logs: %s\n", err.msg);
+        return 2;
+    }
+    FILE *f = strcmp(lo->path, "-") ? fopen(lo->path, "r") : stdin;
+    if (!f) {
+        fprintf(stderr, "k25 logs: %s: cannot open: %s\n", lo->path, strerror(errno));
+        k25_expr_free(fexpr);
+        return 2;
+    }
+    struct logs_tally t = {0};
+    int status = scan(f, lo, fexpr, &t);
+    if (status == 0) {
+        if (t.skipped)
+            fprintf(stderr,
+                    "k25 logs: %s: %ld line(s) not of the form \"[TAG] key=value ...\" skipped (first: line %ld)\n",
+                    lo->path, t.skipped, t.first_bad);
+        if (lo->stats)
+            print_stats(lo->stats, t.vals, t.nv, lo->json);
+        else if (lo->count && lo->by)
+            print_groups(&t, lo->by, lo->json);
+        else if (lo->count)
+            lo->json ? printf("{\"count\": %ld}\n", t.matched) : printf("%ld\n", t.matched);
+        if (fflush(stdout) != 0)
+            status = 1;
+    }
+    k25_expr_free(fexpr);
+    free(t.vals);
+    if (f != stdin)
+        fclose(f);
+    return status;
+}
+
+/* k25 logs: the option table (which --help prints), the argument checks, then run_logs. */
 int k25_cmd_logs(int argc, char **argv)
 {
-    const char *path = NULL, *tag = NULL, *filter = NULL, *stats = NULL, *by = NULL;
-    struct group groups[MAX_GROUPS];
-    int n_groups = 0;
-    bool count = false, json = false;
+    struct logs_opts lo = {0};
     struct k25_error err;
     const struct k25_opt opts[] = {
-        {.names = {"--tag"}, .type = K25_OPT_STRING, .dest = &tag, .metavar = "TAG",
+        {.names = {"--tag"}, .type = K25_OPT_STRING, .dest = &lo.tag, .metavar = "TAG",
          .help = "only [TAG] lines (PREFILL, DECODE, KV_CACHE, QUEUE)"},
-        {.names = {"--filter"}, .type = K25_OPT_STRING, .dest = &filter, .metavar = "EXPR",
+        {.names = {"--filter"}, .type = K25_OPT_STRING, .dest = &lo.filter, .metavar = "EXPR",
          .help = "an expression over the line's fields (docs/cli.md \"Expressions\"):\n"
                  "`key op value` (op: == != < <= > >=) joined by && || ! ( ); numbers\n"
                  "compare as numbers (units such as ms are ignored), e.g.\n"
                  "'degraded==True', 'avg_time_per_chunk > 100 && seq_len >= 32k'"},
-        {.names = {"--count"}, .type = K25_OPT_FLAG, .dest = &count, .help = "print only the number of matching lines"},
-        {.names = {"--by"}, .type = K25_OPT_STRING, .dest = &by, .metavar = "FIELD",
+        {.names = {"--count"}, .type = K25_OPT_FLAG, .dest = &lo.count, .help = "print only the number of matching lines"},
+        {.names = {"--by"}, .type = K25_OPT_STRING, .dest = &lo.by, .metavar = "FIELD",
          .help = "with --count: one count per value of FIELD, e.g. --tag QUEUE --by event\n"
                  "(spill, replay, breaker_open, breaker_close, timeout; (none): lines\nwithout it)"},
-        {.names = {"--stats"}, .type = K25_OPT_STRING, .dest = &stats, .metavar = "FIELD",
+        {.names = {"--stats"}, .type = K25_OPT_STRING, .dest = &lo.stats, .metavar = "FIELD",
          .help = "n, mean, P50, P90, P99 (nearest rank) and max of FIELD over the\n"
                  "matching lines that have it"},
-        {.names = {"--json"}, .type = K25_OPT_FLAG, .dest = &json, .help = "the count or the statistics as JSON"},
+        {.names = {"--json"}, .type = K25_OPT_FLAG, .dest = &lo.json, .help = "the count or the statistics as JSON"},
         {.type = K25_OPT_END},
     };
     const struct k25_cliopt_cmd cmd = {
@@ -182,134 +353,10 @@ int k25_cmd_logs(int argc, char **argv)
         k25_cliopt_print_help(&cmd, stderr);
         return 2;
     }
-    if (by && !count) {
+    if (lo.by && !lo.count) {
         fprintf(stderr, "k25 logs: --by counts lines: use it with --count\n");
         return 2;
     }
-    path = argv[1];
-    /* the expression language of k25util.h: field names are known only per line */
-    const struct k25_expr_opts fopts = {.what = "--filter", .names = "a field name"};
-    struct k25_expr *fexpr = NULL;
-    if (filter && k25_expr_parse(filter, &fopts, &fexpr, NULL, NULL, &err) != K25_OK) {
-        fprintf(stderr, "k25 logs: %s\n", err.msg);
-        return 2;
-    }
-    FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
-    if (!f) {
-        fprintf(stderr, "k25 logs: %s: cannot open: %s\n", path, strerror(errno));
-        k25_expr_free(fexpr);
-        return 2;
-    }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    long lineno = 0, matched = 0, skipped = 0, first_bad = 0;
-    size_t nv = 0, vcap = 0;
-    double *vals = NULL;
-    struct log_line l;
-    int status = 0;
-    while ((len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        if (len == 0 || line[0] == '\n')
-            continue;
-        if (!parse_line(line, &l)) {
-            if (!skipped++)
-                first_bad = lineno;
-            continue;
-        }
-        if (tag && strcmp(l.tag, tag) != 0)
-            continue;
-        if (fexpr && !k25_expr_eval(fexpr, line_lookup, &l))
-            continue;
-        matched++;
-        if (by)
-            group_add(groups, &n_groups, field(&l, by));
-        if (stats) {
-            const char *v = field(&l, stats);
-            double x;
-            if (v && numeric(v, &x)) {
-                if (nv == vcap) {
-                    vcap = vcap ? 2 * vcap : 1024;
-                    double *nvals = realloc(vals, sizeof(double) * vcap);
-                    if (!nvals) {
-                        fprintf(stderr, "k25 logs: out of memory\n");
-                        status = 1;
-                        goto out;
-                    }
-                    vals = nvals;
-                }
-                vals[nv++] = x;
-            }
-        } else if (!count) {
-            fputs(line, stdout);
-        }
-    }
-    if (ferror(f)) {
-        fprintf(stderr, "k25 logs: %s: read error: %s\n", path, strerror(errno));
-        status = 1;
-        goto out;
-    }
-    if (skipped)
-        fprintf(stderr, "k25 logs: %s: %ld line(s) not of the form \"[TAG] key=value ...\" skipped (first: line %ld)\n",
-                path, skipped, first_bad);
-    if (stats) {
-        qsort(vals, nv, sizeof(double), cmp_double);
-        double sum = 0;
-        for (size_t i = 0; i < nv; i++)
-            sum += vals[i];
-        /* nearest rank: the ceil(q n)-th smallest; a quantile needs n >= 1/(1-q) */
-        double q[3] = {0.5, 0.9, 0.99}, pv[3];
-        for (int k = 0; k < 3; k++) {
-            size_t r = (size_t)ceil(q[k] * (double)nv);
-            pv[k] = (nv > 0 && (double)nv * (1.0 - q[k]) >= 1.0 - 1e-9) ? vals[r - 1] : NAN;
-        }
-        if (json) {
-            printf("{\"field\": \"%s\", \"n\": %zu", stats, nv);
-            const char *names[] = {"p50", "p90", "p99"};
-            if (nv)
-                printf(", \"mean\": %.6g", sum / (double)nv);
-            else
-                printf(", \"mean\": null");
-            for (int k = 0; k < 3; k++)
-                isnan(pv[k]) ? printf(", \"%s\": null", names[k]) : printf(", \"%s\": %.6g", names[k], pv[k]);
-            nv ? printf(", \"max\": %.6g}\n", vals[nv - 1]) : printf(", \"max\": null}\n");
-        } else {
-            printf("%s: n=%zu", stats, nv);
-            if (nv)
-                printf(" mean=%.4g", sum / (double)nv);
-            const char *names[] = {"P50", "P90", "P99"};
-            for (int k = 0; k < 3; k++)
-                isnan(pv[k]) ? printf(" %s=n/a", names[k]) : printf(" %s=%.4g", names[k], pv[k]);
-            if (nv)
-                printf(" max=%.4g", vals[nv - 1]);
-            printf("\n");
-        }
-    } else if (count && by) {
-        if (json) {
-            printf("{\"count\": %ld, \"by\": \"%s\", \"counts\": {", matched, by);
-            for (int i = 0; i < n_groups; i++) {
-                json_t *k = json_string(groups[i].val);
-                char *ks = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
-                printf("%s%s: %ld", i ? ", " : "", ks ? ks : "\"?\"", groups[i].n);
-                free(ks);
-                json_decref(k);
-            }
-            printf("}}\n");
-        } else {
-            for (int i = 0; i < n_groups; i++)
-                printf("%s=%s %ld\n", by, groups[i].val, groups[i].n);
-            printf("total %ld\n", matched);
-        }
-    } else if (count) {
-        json ? printf("{\"count\": %ld}\n", matched) : printf("%ld\n", matched);
-    }
-    if (fflush(stdout) != 0)
-        status = 1;
-out:
-    k25_expr_free(fexpr);
-    free(line);
-    free(vals);
-    if (f != stdin)
-        fclose(f);
-    return status;
+    lo.path = argv[1];
+    return run_logs(&lo);
 }

@@ -74,6 +74,13 @@ static struct k25_tensor act(struct k25_buf *b, int rows, int cols)
     return k25_tensor_of(b, rows, cols, K25_DTYPE_FP32);
 }
 
+/*
+ * k25_forward (engine.h): the model over one step's spans.  Over ~120
+ * lines on purpose: like llama2.c's forward it is read top to bottom
+ * (reserve and make hot each span's KV, embed, per layer norm, QKV, RoPE,
+ * attention, output, FFN, then the final norm and the head); splitting it
+ * would hide the order.
+ */
 int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, int n_layers, struct k25_error *err)
 {
     const struct k25_model_shape *s = &e->model->shape;

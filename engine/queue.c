@@ -222,7 +222,9 @@ static bool degraded_admissible(const struct k25_engine *e, double *pred_ms)
  * writes its record - not yet durable: it joins the staged batch that
  * commit() makes durable and places.  replayed: a request read back from
  * the spill log at create (already in the log: goes to the disk queue).
- * On failure nothing is staged and no handle is used.
+ * On failure nothing is staged and no handle is used.  Over ~120 lines
+ * on purpose: validate, reserve room, copy, route, record is one sequence
+ * whose order keeps "on failure nothing is staged" true; read it whole.
  */
 static int stage(struct k25_engine *e, const struct k25_request *req, const struct k25_spill_entry *replayed,
                  int *handle, struct k25_error *err)

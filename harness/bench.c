@@ -225,191 +225,241 @@ static int run_rep(k25_engine_t *eng, k25_endpoint_t *ep, const struct k25_bench
     return k25_loadgen_run(eng, &s, run, err);
 }
 
-int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config *cfg, FILE *report,
-                      struct k25_bench_summary *summary_out, struct k25_error *err)
+/*
+ * The state of one k25_bench_measure call, shared by its steps below.  Every
+ * pointer is owned here and freed by bench_state_free, whatever step failed.
+ */
+struct bench_state {
+    struct k25_bench_opts o; /* the caller's options, completed (default --requests) */
+    const struct k25_config *cfg;
+    k25_gold_filter_t *filter;
+    struct k25_gold_set set;
+    struct k25_bench_input *inputs; /* [set.n] */
+    size_t *order;                  /* [set.n] */
+    struct k25_h5 h5;
+    bool h5_open; /* h5 is uncommitted: aborted on failure */
+    FILE *jf;     /* the JSON summary's temporary, open while uncommitted */
+    char jtmp[1100];
+    k25_model_t *model;
+    k25_engine_t *eng;
+    k25_endpoint_t *ep;
+    struct k25_bench_run run;
+    struct k25_bench_summary *sum;
+    json_t *prov, *doc;
+    char *prov_s, *cfg_s, *wl_s, *sum_s;
+    struct k25_fidelity fid;
+    struct k25_pctl_table *pctl; /* --metric-percentiles / --percentile-metrics */
+    size_t n_dropped;            /* requests in flight dropped by an interruption */
+};
+
+static void bench_state_free(struct bench_state *st)
 {
+    if (st->h5_open)
+        k25_h5_abort(&st->h5);
+    if (st->jf) {
+        fclose(st->jf);
+        unlink(st->jtmp);
+    }
+    k25_engine_destroy(st->eng);
+    k25_model_destroy(st->model);
+    k25_endpoint_close(st->ep);
+    k25_bench_run_free(&st->run);
+    free_inputs(st->inputs, st->set.n);
+    free(st->order);
+    k25_gold_set_free(&st->set);
+    k25_gold_filter_destroy(st->filter);
+    json_decref(st->prov);
+    json_decref(st->doc);
+    free(st->prov_s);
+    free(st->cfg_s);
+    free(st->wl_s);
+    free(st->sum_s);
+    free(st->sum);
+    free(st->pctl);
+    k25_fidelity_free(&st->fid);
+}
+
+static const char *stop_signal_name(const struct bench_state *st)
+{
+    return signal_name(st->o.stop ? (int)*st->o.stop : 0);
+}
+
+/* The gold set loaded and filtered, its requests tokenized and ordered; fails on an empty selection. */
+static int load_gold(struct bench_state *st, struct k25_error *err)
+{
+    struct k25_bench_opts *o = &st->o;
     int rc;
-    struct k25_bench_opts o = *opts;
-    k25_gold_filter_t *filter = NULL;
-    struct k25_gold_set set = {0};
-    struct k25_bench_input *inputs = NULL;
-    size_t *order = NULL;
-    struct k25_h5 h5 = {.file = H5I_INVALID_HID, .meta = H5I_INVALID_HID};
-    bool h5_open = false;
-    FILE *jf = NULL;
-    char jtmp[1100] = "";
-    k25_model_t *model = NULL;
-    k25_engine_t *eng = NULL;
-    k25_endpoint_t *ep = NULL;
-    struct k25_bench_run run = {0};
-    struct k25_bench_summary *sum = calloc(1, sizeof(*sum));
-    json_t *prov = NULL, *doc = NULL;
-    char *prov_s = NULL, *cfg_s = NULL, *wl_s = NULL, *sum_s = NULL;
-    struct k25_fidelity fid = {0};
-    struct k25_pctl_table *pctl = NULL; /* --metric-percentiles / --percentile-metrics, owned */
-    run.stall_start_ns = run.stall_end_ns = -1;
-    if (!sum)
-        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-
-    if ((rc = check_opts(&o, err)) != K25_OK)
-        goto out;
-    if ((rc = k25_config_validate(cfg, err)) != K25_OK)
-        goto out;
-
-    /* the gold set, filtered */
     struct k25_gold_opts gopts;
     k25_gold_opts_init(&gopts);
     gopts.diag = diag_stderr;
-    if (o.filter) {
+    if (o->filter) {
         int col = 0;
-        if ((rc = k25_gold_filter_parse(o.filter, &filter, &col, err)) != K25_OK)
-            goto out;
-        gopts.filter = filter;
+        if ((rc = k25_gold_filter_parse(o->filter, &st->filter, &col, err)) != K25_OK)
+            return rc;
+        gopts.filter = st->filter;
     }
-    if ((rc = k25_gold_load(o.dataset, &gopts, &set, err)) != K25_OK)
-        goto out;
-    if (set.n == 0) {
-        rc = o.filter ? k25_error_set(err, K25_EINVAL, o.dataset, 0, "--filter",
-                                      "no request matches '%s' (%lld valid requests in the set)", o.filter,
-                                      (long long)set.counts.requests)
-                      : k25_error_set(err, K25_EINVAL, o.dataset, 0, NULL, "the gold set has no request");
-        goto out;
-    }
-    if ((rc = make_inputs(&set, &inputs, err)) != K25_OK)
-        goto out;
-    if (!(order = k25_loadgen_order(set.n, cfg->seed))) {
-        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-        goto out;
-    }
-    if (o.requests == 0 && o.duration_s == 0)
-        o.requests = (int64_t)set.n; /* default: one pass over the selection */
+    if ((rc = k25_gold_load(o->dataset, &gopts, &st->set, err)) != K25_OK)
+        return rc;
+    if (st->set.n == 0)
+        return o->filter ? k25_error_set(err, K25_EINVAL, o->dataset, 0, "--filter",
+                                         "no request matches '%s' (%lld valid requests in the set)", o->filter,
+                                         (long long)st->set.counts.requests)
+                         : k25_error_set(err, K25_EINVAL, o->dataset, 0, NULL, "the gold set has no request");
+    if ((rc = make_inputs(&st->set, &st->inputs, err)) != K25_OK)
+        return rc;
+    if (!(st->order = k25_loadgen_order(st->set.n, st->cfg->seed)))
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    if (o->requests == 0 && o->duration_s == 0)
+        o->requests = (int64_t)st->set.n; /* default: one pass over the selection */
+    return K25_OK;
+}
 
-    /* outputs first: an unwritable path fails before anything is measured */
-    if ((rc = k25_h5_create(&h5, o.out, "run", err)) != K25_OK)
-        goto out;
-    h5_open = true;
-    if (o.json_out) {
-        snprintf(jtmp, sizeof(jtmp), "%s.tmp.%ld", o.json_out, (long)getpid());
-        if (!(jf = fopen(jtmp, "w"))) {
-            rc = k25_error_set(err, K25_EIO, o.json_out, 0, "--json", "cannot create the JSON summary: %s",
-                               strerror(errno));
-            goto out;
-        }
+/* The trace and the JSON summary created under temporary names: an unwritable path fails before anything is measured. */
+static int create_outputs(struct bench_state *st, struct k25_error *err)
+{
+    const struct k25_bench_opts *o = &st->o;
+    int rc;
+    if ((rc = k25_h5_create(&st->h5, o->out, "run", err)) != K25_OK)
+        return rc;
+    st->h5_open = true;
+    if (o->json_out) {
+        snprintf(st->jtmp, sizeof(st->jtmp), "%s.tmp.%ld", o->json_out, (long)getpid());
+        if (!(st->jf = fopen(st->jtmp, "w")))
+            return k25_error_set(err, K25_EIO, o->json_out, 0, "--json", "cannot create the JSON summary: %s",
+                                 strerror(errno));
         /* a first write now: a full disk fails here, not after the run */
-        if (fputs("{}\n", jf) == EOF || fflush(jf) != 0) {
-            rc = k25_error_set(err, K25_EIO, o.json_out, 0, "--json", "cannot write the JSON summary: %s",
-                               strerror(errno));
-            goto out;
-        }
+        if (fputs("{}\n", st->jf) == EOF || fflush(st->jf) != 0)
+            return k25_error_set(err, K25_EIO, o->json_out, 0, "--json", "cannot write the JSON summary: %s",
+                                 strerror(errno));
     }
+    return K25_OK;
+}
 
-    if (o.endpoint) {
-        if ((rc = k25_endpoint_open(&o, inputs, set.n, &ep, err)) != K25_OK)
-            goto out;
+/* The endpoint opened, or the model loaded and its engine created; then every input checked against the vocabulary. */
+static int open_target(struct bench_state *st, struct k25_error *err)
+{
+    const struct k25_bench_opts *o = &st->o;
+    int rc;
+    if (o->endpoint) {
+        if ((rc = k25_endpoint_open(o, st->inputs, st->set.n, &st->ep, err)) != K25_OK)
+            return rc;
     } else {
-        if ((rc = k25_model_load(cfg, &model, err)) != K25_OK ||
-            (rc = k25_engine_create(cfg, model, &eng, err)) != K25_OK)
-            goto out;
-        k25_testknob_install(eng);
+        if ((rc = k25_model_load(st->cfg, &st->model, err)) != K25_OK ||
+            (rc = k25_engine_create(st->cfg, st->model, &st->eng, err)) != K25_OK)
+            return rc;
+        k25_testknob_install(st->eng);
     }
-    int vocab = model ? k25_model_get_shape(model)->vocab_size : INT32_MAX; /* a server checks its own */
-    for (size_t i = 0; i < set.n; i++) {
-        if (inputs[i].n_ids == 0) {
-            rc = k25_error_set(err, K25_EINVAL, o.dataset, (int)inputs[i].line, "input",
-                               "request '%s' has an empty input", inputs[i].id);
-            goto out;
-        }
-        for (int t = 0; t < inputs[i].n_ids; t++)
-            if (inputs[i].ids[t] < 0 || inputs[i].ids[t] >= vocab) {
-                rc = k25_error_set(err, K25_EINVAL, o.dataset, (int)inputs[i].line, "input_ids",
-                                   "request '%s': token %d is %d, outside the model's vocabulary [0, %d)",
-                                   inputs[i].id, t, inputs[i].ids[t], vocab);
-                goto out;
-            }
+    int vocab = st->model ? k25_model_get_shape(st->model)->vocab_size : INT32_MAX; /* a server checks its own */
+    for (size_t i = 0; i < st->set.n; i++) {
+        const struct k25_bench_input *in = &st->inputs[i];
+        if (in->n_ids == 0)
+            return k25_error_set(err, K25_EINVAL, o->dataset, (int)in->line, "input",
+                                 "request '%s' has an empty input", in->id);
+        for (int t = 0; t < in->n_ids; t++)
+            if (in->ids[t] < 0 || in->ids[t] >= vocab)
+                return k25_error_set(err, K25_EINVAL, o->dataset, (int)in->line, "input_ids",
+                                     "request '%s': token %d is %d, outside the model's vocabulary [0, %d)", in->id,
+                                     t, in->ids[t], vocab);
     }
-    if (!(prov = k25_provenance_collect(cfg, o.dataset, set.sha256, o.filter, o.cmdline))) {
-        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-        goto out;
-    }
+    return K25_OK;
+}
 
-    /* the load guard, before the run's own threads load the machine; a sweep samples it
-     * once before its first point and tells its runs so (K25_LOAD_GUARD=0) */
+/*
+ * The load guard into provenance's machine, sampled before the run's own
+ * threads load the machine; a sweep samples it once before its first point
+ * and tells its runs so (K25_LOAD_GUARD=0).
+ */
+static void note_load_guard(json_t *prov)
+{
     json_t *mach = json_object_get(prov, "machine");
     const char *lg_env = getenv("K25_LOAD_GUARD");
     if (lg_env && !strcmp(lg_env, "0")) {
         json_object_set_new(mach, "load_guard", json_pack("{s:s}", "sampled_by", "the sweep (summary.json)"));
-    } else {
-        struct k25_load_guard lg;
-        if (k25_load_guard_sample(&lg) == K25_OK) {
-            json_object_set_new(mach, "load_guard", k25_load_guard_json(&lg));
-            if (lg.busy)
-                fprintf(stderr, "k25 bench: WARNING: the machine was already busy before the run (%s): timings "
-                                "include interference\n", lg.reason);
-        }
+        return;
     }
+    struct k25_load_guard lg;
+    if (k25_load_guard_sample(&lg) == K25_OK) {
+        json_object_set_new(mach, "load_guard", k25_load_guard_json(&lg));
+        if (lg.busy)
+            fprintf(stderr, "k25 bench: WARNING: the machine was already busy before the run (%s): timings "
+                            "include interference\n", lg.reason);
+    }
+}
 
+/*
+ * The warm-up and the repetitions, between two calibrations, then the
+ * memory and engine totals of the measured part.  Interrupted, keeps the
+ * finished requests (fails only when none finished).
+ */
+static int measure_reps(struct bench_state *st, struct k25_error *err)
+{
+    const struct k25_bench_opts *o = &st->o;
+    struct k25_bench_run *run = &st->run;
+    int rc;
     struct k25_calib calib = {0};
     k25_calib_measure(&calib, 5); /* machine speed now, for k25 gate (docs/gates.md) */
-    if (o.warmup > 0 &&
-        (rc = run_rep(eng, ep, &o, cfg, inputs, set.n, order, 0, o.warmup, 0, false, &run, err)) != K25_OK) {
-        if (run.interrupted)
+    if (o->warmup > 0 && (rc = run_rep(st->eng, st->ep, o, st->cfg, st->inputs, st->set.n, st->order, 0, o->warmup, 0,
+                                       false, run, err)) != K25_OK) {
+        if (run->interrupted)
             k25_error_set(err, K25_EIO, NULL, 0, NULL, "interrupted by %s during the warm-up: nothing measured, "
-                          "nothing written", signal_name(o.stop ? (int)*o.stop : 0));
-        goto out;
+                          "nothing written", stop_signal_name(st));
+        return rc;
     }
     k25_mem_reset_peak();
     struct k25_engine_stats st0; /* the engine's counters before the measurement: run totals are after - before */
-    if (eng)
-        k25_engine_get_stats(eng, &st0);
-    size_t n_dropped = 0;
-    for (int k = 0; k < o.repeat && !run.interrupted; k++) {
-        int64_t rep_start = k > 0 ? (int64_t)(k25_now_ns() - run.t0_ns) : 0; /* rep 0 sets t0 */
-        if ((rc = run_rep(eng, ep, &o, cfg, inputs, set.n, order, (size_t)o.warmup, o.requests, k, true, &run,
-                          err)) != K25_OK) {
-            if (!run.interrupted)
-                goto out;
+    if (st->eng)
+        k25_engine_get_stats(st->eng, &st0);
+    for (int k = 0; k < o->repeat && !run->interrupted; k++) {
+        int64_t rep_start = k > 0 ? (int64_t)(k25_now_ns() - run->t0_ns) : 0; /* rep 0 sets t0 */
+        if ((rc = run_rep(st->eng, st->ep, o, st->cfg, st->inputs, st->set.n, st->order, (size_t)o->warmup,
+                          o->requests, k, true, run, err)) != K25_OK) {
+            if (!run->interrupted)
+                return rc;
             /* keep what was measured: the finished requests, marked interrupted */
-            n_dropped = close_interrupted(&run, k, rep_start);
-            rc = K25_OK;
-            if (run.n_reqs == 0) {
-                rc = k25_error_set(err, K25_EIO, NULL, 0, NULL,
-                                   "interrupted by %s before any request finished: nothing written",
-                                   signal_name(o.stop ? (int)*o.stop : 0));
-                goto out;
-            }
+            st->n_dropped = close_interrupted(run, k, rep_start);
+            if (run->n_reqs == 0)
+                return k25_error_set(err, K25_EIO, NULL, 0, NULL,
+                                     "interrupted by %s before any request finished: nothing written",
+                                     stop_signal_name(st));
         }
     }
     k25_calib_measure(&calib, 5);
-    json_object_set_new(prov, "calibration", k25_calib_json(&calib));
+    json_object_set_new(st->prov, "calibration", k25_calib_json(&calib));
     double spread = k25_calib_spread(&calib);
     if (isfinite(spread) && spread > K25_CALIB_MAX_SPREAD)
         fprintf(stderr, "k25 bench: WARNING: the calibration spread by %.0f%% (> %.0f%%): the machine's speed "
                         "changed during the run; k25 gate will not normalize by it\n",
                 100 * spread, 100 * K25_CALIB_MAX_SPREAD);
-    k25_mem_get(&run.mem);
-    if (eng) {
-        struct k25_engine_stats st;
-        k25_engine_get_stats(eng, &st);
-        run.kv_blocks_peak = st.kv_blocks_peak;
-        k25_bench_engine_totals_diff(&st0, &st, cfg->kv_hot_tokens > 0, &run.eng);
+    k25_mem_get(&run->mem);
+    if (st->eng) {
+        struct k25_engine_stats after;
+        k25_engine_get_stats(st->eng, &after);
+        run->kv_blocks_peak = after.kv_blocks_peak;
+        k25_bench_engine_totals_diff(&st0, &after, st->cfg->kv_hot_tokens > 0, &run->eng);
     }
-    run.warmup_done = o.warmup;
+    run->warmup_done = o->warmup;
+    return K25_OK;
+}
 
-    if ((rc = k25_bench_summarize_method(&run, &o.slo, o.pctl_method, sum, err)) != K25_OK)
-        goto out;
-    sum->pctl_method = o.pctl_method;
-    if (o.pctl_table) {
-        o.pctl.method = o.pctl_method;
-        if (!(pctl = malloc(sizeof(*pctl)))) {
-            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-            goto out;
-        }
-        if ((rc = k25_bench_percentiles(&run, &o.pctl, pctl, err)) != K25_OK)
-            goto out;
+/* The summary, the optional percentile table, and the open-loop check of what was measured. */
+static int summarize(struct bench_state *st, struct k25_error *err)
+{
+    struct k25_bench_opts *o = &st->o;
+    struct k25_bench_summary *sum = st->sum;
+    int rc;
+    if ((rc = k25_bench_summarize_method(&st->run, &o->slo, o->pctl_method, sum, err)) != K25_OK)
+        return rc;
+    sum->pctl_method = o->pctl_method;
+    if (o->pctl_table) {
+        o->pctl.method = o->pctl_method;
+        if (!(st->pctl = malloc(sizeof(*st->pctl))))
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        if ((rc = k25_bench_percentiles(&st->run, &o->pctl, st->pctl, err)) != K25_OK)
+            return rc;
     }
     sum->offered_rps = NAN;
-    if (o.mode == K25_BENCH_OPEN) {
-        k25_bench_open_loop_check(sum, o.rate_rps);
+    if (o->mode == K25_BENCH_OPEN) {
+        k25_bench_open_loop_check(sum, o->rate_rps);
         if (sum->fell_behind)
             fprintf(stderr,
                     "k25 bench: WARNING: open loop fell behind: offered %.3f req/s, served %.3f req/s, queue P50 "
@@ -417,151 +467,197 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
                     sum->offered_rps, sum->achieved_rps, sum->d[K25_M_QUEUE].p[0].value,
                     sum->d[K25_M_E2E].p[0].value);
     }
-    /* fidelity after the measurement, on its own engines: it never perturbs the timings
-     * (not after an interruption: the user asked to stop) */
-    if (run.interrupted)
-        o.fidelity = false;
-    if (o.fidelity) {
-        if (o.progress)
-            fprintf(stderr, "k25 bench: measuring fidelity on %zu requests x %d tokens\n", set.n, o.fidelity_tokens);
-        if ((rc = k25_fidelity_measure(cfg, model, inputs, set.n, o.fidelity_tokens, &fid, err)) != K25_OK)
-            goto out;
-        /* the degraded (early-exit) model against the full one: when the run degraded requests, or
-         * could (the circuit breaker on) */
-        if (sum->n_degraded > 0 || cfg->breaker_enabled) {
-            if (o.progress)
-                fprintf(stderr, "k25 bench: measuring the degraded model's fidelity\n");
-            if ((rc = k25_fidelity_measure_degraded(cfg, model, inputs, set.n, o.fidelity_tokens, &fid.degraded,
-                                                    err)) != K25_OK)
-                goto out;
-            int L = k25_model_get_shape(model)->n_layers, d = (int)ceil(cfg->degraded_layer_fraction * L - 1e-9);
-            fid.degraded_layers = d < 1 ? 1 : d > L ? L : d; /* the engine's rounding (engine.c) */
-        }
+    return K25_OK;
+}
+
+/*
+ * Fidelity after the measurement, on its own engines: it never perturbs the
+ * timings (not after an interruption: the user asked to stop).
+ */
+static int measure_fidelity(struct bench_state *st, struct k25_error *err)
+{
+    struct k25_bench_opts *o = &st->o;
+    const struct k25_config *cfg = st->cfg;
+    int rc;
+    if (st->run.interrupted)
+        o->fidelity = false;
+    if (!o->fidelity)
+        return K25_OK;
+    if (o->progress)
+        fprintf(stderr, "k25 bench: measuring fidelity on %zu requests x %d tokens\n", st->set.n, o->fidelity_tokens);
+    if ((rc = k25_fidelity_measure(cfg, st->model, st->inputs, st->set.n, o->fidelity_tokens, &st->fid, err)) !=
+        K25_OK)
+        return rc;
+    /* the degraded (early-exit) model against the full one: when the run degraded requests, or
+     * could (the circuit breaker on) */
+    if (st->sum->n_degraded > 0 || cfg->breaker_enabled) {
+        if (o->progress)
+            fprintf(stderr, "k25 bench: measuring the degraded model's fidelity\n");
+        if ((rc = k25_fidelity_measure_degraded(cfg, st->model, st->inputs, st->set.n, o->fidelity_tokens,
+                                                &st->fid.degraded, err)) != K25_OK)
+            return rc;
+        int L = k25_model_get_shape(st->model)->n_layers, d = (int)ceil(cfg->degraded_layer_fraction * L - 1e-9);
+        st->fid.degraded_layers = d < 1 ? 1 : d > L ? L : d; /* the engine's rounding (engine.c) */
     }
+    return K25_OK;
+}
+
+/* The endpoint's part of the summary; warns once per kind of failure (the run itself succeeded). */
+static json_t *endpoint_summary(const struct k25_bench_run *run)
+{
+    json_t *es = k25_endpoint_summary_json(run);
+    json_int_t n_failed = json_integer_value(json_object_get(es, "failed"));
+    if (n_failed > 0) {
+        fprintf(stderr, "k25 bench: WARNING: %lld of %zu requests failed:", (long long)n_failed, run->n_reqs);
+        const char *kind;
+        json_t *v;
+        json_object_foreach(json_object_get(es, "failed_by_reason"), kind, v)
+            fprintf(stderr, " %lld x %s;", (long long)json_integer_value(v), kind);
+        fprintf(stderr, " reasons per request in the trace (/requests reason)\n");
+    }
+    return es;
+}
+
+/* The JSON summary document (st->doc) and the compact strings the trace's /meta stores. */
+static int build_doc(struct bench_state *st, struct k25_error *err)
+{
+    const struct k25_bench_opts *o = &st->o;
+    const struct k25_bench_run *run = &st->run;
+    json_t *prov = st->prov;
     k25_provenance_finish(prov);
     /* what was measured: the in-process engine, or a server (its model list and response headers) */
-    json_object_set_new(prov, "target", json_string(ep ? "endpoint" : "engine"));
-    if (ep)
-        json_object_set_new(prov, "endpoint", k25_endpoint_provenance(ep));
-    json_t *wl = k25_bench_workload_json(&o, cfg->seed, set.n), *sj = k25_bench_summary_json(sum);
-    doc = json_object();
+    json_object_set_new(prov, "target", json_string(st->ep ? "endpoint" : "engine"));
+    if (st->ep)
+        json_object_set_new(prov, "endpoint", k25_endpoint_provenance(st->ep));
+    json_t *wl = k25_bench_workload_json(o, st->cfg->seed, st->set.n), *sj = k25_bench_summary_json(st->sum);
+    json_t *doc = st->doc = json_object();
     if (!wl || !sj || !doc) {
         json_decref(wl);
         json_decref(sj);
-        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-        goto out;
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     }
     json_object_set_new(doc, "schema_version", json_integer(K25_H5_SCHEMA_VERSION));
     json_object_set_new(doc, "kind", json_string("k25-bench"));
-    json_object_set_new(doc, "trace", json_string(o.out));
-    json_object_set_new(doc, "interrupted", json_boolean(run.interrupted));
-    if (run.interrupted)
+    json_object_set_new(doc, "trace", json_string(o->out));
+    json_object_set_new(doc, "interrupted", json_boolean(run->interrupted));
+    if (run->interrupted)
         json_object_set_new(doc, "interruption",
-                            json_pack("{s:s, s:I, s:I, s:i}", "signal", signal_name(o.stop ? (int)*o.stop : 0),
-                                      "requests_kept", (json_int_t)run.n_reqs, "requests_in_flight_dropped",
-                                      (json_int_t)n_dropped, "repetitions_started", run.n_reps));
+                            json_pack("{s:s, s:I, s:I, s:i}", "signal", stop_signal_name(st), "requests_kept",
+                                      (json_int_t)run->n_reqs, "requests_in_flight_dropped",
+                                      (json_int_t)st->n_dropped, "repetitions_started", run->n_reps));
     json_object_set_new(doc, "workload", wl);
-    if (o.fidelity)
-        json_object_set_new(sj, "fidelity", k25_fidelity_json(&fid));
-    if (pctl)
-        json_object_set_new(sj, "percentiles", k25_pctl_table_json(pctl));
-    json_object_set_new(sj, "target", json_string(ep ? "endpoint" : "engine"));
-    if (ep) {
-        json_t *es = k25_endpoint_summary_json(&run);
-        json_int_t n_failed = json_integer_value(json_object_get(es, "failed"));
-        if (n_failed > 0) { /* say why, once per kind: the run itself succeeded */
-            fprintf(stderr, "k25 bench: WARNING: %lld of %zu requests failed:", (long long)n_failed, run.n_reqs);
-            const char *kind;
-            json_t *v;
-            json_object_foreach(json_object_get(es, "failed_by_reason"), kind, v)
-                fprintf(stderr, " %lld x %s;", (long long)json_integer_value(v), kind);
-            fprintf(stderr, " reasons per request in the trace (/requests reason)\n");
-        }
-        json_object_set_new(sj, "endpoint", es);
-    }
+    if (o->fidelity)
+        json_object_set_new(sj, "fidelity", k25_fidelity_json(&st->fid));
+    if (st->pctl)
+        json_object_set_new(sj, "percentiles", k25_pctl_table_json(st->pctl));
+    json_object_set_new(sj, "target", json_string(st->ep ? "endpoint" : "engine"));
+    if (st->ep)
+        json_object_set_new(sj, "endpoint", endpoint_summary(run));
     json_object_set_new(doc, "summary", sj);
     json_object_set_new(doc, "provenance", json_incref(prov));
-    prov_s = json_dumps(prov, JSON_COMPACT);
-    cfg_s = json_dumps(json_object_get(prov, "config"), JSON_COMPACT);
-    wl_s = json_dumps(wl, JSON_COMPACT);
-    sum_s = json_dumps(sj, JSON_COMPACT);
-    if (!prov_s || !cfg_s || !wl_s || !sum_s) {
+    /* wl and sj stay alive inside doc */
+    st->prov_s = json_dumps(prov, JSON_COMPACT);
+    st->cfg_s = json_dumps(json_object_get(prov, "config"), JSON_COMPACT);
+    st->wl_s = json_dumps(wl, JSON_COMPACT);
+    st->sum_s = json_dumps(sj, JSON_COMPACT);
+    if (!st->prov_s || !st->cfg_s || !st->wl_s || !st->sum_s)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    return K25_OK;
+}
+
+/*
+ * The results committed as one: fidelity and /meta into the trace, the CSV,
+ * the trace, then the JSON summary.  A later failure removes the files
+ * already committed, so no trace or CSV is left without its summary.
+ */
+static int write_outputs(struct bench_state *st, struct k25_error *err)
+{
+    const struct k25_bench_opts *o = &st->o;
+    int rc;
+    if (o->fidelity && (rc = k25_trace_write_fidelity(&st->h5, &st->fid, err)) != K25_OK)
+        return rc;
+    if ((rc = k25_h5_attr_i64(st->h5.meta, "interrupted", st->run.interrupted ? 1 : 0, err)) != K25_OK)
+        return rc;
+    /* the CSV before the trace is committed: a failed CSV leaves neither (csv.c leaves no partial file) */
+    if (o->csv_out && (rc = k25_bench_csv_write(o->csv_out, &st->run, &o->slo, err)) != K25_OK)
+        return rc;
+    st->h5_open = false; /* k25_trace_write commits or aborts */
+    if ((rc = k25_trace_write(&st->h5, &st->run, st->sum, st->prov_s, st->cfg_s, st->wl_s, st->sum_s, err)) !=
+        K25_OK) {
+        if (o->csv_out)
+            unlink(o->csv_out);
+        return rc;
+    }
+    if (st->jf) {
+        FILE *f = st->jf;
+        st->jf = NULL;
+        if ((rc = write_json_file(f, st->jtmp, o->json_out, st->doc, err)) != K25_OK) {
+            unlink(o->out); /* the results are one: no trace or CSV without their summary */
+            if (o->csv_out)
+                unlink(o->csv_out);
+            return rc;
+        }
+    }
+    return K25_OK;
+}
+
+/* The human-readable report: interruption, summary, percentile table, fidelity. */
+static void print_report(const struct bench_state *st, FILE *report)
+{
+    const struct k25_fidelity *fid = &st->fid;
+    if (st->run.interrupted)
+        fprintf(report, "INTERRUPTED by %s: %zu finished requests kept, %zu in flight dropped\n",
+                stop_signal_name(st), st->run.n_reqs, st->n_dropped);
+    k25_bench_summary_print(report, st->sum);
+    if (st->pctl) {
+        fputc('\n', report);
+        k25_pctl_table_print(report, st->pctl);
+    }
+    if (st->o.fidelity)
+        fprintf(report,
+                "fidelity (%lld requests x %d tokens vs exact fp32 r=1 one-pass): KL mean %.3g p99.9 %.3g max %.3g, "
+                "top-1 agreement %.3f, top-prob RMS %.3g, token agreement %.3f, attention rel. error %.3g\n",
+                (long long)fid->n_requests, fid->tokens, fid->kl_mean, fid->kl_p999, fid->kl_max, fid->top1_agreement,
+                fid->top_prob_rms, fid->token_agreement, fid->attn_rel_err);
+    if (st->o.fidelity && fid->degraded)
+        fprintf(report,
+                "degraded-model fidelity (%d of %d layers vs the full model, %lld requests x %d tokens): KL mean "
+                "%.3g p99.9 %.3g max %.3g, top-1 agreement %.3f, top-prob RMS %.3g, token agreement %.3f\n",
+                fid->degraded_layers, st->model ? k25_model_get_shape(st->model)->n_layers : 0,
+                (long long)fid->degraded->n_requests, fid->degraded->tokens, fid->degraded->kl_mean,
+                fid->degraded->kl_p999, fid->degraded->kl_max, fid->degraded->top1_agreement,
+                fid->degraded->top_prob_rms, fid->degraded->token_agreement);
+}
+
+/* The steps in the order the file's header gives; bench_state_free undoes whatever was done. */
+int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config *cfg, FILE *report,
+                      struct k25_bench_summary *summary_out, struct k25_error *err)
+{
+    int rc;
+    struct bench_state st = {.o = *opts, .cfg = cfg, .h5 = {.file = H5I_INVALID_HID, .meta = H5I_INVALID_HID}};
+    st.run.stall_start_ns = st.run.stall_end_ns = -1;
+    if (!(st.sum = calloc(1, sizeof(*st.sum))))
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+
+    if ((rc = check_opts(&st.o, err)) != K25_OK || (rc = k25_config_validate(cfg, err)) != K25_OK ||
+        (rc = load_gold(&st, err)) != K25_OK || (rc = create_outputs(&st, err)) != K25_OK ||
+        (rc = open_target(&st, err)) != K25_OK)
+        goto out;
+    if (!(st.prov = k25_provenance_collect(cfg, st.o.dataset, st.set.sha256, st.o.filter, st.o.cmdline))) {
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
         goto out;
     }
-    if (o.fidelity && (rc = k25_trace_write_fidelity(&h5, &fid, err)) != K25_OK)
+    note_load_guard(st.prov);
+    if ((rc = measure_reps(&st, err)) != K25_OK || (rc = summarize(&st, err)) != K25_OK ||
+        (rc = measure_fidelity(&st, err)) != K25_OK || (rc = build_doc(&st, err)) != K25_OK ||
+        (rc = write_outputs(&st, err)) != K25_OK)
         goto out;
-    if ((rc = k25_h5_attr_i64(h5.meta, "interrupted", run.interrupted ? 1 : 0, err)) != K25_OK)
-        goto out;
-    /* the CSV before the trace is committed: a failed CSV leaves neither (csv.c leaves no partial file) */
-    if (o.csv_out && (rc = k25_bench_csv_write(o.csv_out, &run, &o.slo, err)) != K25_OK)
-        goto out;
-    h5_open = false; /* k25_trace_write commits or aborts */
-    if ((rc = k25_trace_write(&h5, &run, sum, prov_s, cfg_s, wl_s, sum_s, err)) != K25_OK) {
-        if (o.csv_out)
-            unlink(o.csv_out);
-        goto out;
-    }
-    if (jf) {
-        FILE *f = jf;
-        jf = NULL;
-        if ((rc = write_json_file(f, jtmp, o.json_out, doc, err)) != K25_OK) {
-            unlink(o.out); /* the results are one: no trace or CSV without their summary */
-            if (o.csv_out)
-                unlink(o.csv_out);
-            goto out;
-        }
-    }
-    if (report) {
-        if (run.interrupted)
-            fprintf(report, "INTERRUPTED by %s: %zu finished requests kept, %zu in flight dropped\n",
-                    signal_name(o.stop ? (int)*o.stop : 0), run.n_reqs, n_dropped);
-        k25_bench_summary_print(report, sum);
-        if (pctl) {
-            fputc('\n', report);
-            k25_pctl_table_print(report, pctl);
-        }
-        if (o.fidelity)
-            fprintf(report,
-                    "fidelity (%lld requests x %d tokens vs exact fp32 r=1 one-pass): KL mean %.3g p99.9 %.3g max %.3g, "
-                    "top-1 agreement %.3f, top-prob RMS %.3g, token agreement %.3f, attention rel. error %.3g\n",
-                    (long long)fid.n_requests, fid.tokens, fid.kl_mean, fid.kl_p999, fid.kl_max, fid.top1_agreement,
-                    fid.top_prob_rms, fid.token_agreement, fid.attn_rel_err);
-        if (o.fidelity && fid.degraded)
-            fprintf(report,
-                    "degraded-model fidelity (%d of %d layers vs the full model, %lld requests x %d tokens): KL mean "
-                    "%.3g p99.9 %.3g max %.3g, top-1 agreement %.3f, top-prob RMS %.3g, token agreement %.3f\n",
-                    fid.degraded_layers, model ? k25_model_get_shape(model)->n_layers : 0,
-                    (long long)fid.degraded->n_requests, fid.degraded->tokens, fid.degraded->kl_mean,
-                    fid.degraded->kl_p999, fid.degraded->kl_max, fid.degraded->top1_agreement,
-                    fid.degraded->top_prob_rms, fid.degraded->token_agreement);
-    }
+    if (report)
+        print_report(&st, report);
     if (summary_out)
-        *summary_out = *sum;
+        *summary_out = *st.sum;
 
 out:
-    if (h5_open)
-        k25_h5_abort(&h5);
-    if (jf) {
-        fclose(jf);
-        unlink(jtmp);
-    }
-    k25_engine_destroy(eng);
-    k25_model_destroy(model);
-    k25_endpoint_close(ep);
-    k25_bench_run_free(&run);
-    free_inputs(inputs, set.n);
-    free(order);
-    k25_gold_set_free(&set);
-    k25_gold_filter_destroy(filter);
-    json_decref(prov);
-    json_decref(doc);
-    free(prov_s);
-    free(cfg_s);
-    free(wl_s);
-    free(sum_s);
-    free(sum);
-    free(pctl);
-    k25_fidelity_free(&fid);
+    bench_state_free(&st);
     return rc;
 }

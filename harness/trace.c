@@ -523,45 +523,59 @@ int k25_trace_read_image(const void *buf, size_t len, const char *name, struct k
     return rc != K25_OK ? rc : trace_read_h5(h, name, t, err);
 }
 
-/* Reads the open run file h (closed here) into t; on failure t is freed. */
-static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t, struct k25_error *err)
+/* The /requests and /timeline rows and the ragged columns as read from a run file, owned. */
+struct trace_cols {
+    struct req_row *rows; /* [n] */
+    struct win_row *wrows; /* [nw] */
+    int64_t *toff, *coff;  /* [n + 1] offsets into the token and chunk columns */
+    int64_t *tns, *cs, *ce;
+    int32_t *tid;
+    float *tmg; /* NULL in traces without token margins */
+    size_t n, nw;
+};
+
+static void trace_cols_free(struct trace_cols *c)
 {
-    int rc = K25_OK;
-    struct req_row *rows = NULL;
-    struct win_row *wrows = NULL;
-    int64_t *toff = NULL, *tns = NULL, *coff = NULL, *cs = NULL, *ce = NULL, *rs = NULL, *re = NULL;
-    int32_t *tid = NULL;
-    float *tmg = NULL;
-    size_t n = 0, nw = 0, nrs = 0, nre = 0;
-    hid_t g = H5I_INVALID_HID;
-    t->schema_version = h.schema_version;
-    int64_t interrupted = 0; /* absent in traces written before it existed: not interrupted */
-    if (k25_h5_has_attr(h.meta, "interrupted") &&
-        (rc = k25_h5_get_attr_i64(h.meta, "interrupted", &interrupted, err)) != K25_OK)
-        goto out;
-    t->run.interrupted = interrupted != 0;
-    if ((rc = k25_h5_get_attr_str(h.meta, "provenance", &t->provenance_json, err)) != K25_OK ||
-        (rc = k25_h5_get_attr_str(h.meta, "config", &t->config_json, err)) != K25_OK ||
-        (rc = k25_h5_get_attr_str(h.meta, "workload", &t->workload_json, err)) != K25_OK)
-        goto out;
-    bool v3 = h.schema_version >= 3; /* the elastic queue's columns */
-    bool v4 = h.schema_version >= 4; /* prefix caching and the KV tiers */
-    if ((rc = k25_h5_read_table(h.file, "/requests", req_cols, v4 ? N_REQ_COLS : v3 ? N_REQ_COLS_V3 : N_REQ_COLS_V2,
-                                sizeof(struct req_row),
-                                K25_H5_ANY_COUNT, (void **)&rows, &n, err)) != K25_OK ||
-        (rc = read_ragged(&h, "/tokens", "time_ns", K25_H5_I64, (void **)&tns, "token_id", K25_H5_I32,
-                          (void **)&tid, &toff, n, err)) != K25_OK ||
-        (rc = read_margins(&h, (size_t)toff[n], &tmg, err)) != K25_OK ||
-        (rc = read_ragged(&h, "/prefill", "start_ns", K25_H5_I64, (void **)&cs, "end_ns", K25_H5_I64, (void **)&ce,
-                          &coff, n, err)) != K25_OK ||
-        (rc = k25_h5_read_table(h.file, "/timeline", win_cols, v3 ? N_WIN_COLS : N_WIN_COLS_V2, sizeof(struct win_row),
-                                K25_H5_ANY_COUNT, (void **)&wrows, &nw, err)) != K25_OK)
-        goto out;
-    if ((g = k25_h5_group(&h, "/summary", err)) < 0) {
-        rc = K25_EFORMAT;
-        goto out;
-    }
+    free(c->rows);
+    free(c->wrows);
+    free(c->toff);
+    free(c->tns);
+    free(c->tid);
+    free(c->tmg);
+    free(c->coff);
+    free(c->cs);
+    free(c->ce);
+}
+
+/* The tables and ragged groups of the file's schema version into c. */
+static int read_cols(struct k25_h5 *h, struct trace_cols *c, struct k25_error *err)
+{
+    bool v3 = h->schema_version >= 3; /* the elastic queue's columns */
+    bool v4 = h->schema_version >= 4; /* prefix caching and the KV tiers */
+    int rc;
+    if ((rc = k25_h5_read_table(h->file, "/requests", req_cols, v4 ? N_REQ_COLS : v3 ? N_REQ_COLS_V3 : N_REQ_COLS_V2,
+                                sizeof(struct req_row), K25_H5_ANY_COUNT, (void **)&c->rows, &c->n, err)) != K25_OK ||
+        (rc = read_ragged(h, "/tokens", "time_ns", K25_H5_I64, (void **)&c->tns, "token_id", K25_H5_I32,
+                          (void **)&c->tid, &c->toff, c->n, err)) != K25_OK ||
+        (rc = read_margins(h, (size_t)c->toff[c->n], &c->tmg, err)) != K25_OK ||
+        (rc = read_ragged(h, "/prefill", "start_ns", K25_H5_I64, (void **)&c->cs, "end_ns", K25_H5_I64,
+                          (void **)&c->ce, &c->coff, c->n, err)) != K25_OK ||
+        (rc = k25_h5_read_table(h->file, "/timeline", win_cols, v3 ? N_WIN_COLS : N_WIN_COLS_V2,
+                                sizeof(struct win_row), K25_H5_ANY_COUNT, (void **)&c->wrows, &c->nw, err)) != K25_OK)
+        return rc;
+    return K25_OK;
+}
+
+/* The /summary group: its JSON, the repetitions' bounds, and (schema 4) the engine's run totals. */
+static int read_summary_group(struct k25_h5 *h, const char *path, struct k25_trace *t, struct k25_error *err)
+{
+    int64_t *rs = NULL, *re = NULL;
+    size_t nrs = 0, nre = 0;
     int64_t n_reps = 0;
+    int rc;
+    hid_t g = k25_h5_group(h, "/summary", err);
+    if (g < 0)
+        return K25_EFORMAT;
     if ((rc = k25_h5_get_attr_str(g, "json", &t->summary_json, err)) != K25_OK ||
         (rc = k25_h5_get_attr_i64(g, "repetitions", &n_reps, err)) != K25_OK)
         goto out;
@@ -570,132 +584,145 @@ static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t,
                            (long long)n_reps, K25_BENCH_MAX_REPEAT);
         goto out;
     }
-    if (v4 && (rc = read_engine_totals(g, &t->run.eng, err)) != K25_OK)
+    if (h->schema_version >= 4 && (rc = read_engine_totals(g, &t->run.eng, err)) != K25_OK)
         goto out;
     if ((rc = k25_h5_read_array(g, "rep_start_ns", K25_H5_I64, (size_t)n_reps, (void **)&rs, &nrs, err)) != K25_OK ||
         (rc = k25_h5_read_array(g, "rep_end_ns", K25_H5_I64, (size_t)n_reps, (void **)&re, &nre, err)) != K25_OK)
         goto out;
-    struct k25_bench_run *run = &t->run;
-    run->n_reps = (int)nrs;
+    t->run.n_reps = (int)nrs;
     for (size_t k = 0; k < nrs; k++) {
-        run->rep_start_ns[k] = rs[k];
-        run->rep_end_ns[k] = re[k];
+        t->run.rep_start_ns[k] = rs[k];
+        t->run.rep_end_ns[k] = re[k];
     }
-    if (!(run->reqs = calloc(n + 1, sizeof(*run->reqs))) || !(run->win = calloc(nw + 1, sizeof(*run->win)))) {
+out:
+    H5Gclose(g);
+    free(rs);
+    free(re);
+    return rc;
+}
+
+/*
+ * /requests row i (with its tokens and chunks from c) into q, checked: a
+ * known state and priority, non-negative counts that agree with the
+ * ragged groups.  On failure q may hold arrays the caller frees.
+ */
+static int request_from_row(const struct trace_cols *c, size_t i, int64_t schema_version, const char *path,
+                            struct k25_bench_req *q, struct k25_error *err)
+{
+    const struct req_row *r = &c->rows[i];
+    memcpy(q->id, r->id, sizeof(q->id));
+    q->id[sizeof(q->id) - 1] = '\0';
+    q->seq = r->seq;
+    q->rep = r->rep;
+    q->user = r->user;
+    q->line = r->line;
+    char st[17];
+    memcpy(st, r->state, 16);
+    st[16] = '\0';
+    int s = state_parse(st);
+    if (s < 0)
+        return k25_error_set(err, K25_EFORMAT, path, 0, "/requests", "row %zu: unknown state '%s'", i, st);
+    q->state = s;
+    memcpy(q->reason, r->reason, sizeof(q->reason));
+    q->reason[sizeof(q->reason) - 1] = '\0';
+    q->n_input = r->n_input;
+    q->n_output = r->n_output;
+    q->max_new = r->max_new;
+    q->arrival_ns = r->arrival_ns;
+    q->submit_ns = r->submit_ns;
+    q->admit_ns = r->admit_ns;
+    q->first_ns = r->first_token_ns;
+    q->finish_ns = r->finish_ns;
+    if (schema_version >= 3) {
+        char pn[17];
+        memcpy(pn, r->priority, 16);
+        pn[16] = '\0';
+        enum k25_priority pr;
+        struct k25_error perr;
+        if (k25_priority_parse(pn, &pr, &perr) != K25_OK)
+            return k25_error_set(err, K25_EFORMAT, path, 0, "/requests", "row %zu: unknown priority '%s'", i, pn);
+        q->priority = pr;
+        q->spilled = r->spilled != 0;
+        q->replayed = r->replayed != 0;
+        q->degraded = r->degraded != 0;
+        q->ttft_sla_ms = r->ttft_sla_ms;
+    }
+    if (schema_version >= 4) {
+        if (r->cached_tokens < 0 || r->kv_block_reads < 0 || r->kv_block_hits < 0 ||
+            r->kv_block_hits > r->kv_block_reads || r->kv_tier_wait_ns < 0 || r->kv_tier_bytes_moved < 0)
+            return k25_error_set(err, K25_EFORMAT, path, 0, "/requests",
+                                 "row %zu: negative cached_tokens or KV tier counts, or more hits than reads", i);
+        q->cached_tokens = r->cached_tokens;
+        q->kv_block_reads = r->kv_block_reads;
+        q->kv_block_hits = r->kv_block_hits;
+        q->kv_tier_wait_ns = r->kv_tier_wait_ns;
+        q->kv_tier_bytes_moved = r->kv_tier_bytes_moved;
+    }
+    const int64_t *toff = c->toff, *coff = c->coff;
+    if (toff[i + 1] - toff[i] != r->n_output || coff[i + 1] - coff[i] != r->n_chunks || r->n_output < 0 ||
+        r->n_chunks < 0)
+        return k25_error_set(err, K25_EFORMAT, path, 0, "/requests",
+                             "row %zu: token or chunk count disagrees with /tokens or /prefill", i);
+    q->token_ns = malloc(sizeof(int64_t) * ((size_t)r->n_output + 1));
+    q->token_ids = malloc(sizeof(int32_t) * ((size_t)r->n_output + 1));
+    q->chunk_start_ns = malloc(sizeof(int64_t) * ((size_t)r->n_chunks + 1));
+    q->chunk_end_ns = malloc(sizeof(int64_t) * ((size_t)r->n_chunks + 1));
+    if (!q->token_ns || !q->token_ids || !q->chunk_start_ns || !q->chunk_end_ns)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    memcpy(q->token_ns, c->tns + toff[i], sizeof(int64_t) * (size_t)r->n_output);
+    memcpy(q->token_ids, c->tid + toff[i], sizeof(int32_t) * (size_t)r->n_output);
+    if (c->tmg) {
+        if (!(q->token_margins = malloc(sizeof(float) * ((size_t)r->n_output + 1))))
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        memcpy(q->token_margins, c->tmg + toff[i], sizeof(float) * (size_t)r->n_output);
+    }
+    memcpy(q->chunk_start_ns, c->cs + coff[i], sizeof(int64_t) * (size_t)r->n_chunks);
+    memcpy(q->chunk_end_ns, c->ce + coff[i], sizeof(int64_t) * (size_t)r->n_chunks);
+    q->n_chunks = r->n_chunks;
+    return K25_OK;
+}
+
+/* Reads the open run file h (closed here) into t; on failure t is freed. */
+static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t, struct k25_error *err)
+{
+    int rc = K25_OK;
+    struct trace_cols c = {0};
+    struct k25_bench_run *run = &t->run;
+    t->schema_version = h.schema_version;
+    int64_t interrupted = 0; /* absent in traces written before it existed: not interrupted */
+    if (k25_h5_has_attr(h.meta, "interrupted") &&
+        (rc = k25_h5_get_attr_i64(h.meta, "interrupted", &interrupted, err)) != K25_OK)
+        goto out;
+    run->interrupted = interrupted != 0;
+    if ((rc = k25_h5_get_attr_str(h.meta, "provenance", &t->provenance_json, err)) != K25_OK ||
+        (rc = k25_h5_get_attr_str(h.meta, "config", &t->config_json, err)) != K25_OK ||
+        (rc = k25_h5_get_attr_str(h.meta, "workload", &t->workload_json, err)) != K25_OK ||
+        (rc = read_cols(&h, &c, err)) != K25_OK || (rc = read_summary_group(&h, path, t, err)) != K25_OK)
+        goto out;
+    if (!(run->reqs = calloc(c.n + 1, sizeof(*run->reqs))) || !(run->win = calloc(c.nw + 1, sizeof(*run->win)))) {
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
         goto out;
     }
-    run->cap_reqs = n + 1;
-    run->cap_win = nw + 1;
-    for (size_t i = 0; i < n; i++) {
-        const struct req_row *r = &rows[i];
-        struct k25_bench_req *q = &run->reqs[i];
-        run->n_reqs = i + 1;
-        memcpy(q->id, r->id, sizeof(q->id));
-        q->id[sizeof(q->id) - 1] = '\0';
-        q->seq = r->seq;
-        q->rep = r->rep;
-        q->user = r->user;
-        q->line = r->line;
-        char st[17];
-        memcpy(st, r->state, 16);
-        st[16] = '\0';
-        int s = state_parse(st);
-        if (s < 0) {
-            rc = k25_error_set(err, K25_EFORMAT, path, 0, "/requests", "row %zu: unknown state '%s'", i, st);
+    run->cap_reqs = c.n + 1;
+    run->cap_win = c.nw + 1;
+    for (size_t i = 0; i < c.n; i++) {
+        run->n_reqs = i + 1; /* counted before it is filled: a failure frees what it holds */
+        if ((rc = request_from_row(&c, i, h.schema_version, path, &run->reqs[i], err)) != K25_OK)
             goto out;
-        }
-        q->state = s;
-        memcpy(q->reason, r->reason, sizeof(q->reason));
-        q->reason[sizeof(q->reason) - 1] = '\0';
-        q->n_input = r->n_input;
-        q->n_output = r->n_output;
-        q->max_new = r->max_new;
-        q->arrival_ns = r->arrival_ns;
-        q->submit_ns = r->submit_ns;
-        q->admit_ns = r->admit_ns;
-        q->first_ns = r->first_token_ns;
-        q->finish_ns = r->finish_ns;
-        if (v3) {
-            char pn[17];
-            memcpy(pn, r->priority, 16);
-            pn[16] = '\0';
-            enum k25_priority pr;
-            struct k25_error perr;
-            if (k25_priority_parse(pn, &pr, &perr) != K25_OK) {
-                rc = k25_error_set(err, K25_EFORMAT, path, 0, "/requests", "row %zu: unknown priority '%s'", i, pn);
-                goto out;
-            }
-            q->priority = pr;
-            q->spilled = r->spilled != 0;
-            q->replayed = r->replayed != 0;
-            q->degraded = r->degraded != 0;
-            q->ttft_sla_ms = r->ttft_sla_ms;
-        }
-        if (v4) {
-            if (r->cached_tokens < 0 || r->kv_block_reads < 0 || r->kv_block_hits < 0 ||
-                r->kv_block_hits > r->kv_block_reads || r->kv_tier_wait_ns < 0 || r->kv_tier_bytes_moved < 0) {
-                rc = k25_error_set(err, K25_EFORMAT, path, 0, "/requests",
-                                   "row %zu: negative cached_tokens or KV tier counts, or more hits than reads", i);
-                goto out;
-            }
-            q->cached_tokens = r->cached_tokens;
-            q->kv_block_reads = r->kv_block_reads;
-            q->kv_block_hits = r->kv_block_hits;
-            q->kv_tier_wait_ns = r->kv_tier_wait_ns;
-            q->kv_tier_bytes_moved = r->kv_tier_bytes_moved;
-        }
-        if (toff[i + 1] - toff[i] != r->n_output || coff[i + 1] - coff[i] != r->n_chunks || r->n_output < 0 ||
-            r->n_chunks < 0) {
-            rc = k25_error_set(err, K25_EFORMAT, path, 0, "/requests",
-                               "row %zu: token or chunk count disagrees with /tokens or /prefill", i);
-            goto out;
-        }
-        q->token_ns = malloc(sizeof(int64_t) * ((size_t)r->n_output + 1));
-        q->token_ids = malloc(sizeof(int32_t) * ((size_t)r->n_output + 1));
-        q->chunk_start_ns = malloc(sizeof(int64_t) * ((size_t)r->n_chunks + 1));
-        q->chunk_end_ns = malloc(sizeof(int64_t) * ((size_t)r->n_chunks + 1));
-        if (!q->token_ns || !q->token_ids || !q->chunk_start_ns || !q->chunk_end_ns) {
-            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-            goto out;
-        }
-        memcpy(q->token_ns, tns + toff[i], sizeof(int64_t) * (size_t)r->n_output);
-        memcpy(q->token_ids, tid + toff[i], sizeof(int32_t) * (size_t)r->n_output);
-        if (tmg) {
-            if (!(q->token_margins = malloc(sizeof(float) * ((size_t)r->n_output + 1)))) {
-                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-                goto out;
-            }
-            memcpy(q->token_margins, tmg + toff[i], sizeof(float) * (size_t)r->n_output);
-        }
-        memcpy(q->chunk_start_ns, cs + coff[i], sizeof(int64_t) * (size_t)r->n_chunks);
-        memcpy(q->chunk_end_ns, ce + coff[i], sizeof(int64_t) * (size_t)r->n_chunks);
-        q->n_chunks = r->n_chunks;
-        run->output_tokens += r->n_output;
+        run->output_tokens += c.rows[i].n_output;
     }
-    for (size_t w = 0; w < nw; w++) {
-        const struct win_row *x = &wrows[w];
+    bool v3 = h.schema_version >= 3;
+    for (size_t w = 0; w < c.nw; w++) {
+        const struct win_row *x = &c.wrows[w];
         run->win[w] = (struct k25_bench_window){x->t_ns, x->len_ns, x->busy_ns, x->rep, x->n_waiting,
                                                 x->n_running, x->kv_blocks, x->mem_bytes,
                                                 v3 ? x->n_waiting_memory : -1, v3 ? x->n_waiting_spill : -1,
                                                 v3 ? x->breaker_open : -1, v3 ? x->breaker_busy_fraction : NAN};
     }
-    run->n_win = nw;
+    run->n_win = c.nw;
 out:
-    if (g >= 0)
-        H5Gclose(g);
     k25_h5_close(&h);
-    free(rows);
-    free(wrows);
-    free(toff);
-    free(tns);
-    free(tid);
-    free(tmg);
-    free(coff);
-    free(cs);
-    free(ce);
-    free(rs);
-    free(re);
+    trace_cols_free(&c);
     if (rc != K25_OK)
         k25_trace_free(t);
     return rc;

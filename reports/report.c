@@ -162,10 +162,163 @@ static void set_columns(struct k25_report_doc *d)
     }
 }
 
+/* The data files and plot jobs of the input's kind, into plot_dir and pl. */
+static int write_data(const struct k25_report_input *in, const char *plot_dir, struct k25_plot_list *pl,
+                      struct k25_error *err)
+{
+    int rc = K25_OK;
+    switch (in->kind) {
+    case K25_REPORT_RUN: rc = k25_report_data_run(&in->runs[0], plot_dir, "", in->runs[0].label, pl, err); break;
+    case K25_REPORT_COMPARE:
+        rc = k25_report_data_compare(in->runs, in->n_runs, plot_dir, "", "comparison", pl, err);
+        for (int i = 0; i < in->n_runs && i < 4 && !rc; i++) {
+            char pfx[16];
+            snprintf(pfx, sizeof(pfx), "r%d_", i + 1);
+            rc = k25_report_data_run(&in->runs[i], plot_dir, pfx, in->runs[i].label, pl, err);
+        }
+        break;
+    case K25_REPORT_SWEEP: {
+        const struct k25_report_sweep *s = in->sweep;
+        rc = k25_report_data_sweep(s, plot_dir, pl, err);
+        if (!rc && s->n_best_runs && s->n_ref_runs) {
+            struct k25_report_run pair[2] = {s->ref_runs[0], s->best_runs[0]};
+            snprintf(pair[0].label, sizeof(pair[0].label), "defaults");
+            snprintf(pair[1].label, sizeof(pair[1].label), "best point");
+            rc = k25_report_data_compare(pair, 2, plot_dir, "bvd_", "best point against the defaults", pl, err);
+        }
+        if (!rc && s->n_best_runs)
+            rc = k25_report_data_run(&s->best_runs[0], plot_dir, "best_", "best point", pl, err);
+        break;
+    }
+    case K25_REPORT_ATTN: rc = k25_report_data_attn(in->attn, plot_dir, pl, err); break;
+    }
+    return rc;
+}
+
+/*
+ * Renders every job of pl in the chosen format (a PDF report also in PNG,
+ * for the HTML page) and records each plot's file names relative to the
+ * report folder.
+ */
+static int render_plots(const struct k25_report_opts *o, const char *gnuplot, const char *tmpl, const char *plot_dir,
+                        struct k25_plot_list *pl, struct k25_error *err)
+{
+    int rc;
+    const char *ext = o->format == K25_FMT_SVG ? "svg" : (o->format == K25_FMT_PDF ? "pdf" : "png");
+    if ((rc = k25_plot_render_all(gnuplot, tmpl, plot_dir, pl->jobs, pl->n, o->format, "", err)))
+        return rc;
+    if (o->format == K25_FMT_PDF && (rc = k25_plot_render_all(gnuplot, tmpl, plot_dir, pl->jobs, pl->n, K25_FMT_PNG,
+                                                              "_png", err)))
+        return rc;
+    for (int i = 0; i < pl->n; i++) {
+        char stem[sizeof(pl->jobs[i].stem)], file[sizeof(pl->plots[i].file)];
+        memcpy(stem, pl->jobs[i].stem, sizeof(stem)); /* separate buffers: -Wrestrict */
+        k25_report_sfmt(file, sizeof(file), "plots/%s.%s", stem, ext);
+        memcpy(pl->plots[i].file, file, sizeof(file));
+        if (o->format == K25_FMT_PDF)
+            k25_report_sfmt(pl->plots[i].html_file, sizeof(pl->plots[i].html_file), "plots/%s_png.png", stem);
+        else
+            memcpy(pl->plots[i].html_file, file, sizeof(file));
+    }
+    return K25_OK;
+}
+
+/* The title: --title, else the SLA file's, else one for the input's kind. */
+static void set_title(struct k25_report_doc *d)
+{
+    const struct k25_report_input *in = d->in;
+    if (d->opts->title && *d->opts->title)
+        snprintf(d->title, sizeof(d->title), "%s", d->opts->title);
+    else if (d->sla->title[0])
+        snprintf(d->title, sizeof(d->title), "%s", d->sla->title);
+    else if (in->kind == K25_REPORT_SWEEP)
+        snprintf(d->title, sizeof(d->title), "Tuning report: sweep %s", in->sweep->name);
+    else if (in->kind == K25_REPORT_ATTN)
+        snprintf(d->title, sizeof(d->title), "Attention benchmark report");
+    else if (in->kind == K25_REPORT_COMPARE)
+        snprintf(d->title, sizeof(d->title), "Comparison: %.100s against %.100s", in->runs[in->n_runs - 1].label,
+                 in->runs[0].label);
+    else
+        snprintf(d->title, sizeof(d->title), "Run report: %.200s", in->runs[0].label);
+}
+
+/* Health check h on column c; one that does not apply is NA with its value and the reason. */
+static void eval_health(struct k25_report_doc *d, int h, int c)
+{
+    const struct k25_health_check *chk = &d->sla->health[h];
+    struct k25_health_result *hr = &d->health_res[h][c];
+    char why[64];
+    if (k25_health_applies(chk, d->col_runs[c], d->col_nruns[c], why, sizeof(why))) {
+        k25_health_eval(chk, k25_health_value(chk, d->col_runs[c], d->col_nruns[c]), hr);
+        return;
+    }
+    memset(hr, 0, sizeof(*hr));
+    hr->level = K25_HEALTH_NA;
+    hr->value = k25_health_value(chk, d->col_runs[c], d->col_nruns[c]);
+    char v[64];
+    k25_report_fmt(hr->value, v, sizeof(v));
+    if (strcmp(why, "closed loop") != 0) /* e.g. "tiers off": nothing more to say */
+        k25_report_sfmt(hr->note, sizeof(hr->note), "(%s)", why);
+    else
+        k25_report_sfmt(hr->note, sizeof(hr->note),
+                 "(%s): measured %s, but a closed loop keeps the engine saturated (busy near 1 by "
+                 "construction); the check applies to open-loop runs at a target rate",
+                 why, v);
+}
+
+/* Every SLA line and health check on every column, and the counts of the verdict into oc. */
+static void evaluate(struct k25_report_doc *d, struct k25_report_outcome *oc)
+{
+    const struct k25_sla *sla = d->sla;
+    for (int c = 0; c < d->n_cols; c++) {
+        for (int i = 0; i < sla->n_lines; i++)
+            k25_sla_eval(&sla->lines[i], d->col_runs[c], d->col_nruns[c], &d->sla_res[i][c]);
+        for (int h = 0; h < sla->n_health; h++)
+            eval_health(d, h, c);
+    }
+    if (d->n_cols) { /* the verdict is the last column's: the only run, or the candidate */
+        int c = d->n_cols - 1;
+        for (int i = 0; i < sla->n_lines; i++) {
+            enum k25_verdict v = d->sla_res[i][c].verdict;
+            oc->n_pass += v == K25_VERDICT_PASS;
+            oc->n_fail += v == K25_VERDICT_FAIL;
+            oc->n_unsupported += v == K25_VERDICT_UNSUPPORTED;
+        }
+        for (int h = 0; h < sla->n_health; h++) {
+            if (!sla->health[h].enabled)
+                continue;
+            enum k25_health_level l = d->health_res[h][c].level;
+            oc->health_fail += l == K25_HEALTH_FAIL;
+            oc->health_warn += l == K25_HEALTH_WARN;
+            oc->health_not_measured += l == K25_HEALTH_NOT_MEASURED;
+        }
+    } else {
+        oc->n_unsupported = sla->n_lines;
+    }
+    oc->overall = oc->n_fail ? K25_VERDICT_FAIL
+                             : (oc->n_unsupported || sla->n_lines == 0 ? K25_VERDICT_UNSUPPORTED : K25_VERDICT_PASS);
+}
+
+/* report.md, report.html and verdict.json into the work folder. */
+static int write_docs(const struct k25_report_doc *d, const char *work, struct k25_error *err)
+{
+    char path[PATH_MAX + 80];
+    int rc;
+    k25_report_sfmt(path, sizeof(path), "%s/report.md", work);
+    if ((rc = write_doc(d, false, work, path, err)))
+        return rc;
+    k25_report_sfmt(path, sizeof(path), "%s/report.html", work);
+    if ((rc = write_doc(d, true, work, path, err)))
+        return rc;
+    k25_report_sfmt(path, sizeof(path), "%s/verdict.json", work);
+    return write_verdict_json(d, path, err);
+}
+
+/* The steps of the file's header, in order; a failure aborts the work folder. */
 int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outcome *outcome, struct k25_error *err)
 {
     uint64_t t0 = k25_now_ns();
-    char gnuplot[PATH_MAX], tmpl[PATH_MAX], plot_dir[PATH_MAX + 64], data_dir[PATH_MAX + 80], path[PATH_MAX + 80];
+    char gnuplot[PATH_MAX], tmpl[PATH_MAX], plot_dir[PATH_MAX + 64], data_dir[PATH_MAX + 80];
     struct k25_report_dest dest = {.work = ""};
     struct k25_report_outcome oc;
     memset(&oc, 0, sizeof(oc));
@@ -194,51 +347,8 @@ int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outco
         rc = k25_error_set(err, K25_EIO, data_dir, 0, NULL, "cannot create the folder: %s", strerror(errno));
         goto out;
     }
-
-    /* data files and plot jobs */
-    switch (in.kind) {
-    case K25_REPORT_RUN: rc = k25_report_data_run(&in.runs[0], plot_dir, "", in.runs[0].label, pl, err); break;
-    case K25_REPORT_COMPARE:
-        rc = k25_report_data_compare(in.runs, in.n_runs, plot_dir, "", "comparison", pl, err);
-        for (int i = 0; i < in.n_runs && i < 4 && !rc; i++) {
-            char pfx[16];
-            snprintf(pfx, sizeof(pfx), "r%d_", i + 1);
-            rc = k25_report_data_run(&in.runs[i], plot_dir, pfx, in.runs[i].label, pl, err);
-        }
-        break;
-    case K25_REPORT_SWEEP: {
-        const struct k25_report_sweep *s = in.sweep;
-        rc = k25_report_data_sweep(s, plot_dir, pl, err);
-        if (!rc && s->n_best_runs && s->n_ref_runs) {
-            struct k25_report_run pair[2] = {s->ref_runs[0], s->best_runs[0]};
-            snprintf(pair[0].label, sizeof(pair[0].label), "defaults");
-            snprintf(pair[1].label, sizeof(pair[1].label), "best point");
-            rc = k25_report_data_compare(pair, 2, plot_dir, "bvd_", "best point against the defaults", pl, err);
-        }
-        if (!rc && s->n_best_runs)
-            rc = k25_report_data_run(&s->best_runs[0], plot_dir, "best_", "best point", pl, err);
-        break;
-    }
-    case K25_REPORT_ATTN: rc = k25_report_data_attn(in.attn, plot_dir, pl, err); break;
-    }
-    if (rc)
+    if ((rc = write_data(&in, plot_dir, pl, err)) || (rc = render_plots(o, gnuplot, tmpl, plot_dir, pl, err)))
         goto out;
-    const char *ext = o->format == K25_FMT_SVG ? "svg" : (o->format == K25_FMT_PDF ? "pdf" : "png");
-    if ((rc = k25_plot_render_all(gnuplot, tmpl, plot_dir, pl->jobs, pl->n, o->format, "", err)))
-        goto out;
-    if (o->format == K25_FMT_PDF && (rc = k25_plot_render_all(gnuplot, tmpl, plot_dir, pl->jobs, pl->n, K25_FMT_PNG,
-                                                              "_png", err)))
-        goto out;
-    for (int i = 0; i < pl->n; i++) {
-        char stem[sizeof(pl->jobs[i].stem)], file[sizeof(pl->plots[i].file)];
-        memcpy(stem, pl->jobs[i].stem, sizeof(stem)); /* separate buffers: -Wrestrict */
-        k25_report_sfmt(file, sizeof(file), "plots/%s.%s", stem, ext);
-        memcpy(pl->plots[i].file, file, sizeof(file));
-        if (o->format == K25_FMT_PDF)
-            k25_report_sfmt(pl->plots[i].html_file, sizeof(pl->plots[i].html_file), "plots/%s_png.png", stem);
-        else
-            memcpy(pl->plots[i].html_file, file, sizeof(file));
-    }
 
     /* verdicts */
     d->opts = o;
@@ -250,77 +360,12 @@ int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outco
     d->n_skipped = pl->n_skipped;
     d->outcome = &oc;
     k25_utc_now(d->generated_utc);
-    if (o->title && *o->title)
-        snprintf(d->title, sizeof(d->title), "%s", o->title);
-    else if (sla->title[0])
-        snprintf(d->title, sizeof(d->title), "%s", sla->title);
-    else if (in.kind == K25_REPORT_SWEEP)
-        snprintf(d->title, sizeof(d->title), "Tuning report: sweep %s", in.sweep->name);
-    else if (in.kind == K25_REPORT_ATTN)
-        snprintf(d->title, sizeof(d->title), "Attention benchmark report");
-    else if (in.kind == K25_REPORT_COMPARE)
-        snprintf(d->title, sizeof(d->title), "Comparison: %.100s against %.100s", in.runs[in.n_runs - 1].label,
-                 in.runs[0].label);
-    else
-        snprintf(d->title, sizeof(d->title), "Run report: %.200s", in.runs[0].label);
+    set_title(d);
     set_columns(d);
-    for (int c = 0; c < d->n_cols; c++) {
-        for (int i = 0; i < sla->n_lines; i++)
-            k25_sla_eval(&sla->lines[i], d->col_runs[c], d->col_nruns[c], &d->sla_res[i][c]);
-        for (int h = 0; h < sla->n_health; h++) {
-            struct k25_health_result *hr = &d->health_res[h][c];
-            char why[64];
-            if (!k25_health_applies(&sla->health[h], d->col_runs[c], d->col_nruns[c], why, sizeof(why))) {
-                memset(hr, 0, sizeof(*hr));
-                hr->level = K25_HEALTH_NA;
-                hr->value = k25_health_value(&sla->health[h], d->col_runs[c], d->col_nruns[c]);
-                char v[64];
-                k25_report_fmt(hr->value, v, sizeof(v));
-                if (strcmp(why, "closed loop") != 0) /* e.g. "tiers off": nothing more to say */
-                    k25_report_sfmt(hr->note, sizeof(hr->note), "(%s)", why);
-                else
-                    k25_report_sfmt(hr->note, sizeof(hr->note),
-                             "(%s): measured %s, but a closed loop keeps the engine saturated (busy near 1 by "
-                             "construction); the check applies to open-loop runs at a target rate",
-                             why, v);
-                continue;
-            }
-            k25_health_eval(&sla->health[h], k25_health_value(&sla->health[h], d->col_runs[c], d->col_nruns[c]), hr);
-        }
-    }
-    if (d->n_cols) { /* the verdict is the last column's: the only run, or the candidate */
-        int c = d->n_cols - 1;
-        for (int i = 0; i < sla->n_lines; i++) {
-            enum k25_verdict v = d->sla_res[i][c].verdict;
-            oc.n_pass += v == K25_VERDICT_PASS;
-            oc.n_fail += v == K25_VERDICT_FAIL;
-            oc.n_unsupported += v == K25_VERDICT_UNSUPPORTED;
-        }
-        for (int h = 0; h < sla->n_health; h++) {
-            if (!sla->health[h].enabled)
-                continue;
-            enum k25_health_level l = d->health_res[h][c].level;
-            oc.health_fail += l == K25_HEALTH_FAIL;
-            oc.health_warn += l == K25_HEALTH_WARN;
-            oc.health_not_measured += l == K25_HEALTH_NOT_MEASURED;
-        }
-    } else {
-        oc.n_unsupported = sla->n_lines;
-    }
-    oc.overall = oc.n_fail ? K25_VERDICT_FAIL
-                           : (oc.n_unsupported || sla->n_lines == 0 ? K25_VERDICT_UNSUPPORTED : K25_VERDICT_PASS);
+    evaluate(d, &oc);
     oc.n_plots = pl->n;
 
-    k25_report_sfmt(path, sizeof(path), "%s/report.md", dest.work);
-    if ((rc = write_doc(d, false, dest.work, path, err)))
-        goto out;
-    k25_report_sfmt(path, sizeof(path), "%s/report.html", dest.work);
-    if ((rc = write_doc(d, true, dest.work, path, err)))
-        goto out;
-    k25_report_sfmt(path, sizeof(path), "%s/verdict.json", dest.work);
-    if ((rc = write_verdict_json(d, path, err)))
-        goto out;
-    if ((rc = k25_report_dest_commit(&dest, err)))
+    if ((rc = write_docs(d, dest.work, err)) || (rc = k25_report_dest_commit(&dest, err)))
         goto out;
     oc.seconds = (double)(k25_now_ns() - t0) / 1e9;
     if (outcome)
