@@ -199,6 +199,89 @@ static int print_json(const struct k25_config *cfg, const k25_model_t *model, co
     return rc;
 }
 
+/*
+ * Turns the one prompt option given into token ids: --input-ids parsed, --prompt or --prompt-file text
+ * encoded, then repeated (or cut) to prompt_len tokens where that is > 0. *ids and *text are malloc'd and
+ * the caller frees them, on failure too; fails with err set on a bad list, an unreadable file or an
+ * empty prompt.
+ */
+static int build_prompt(const char *id_list, const char *prompt, const char *prompt_file, int prompt_len,
+                        int32_t **ids_out, int *n_out, char **text_out, struct k25_error *err)
+{
+    size_t text_len = 0;
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    int rc = K25_OK;
+    if (id_list) {
+        if ((rc = parse_ids(id_list, &ids, &n_ids, err)) != K25_OK)
+            goto out;
+    } else {
+        if (prompt_file) {
+            if (!(*text_out = read_file(prompt_file, &text_len, err))) {
+                rc = err->code;
+                goto out;
+            }
+        } else {
+            *text_out = strdup(prompt);
+            text_len = strlen(prompt);
+        }
+        if ((rc = k25_tok_encode(*text_out, text_len, &ids, &n_ids, err)) != K25_OK)
+            goto out;
+    }
+    if (n_ids == 0) {
+        rc = k25_error_set(err, K25_EINVAL, "command line", 0, NULL, "the prompt is empty");
+        goto out;
+    }
+    if (prompt_len > 0) { /* repeat (or cut) the prompt to exactly prompt_len tokens */
+        int32_t *nv = malloc(sizeof(int32_t) * (size_t)prompt_len);
+        if (!nv) {
+            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            goto out;
+        }
+        for (long i = 0; i < prompt_len; i++)
+            nv[i] = ids[i % n_ids];
+        free(ids);
+        ids = nv;
+        n_ids = (int)prompt_len;
+    }
+out:
+    *ids_out = ids;
+    *n_out = n_ids;
+    return rc;
+}
+
+/*
+ * Prints a completed request: one JSON object (--json), or the generated text (the ids, comma-separated,
+ * for --input-ids) on stdout and the one-line timing summary on stderr. Returns 0, or 1 where writing
+ * stdout failed (errno says why).
+ */
+static int print_result(const struct k25_config *cfg, const k25_model_t *model, const k25_engine_t *eng,
+                        const int32_t *ids, int n_ids, const struct k25_result *r, bool json, bool as_ids)
+{
+    double ttft_ms = (double)(r->token_t_ns[0] - r->submit_t_ns) / 1e6;
+    double pre_s = (double)(r->prefill_done_t_ns - r->admit_t_ns) / 1e9;
+    double dec_s = (double)(r->finish_t_ns - r->prefill_done_t_ns) / 1e9;
+    double pre_tps = pre_s > 0 ? r->n_input / pre_s : 0.0;
+    double dec_tps = (r->n_output > 1 && dec_s > 0) ? (r->n_output - 1) / dec_s : 0.0;
+    if (json)
+        return print_json(cfg, model, eng, ids, n_ids, r, ttft_ms, pre_tps, dec_tps) != 0 ? 1 : 0;
+    if (as_ids) {
+        for (int i = 0; i < r->n_output; i++)
+            printf(i ? ",%d" : "%d", r->output_ids[i]);
+        printf("\n");
+    } else {
+        print_text(stdout, r->output_ids, r->n_output);
+    }
+    if (fflush(stdout) != 0)
+        return 1;
+    fprintf(stderr,
+            "k25 run: %s, %d prompt tokens in %d chunks, %d generated | prefill %.1f tok/s | "
+            "decode %.1f tok/s | TTFT %.1f ms | peak RSS %.0f MB | %d threads\n",
+            k25_model_get_shape(model)->name, r->n_input, r->prefill_chunks, r->n_output, pre_tps,
+            dec_tps, ttft_ms, peak_rss_mb(), k25_get_threads());
+    return 0;
+}
+
 int k25_cmd_run(int argc, char **argv)
 {
     struct k25_config cfg;
@@ -209,7 +292,6 @@ int k25_cmd_run(int argc, char **argv)
     int32_t *ids = NULL;
     int n_ids = 0;
     char *text = NULL;
-    size_t text_len = 0;
     k25_model_t *model = NULL;
     k25_engine_t *eng = NULL;
 
@@ -256,36 +338,8 @@ int k25_cmd_run(int argc, char **argv)
     if (k25_config_validate(&cfg, &err) != K25_OK)
         goto out_err;
 
-    if (id_list) {
-        if (parse_ids(id_list, &ids, &n_ids, &err) != K25_OK)
-            goto out_err;
-    } else {
-        if (prompt_file) {
-            if (!(text = read_file(prompt_file, &text_len, &err)))
-                goto out_err;
-        } else {
-            text = strdup(prompt);
-            text_len = strlen(prompt);
-        }
-        if (k25_tok_encode(text, text_len, &ids, &n_ids, &err) != K25_OK)
-            goto out_err;
-    }
-    if (n_ids == 0) {
-        k25_error_set(&err, K25_EINVAL, "command line", 0, NULL, "the prompt is empty");
+    if (build_prompt(id_list, prompt, prompt_file, prompt_len, &ids, &n_ids, &text, &err) != K25_OK)
         goto out_err;
-    }
-    if (prompt_len > 0) { /* repeat (or cut) the prompt to exactly prompt_len tokens */
-        int32_t *nv = malloc(sizeof(int32_t) * (size_t)prompt_len);
-        if (!nv) {
-            k25_error_set(&err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-            goto out_err;
-        }
-        for (long i = 0; i < prompt_len; i++)
-            nv[i] = ids[i % n_ids];
-        free(ids);
-        ids = nv;
-        n_ids = (int)prompt_len;
-    }
 
     if (k25_model_load(&cfg, &model, &err) != K25_OK)
         goto out_err;
@@ -307,30 +361,8 @@ int k25_cmd_run(int argc, char **argv)
         goto out_err;
     }
 
-    double ttft_ms = (double)(r->token_t_ns[0] - r->submit_t_ns) / 1e6;
-    double pre_s = (double)(r->prefill_done_t_ns - r->admit_t_ns) / 1e9;
-    double dec_s = (double)(r->finish_t_ns - r->prefill_done_t_ns) / 1e9;
-    double pre_tps = pre_s > 0 ? r->n_input / pre_s : 0.0;
-    double dec_tps = (r->n_output > 1 && dec_s > 0) ? (r->n_output - 1) / dec_s : 0.0;
-    if (json) {
-        if (print_json(&cfg, model, eng, ids, n_ids, r, ttft_ms, pre_tps, dec_tps) != 0)
-            goto out_write;
-    } else {
-        if (id_list) {
-            for (int i = 0; i < r->n_output; i++)
-                printf(i ? ",%d" : "%d", r->output_ids[i]);
-            printf("\n");
-        } else {
-            print_text(stdout, r->output_ids, r->n_output);
-        }
-        if (fflush(stdout) != 0)
-            goto out_write;
-        fprintf(stderr,
-                "k25 run: %s, %d prompt tokens in %d chunks, %d generated | prefill %.1f tok/s | "
-                "decode %.1f tok/s | TTFT %.1f ms | peak RSS %.0f MB | %d threads\n",
-                k25_model_get_shape(model)->name, r->n_input, r->prefill_chunks, r->n_output, pre_tps,
-                dec_tps, ttft_ms, peak_rss_mb(), k25_get_threads());
-    }
+    if (print_result(&cfg, model, eng, ids, n_ids, r, json, id_list != NULL) != 0)
+        goto out_write;
     if (fflush(stdout) != 0)
         goto out_write;
     status = 0;

@@ -36,6 +36,54 @@ static json_t *dist_json(const struct k25_dist *d)
     return o;
 }
 
+/* The KV tiers' figures (kv_tiers on): the measured requests' reads, hits, waits and bytes moved, their
+ * distributions, and the engine's own counters over the measurement. */
+static json_t *kv_tiers_json(const struct k25_bench_summary *s)
+{
+    const struct k25_bench_engine_totals *e = &s->eng;
+    json_t *kt = json_object();
+    json_object_set_new(kt, "kv_cache_hit_rate", num(s->kv_cache_hit_rate));
+    json_object_set_new(kt, "block_reads", json_integer(s->kv_block_reads));
+    json_object_set_new(kt, "block_hits", json_integer(s->kv_block_hits));
+    json_object_set_new(kt, "wait_ms", num((double)s->kv_tier_wait_ns / 1e6));
+    json_object_set_new(kt, "bytes_moved", json_integer(s->kv_tier_bytes_moved));
+    json_object_set_new(kt, "wait_ms_per_request", dist_json(&s->kv_wait_ms));
+    json_object_set_new(kt, "bytes_moved_per_request", dist_json(&s->kv_bytes_moved));
+    json_object_set_new(kt, "hit_rate_per_request", dist_json(&s->kv_hit_rate_req));
+    /* the engine's own counters over the measurement (every sequence's steps) */
+    json_object_set_new(
+        kt, "engine",
+        json_pack("{s:I, s:I, s:o, s:o, s:I, s:o, s:o, s:I}", "block_reads", (json_int_t)e->kv_block_reads,
+                  "block_hits", (json_int_t)e->kv_block_hits, "wait_ms", num((double)e->kv_tier_wait_ns / 1e6),
+                  "max_step_wait_ms", num((double)e->kv_tier_max_step_wait_ns / 1e6), "bytes_moved",
+                  (json_int_t)e->kv_tier_bytes_moved, "copy_s", num((double)e->kv_tier_copy_ns / 1e9),
+                  "copy_bytes_per_s",
+                  num(e->kv_tier_copy_ns > 0 ? (double)e->kv_tier_bytes_moved / ((double)e->kv_tier_copy_ns / 1e9)
+                                             : NAN),
+                  "evictions", (json_int_t)e->kv_tier_evictions));
+    return kt;
+}
+
+/* The repetitions: their count, each one's headline figures and the 95% interval of each over them. */
+static json_t *reps_json(const struct k25_bench_summary *s)
+{
+    json_t *reps = json_object(), *per = json_array(), *ci = json_object();
+    for (int k = 0; k < s->n_reps && k < K25_BENCH_MAX_REPEAT; k++) {
+        json_t *r = json_object();
+        for (int j = 0; j < K25_H_NHEAD; j++)
+            json_object_set_new(r, k25_headline_names[j], num(s->head[k][j]));
+        json_array_append_new(per, r);
+    }
+    for (int j = 0; j < K25_H_NHEAD; j++)
+        json_object_set_new(ci, k25_headline_names[j],
+                            json_pack("{s:o, s:o, s:o}", "mean", num(s->head_mean[j]), "lo", num(s->head_lo[j]),
+                                      "hi", num(s->head_hi[j])));
+    json_object_set_new(reps, "count", json_integer(s->n_reps));
+    json_object_set_new(reps, "per_repetition", per);
+    json_object_set_new(reps, "ci95", ci);
+    return reps;
+}
+
 json_t *k25_bench_summary_json(const struct k25_bench_summary *s)
 {
     json_t *o = json_object();
@@ -83,30 +131,8 @@ json_t *k25_bench_summary_json(const struct k25_bench_summary *s)
      * off (kv_tiers_enabled false) or when the run could not measure it (an endpoint: null too) */
     json_object_set_new(o, "kv_tiers_enabled", s->eng.measured ? json_boolean(s->kv_tiers) : json_null());
     json_object_set_new(o, "kv_cache_hit_rate", s->kv_tiers ? num(s->kv_cache_hit_rate) : json_null());
-    if (s->kv_tiers) {
-        const struct k25_bench_engine_totals *e = &s->eng;
-        json_t *kt = json_object();
-        json_object_set_new(kt, "kv_cache_hit_rate", num(s->kv_cache_hit_rate));
-        json_object_set_new(kt, "block_reads", json_integer(s->kv_block_reads));
-        json_object_set_new(kt, "block_hits", json_integer(s->kv_block_hits));
-        json_object_set_new(kt, "wait_ms", num((double)s->kv_tier_wait_ns / 1e6));
-        json_object_set_new(kt, "bytes_moved", json_integer(s->kv_tier_bytes_moved));
-        json_object_set_new(kt, "wait_ms_per_request", dist_json(&s->kv_wait_ms));
-        json_object_set_new(kt, "bytes_moved_per_request", dist_json(&s->kv_bytes_moved));
-        json_object_set_new(kt, "hit_rate_per_request", dist_json(&s->kv_hit_rate_req));
-        /* the engine's own counters over the measurement (every sequence's steps) */
-        json_object_set_new(
-            kt, "engine",
-            json_pack("{s:I, s:I, s:o, s:o, s:I, s:o, s:o, s:I}", "block_reads", (json_int_t)e->kv_block_reads,
-                      "block_hits", (json_int_t)e->kv_block_hits, "wait_ms", num((double)e->kv_tier_wait_ns / 1e6),
-                      "max_step_wait_ms", num((double)e->kv_tier_max_step_wait_ns / 1e6), "bytes_moved",
-                      (json_int_t)e->kv_tier_bytes_moved, "copy_s", num((double)e->kv_tier_copy_ns / 1e9),
-                      "copy_bytes_per_s",
-                      num(e->kv_tier_copy_ns > 0 ? (double)e->kv_tier_bytes_moved / ((double)e->kv_tier_copy_ns / 1e9)
-                                                 : NAN),
-                      "evictions", (json_int_t)e->kv_tier_evictions));
-        json_object_set_new(o, "kv_tiers", kt);
-    }
+    if (s->kv_tiers)
+        json_object_set_new(o, "kv_tiers", kv_tiers_json(s));
     /* elastic queue: TTFT by priority, degraded or not (issue 17) */
     json_t *bp = json_object();
     for (int p = 0; p < 3; p++)
@@ -143,21 +169,7 @@ json_t *k25_bench_summary_json(const struct k25_bench_summary *s)
                   (double)v->sleep_ns / 1e9, "overhead_s", (double)v->harness_ns / 1e9, "steps",
                   (json_int_t)v->steps));
 
-    json_t *reps = json_object(), *per = json_array(), *ci = json_object();
-    for (int k = 0; k < s->n_reps && k < K25_BENCH_MAX_REPEAT; k++) {
-        json_t *r = json_object();
-        for (int j = 0; j < K25_H_NHEAD; j++)
-            json_object_set_new(r, k25_headline_names[j], num(s->head[k][j]));
-        json_array_append_new(per, r);
-    }
-    for (int j = 0; j < K25_H_NHEAD; j++)
-        json_object_set_new(ci, k25_headline_names[j],
-                            json_pack("{s:o, s:o, s:o}", "mean", num(s->head_mean[j]), "lo", num(s->head_lo[j]),
-                                      "hi", num(s->head_hi[j])));
-    json_object_set_new(reps, "count", json_integer(s->n_reps));
-    json_object_set_new(reps, "per_repetition", per);
-    json_object_set_new(reps, "ci95", ci);
-    json_object_set_new(o, "repetitions", reps);
+    json_object_set_new(o, "repetitions", reps_json(s));
     return o;
 }
 
@@ -213,7 +225,9 @@ void k25_bench_open_loop_check(struct k25_bench_summary *s, double offered_rps)
                      isfinite(e) && e > 0 && q > K25_OPEN_LOOP_MAX_QUEUE_SHARE * e;
 }
 
-void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s)
+/* The summary's request lines: counts, the accounting identity, the elastic queue, prefix-cache hits, KV
+ * tiers and TTFT by priority (each of the last four only where the run has something to say). */
+static void print_requests(FILE *out, const struct k25_bench_summary *s)
 {
     fprintf(out, "k25 bench: %lld requests (%lld completed, %lld rejected) in %.2f s over %d repetition%s\n",
             (long long)s->n_total, (long long)s->n_completed, (long long)s->n_rejected, s->duration_s, s->n_reps,
@@ -273,16 +287,12 @@ void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s)
             }
         fputc('\n', out);
     }
-    fprintf(out, "  throughput: %.3f req/s, %.1f output tok/s, %.1f input tok/s, goodput ", s->requests_per_s,
-            s->output_tok_per_s, s->input_tok_per_s);
-    if (isnan(s->goodput_rps))
-        fprintf(out, "n/a (no --slo)\n");
-    else
-        fprintf(out, "%.3f req/s (%lld of %lld meet the SLO)\n", s->goodput_rps, (long long)s->n_slo_ok,
-                (long long)s->n_total);
-    if (isfinite(s->offered_rps))
-        fprintf(out, "  open loop: offered %.3f req/s, achieved %.3f req/s%s\n", s->offered_rps, s->achieved_rps,
-                s->fell_behind ? ": FELL BEHIND (the queue grew; this run measured the queue, not the engine)" : "");
+}
+
+/* The percentile table: one row per metric plus the busy fraction, P50 with its 95% interval, and a
+ * footnote where a percentile lacks the samples to support it. */
+static void print_percentiles(FILE *out, const struct k25_bench_summary *s)
+{
     fprintf(out, "\n  percentiles: %s\n",
             s->pctl_method == K25_PCTL_LINEAR ? "linear (interpolated, as numpy's default)"
                                               : "nearest-rank (an observed value)");
@@ -314,6 +324,22 @@ void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s)
     }
     if (any_unsup)
         fprintf(out, "  * n/a*: too few samples for that percentile (P90 needs 10, P95 20, P99 100)\n");
+}
+
+void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s)
+{
+    print_requests(out, s);
+    fprintf(out, "  throughput: %.3f req/s, %.1f output tok/s, %.1f input tok/s, goodput ", s->requests_per_s,
+            s->output_tok_per_s, s->input_tok_per_s);
+    if (isnan(s->goodput_rps))
+        fprintf(out, "n/a (no --slo)\n");
+    else
+        fprintf(out, "%.3f req/s (%lld of %lld meet the SLO)\n", s->goodput_rps, (long long)s->n_slo_ok,
+                (long long)s->n_total);
+    if (isfinite(s->offered_rps))
+        fprintf(out, "  open loop: offered %.3f req/s, achieved %.3f req/s%s\n", s->offered_rps, s->achieved_rps,
+                s->fell_behind ? ": FELL BEHIND (the queue grew; this run measured the queue, not the engine)" : "");
+    print_percentiles(out, s);
     fprintf(out, "\n  engine busy fraction: P95 ");
     if (s->busy.p[2].supported)
         fprintf(out, "%.3f", s->busy.p[2].value);

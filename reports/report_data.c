@@ -539,11 +539,216 @@ static int data_ttft_priority(const struct k25_bench_run *r, const char *plot_di
     return K25_OK;
 }
 
+/* --- The run's plots, one helper each; each writes its data file under plot_dir, queues its job on pl, and
+ * returns K25_OK or the error it set in err (a data file left behind by a failure is never queued). */
+
+/* Latency CDFs of TTFT and E2E (nt >= 1). Sorts ttft and e2e in place. */
+static int data_cdfs(double *ttft, size_t nt, double *e2e, size_t ne, const char *plot_dir, const char *prefix,
+                     const char *heading, struct k25_plot_list *pl, struct k25_error *err)
+{
+    char name[128], stem[96], title[200];
+    int rc;
+    struct k25_dist dt, de;
+    k25_stats_describe(ttft, nt, &dt); /* sorts */
+    k25_stats_describe(e2e, ne, &de);
+    snprintf(name, sizeof(name), "%sttft_cdf.tsv", prefix);
+    if ((rc = write_cdf_file(plot_dir, name, ttft, nt, err)))
+        return rc;
+    snprintf(name, sizeof(name), "%se2e_cdf.tsv", prefix);
+    if ((rc = write_cdf_file(plot_dir, name, e2e, ne, err)))
+        return rc;
+    snprintf(stem, sizeof(stem), "%srun_cdf", prefix);
+    snprintf(title, sizeof(title), "%s: latency CDFs", heading);
+    struct k25_plot_job *j = add(pl, "run_cdf", stem, "run", title,
+                                 "Fraction of requests finished within a latency; dashed lines mark P50, P95 "
+                                 "and P99 (only where the sample supports them).");
+    k25_plot_set(j, "TTFT_DATA", "'data/%sttft_cdf.tsv'", prefix);
+    k25_plot_set(j, "E2E_DATA", "'data/%se2e_cdf.tsv'", prefix);
+    set_dist_vars(j, "TTFT", &dt);
+    set_dist_vars(j, "E2E", &de);
+    return K25_OK;
+}
+
+/* Histogram of the inter-token gaps (ni >= 1; sorts itl), on a log axis where they span a wide range. */
+static int data_itl_hist(double *itl, size_t ni, const char *plot_dir, const char *prefix, const char *heading,
+                         struct k25_plot_list *pl, struct k25_error *err)
+{
+    char path[PATH_MAX + 256], name[128], stem[96], title[200];
+    int rc;
+    struct k25_dist di;
+    k25_stats_describe(itl, ni, &di);
+    bool logx = wide_range(di.min, di.max, 30);
+    int nb = (int)sqrt((double)ni);
+    nb = nb < 10 ? 10 : (nb > 60 ? 60 : nb);
+    double lo = di.min, hi = di.max;
+    if (hi <= lo)
+        hi = lo + (lo > 0 ? lo * 0.1 : 1);
+    int *cnt = calloc((size_t)nb, sizeof(int));
+    if (!cnt)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    for (size_t i = 0; i < ni; i++) {
+        double x = logx ? (log(itl[i]) - log(lo)) / (log(hi) - log(lo)) : (itl[i] - lo) / (hi - lo);
+        int b = (int)(x * nb);
+        cnt[b < 0 ? 0 : (b >= nb ? nb - 1 : b)]++;
+    }
+    int maxc = 0;
+    for (int b = 0; b < nb; b++)
+        maxc = cnt[b] > maxc ? cnt[b] : maxc;
+    FILE *f;
+    snprintf(name, sizeof(name), "%sitl_hist.tsv", prefix);
+    if (!(f = dopen(plot_dir, name, path, sizeof(path), err))) {
+        free(cnt);
+        return K25_EIO;
+    }
+    for (int b = 0; b < nb; b++) {
+        double e0 = logx ? exp(log(lo) + (log(hi) - log(lo)) * b / nb) : lo + (hi - lo) * b / nb;
+        double e1 = logx ? exp(log(lo) + (log(hi) - log(lo)) * (b + 1) / nb) : lo + (hi - lo) * (b + 1) / nb;
+        fprintf(f, "%.9g\t%.9g\t%.9g\t%d\n", logx ? sqrt(e0 * e1) : (e0 + e1) / 2, e0, e1, cnt[b]);
+    }
+    free(cnt);
+    if ((rc = dclose(f, path, err)))
+        return rc;
+    snprintf(stem, sizeof(stem), "%srun_itl_hist", prefix);
+    snprintf(title, sizeof(title), "%s: inter-token latency", heading);
+    struct k25_plot_job *j = add(pl, "run_itl_hist", stem, "run", title,
+                                 "Gaps between consecutive tokens of a request; a second mode far right is "
+                                 "decode steps stalled behind other requests' prefill chunks.");
+    k25_plot_set(j, "DATA", "'data/%s'", name);
+    set_dist_vars(j, "ITL", &di);
+    k25_plot_set(j, "LOGY", "%d", maxc > 50 ? 1 : 0);
+    return K25_OK;
+}
+
+/* TTFT against input length, each completed request a dot, with the least-squares line ttft = a + b x. */
+static int data_ttft_len(const struct k25_bench_run *r, const char *plot_dir, const char *prefix,
+                         const char *heading, struct k25_plot_list *pl, struct k25_error *err)
+{
+    char path[PATH_MAX + 256], name[128], stem[96], title[200], q[300];
+    int rc;
+    FILE *f;
+    snprintf(name, sizeof(name), "%sttft_len.tsv", prefix);
+    if (!(f = dopen(plot_dir, name, path, sizeof(path), err)))
+        return K25_EIO;
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, syy = 0, xmin = INFINITY, xmax = -INFINITY;
+    size_t k = 0;
+    for (size_t i = 0; i < r->n_reqs; i++) {
+        const struct k25_bench_req *qq = &r->reqs[i];
+        double y = k25_bench_req_ttft_ms(qq), x = qq->n_input;
+        if (qq->state != K25_REQ_COMPLETED || isnan(y))
+            continue;
+        fprintf(f, "%.9g\t%.9g\t%d\n", x, y, qq->rep);
+        sx += x;
+        sy += y;
+        sxx += x * x;
+        sxy += x * y;
+        syy += y * y;
+        xmin = x < xmin ? x : xmin;
+        xmax = x > xmax ? x : xmax;
+        k++;
+    }
+    if ((rc = dclose(f, path, err)))
+        return rc;
+    double den = (double)k * sxx - sx * sx, a = NAN, b = NAN, r2 = NAN;
+    if (k >= 3 && den > 0 && xmax > xmin) {
+        b = ((double)k * sxy - sx * sy) / den;
+        a = (sy - b * sx) / (double)k;
+        double vy = (double)k * syy - sy * sy;
+        r2 = vy > 0 ? ((double)k * sxy - sx * sy) * ((double)k * sxy - sx * sy) / (den * vy) : NAN;
+    }
+    snprintf(stem, sizeof(stem), "%srun_ttft_len", prefix);
+    snprintf(title, sizeof(title), "%s: TTFT against input length", heading);
+    struct k25_plot_job *j = add(pl, "run_ttft_len", stem, "run", title,
+                                 "Each dot is a request; the line is a least-squares fit TTFT = a + b x input "
+                                 "tokens (prefill cost per token and fixed overhead).");
+    k25_plot_set(j, "DATA", "'data/%s'", name);
+    char fa[64], fb[64], fit[200];
+    k25_plot_set(j, "FIT_A", "%s", gnum(a, fa, sizeof(fa)));
+    k25_plot_set(j, "FIT_B", "%s", gnum(b, fb, sizeof(fb)));
+    k25_plot_set(j, "XMIN", "%.9g", isfinite(xmin) ? xmin : 0);
+    k25_plot_set(j, "XMAX", "%.9g", isfinite(xmax) ? xmax : 1);
+    if (!isnan(b))
+        snprintf(fit, sizeof(fit), "fit: TTFT = %.3g ms + %.3g ms per 1k tokens x input (R2 = %.2f, %zu requests)",
+                 a, b * 1000, r2, k);
+    else
+        snprintf(fit, sizeof(fit), "no trend fitted (%zu requests, %s)", k,
+                 k < 3 ? "fewer than 3" : "one input length");
+    k25_plot_quote(fit, q, sizeof(q));
+    k25_plot_set(j, "FIT_NOTE", "%s", q);
+    k25_plot_set(j, "LOGX", "%d", wide_range(xmin, xmax, 30) ? 1 : 0);
+    return K25_OK;
+}
+
+/* The engine timeline (r->n_win >= 1): queue, running, KV blocks, busy fraction, memory, offered load and the
+ * elastic queue per 100 ms window. */
+static int data_timeline(const struct k25_bench_run *r, const char *plot_dir, const char *prefix,
+                         const char *heading, struct k25_plot_list *pl, struct k25_error *err)
+{
+    char path[PATH_MAX + 256], name[128], stem[96], title[200];
+    int rc;
+    FILE *f;
+    snprintf(name, sizeof(name), "%stimeline.tsv", prefix);
+    if (!(f = dopen(plot_dir, name, path, sizeof(path), err)))
+        return K25_EIO;
+    /* the offered load beside the queue: arrivals per window, as requests/s */
+    int64_t *arr = calloc(r->n_win + 1, sizeof(int64_t));
+    if (!arr) {
+        fclose(f);
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    }
+    bool queue = false; /* schema 3: the elastic queue was sampled */
+    for (size_t i = 0; i < r->n_reqs; i++) {
+        int64_t a = r->reqs[i].arrival_ns;
+        if (a >= 0 && (size_t)(a / K25_BENCH_WINDOW_NS) < r->n_win)
+            arr[a / K25_BENCH_WINDOW_NS]++;
+    }
+    for (size_t w = 0; w < r->n_win; w++)
+        queue = queue || r->win[w].n_waiting_memory >= 0;
+    for (size_t w = 0; w < r->n_win; w++) {
+        const struct k25_bench_window *x = &r->win[w];
+        bool st = x->n_waiting >= 0, qs = x->n_waiting_memory >= 0;
+        num(f, (double)x->t_ns / 1e9);
+        fputc('\t', f);
+        num(f, st ? x->n_waiting : NAN);
+        fputc('\t', f);
+        num(f, st ? x->n_running : NAN);
+        fputc('\t', f);
+        num(f, st ? (double)x->kv_blocks : NAN);
+        fputc('\t', f);
+        double bf = x->len_ns > 0 ? x->busy_ns / (double)x->len_ns : NAN;
+        num(f, bf > 1 ? 1 : bf);
+        fputc('\t', f);
+        num(f, st ? (double)x->mem_bytes / 1048576.0 : NAN);
+        fputc('\t', f);
+        num(f, x->len_ns > 0 ? (double)arr[w] * 1e9 / (double)K25_BENCH_WINDOW_NS : NAN);
+        fputc('\t', f);
+        num(f, qs ? x->n_waiting_memory : NAN);
+        fputc('\t', f);
+        num(f, qs ? x->n_waiting_spill : NAN);
+        fputc('\t', f);
+        num(f, qs ? x->breaker_open : NAN);
+        fputc('\n', f);
+    }
+    free(arr);
+    if ((rc = dclose(f, path, err)))
+        return rc;
+    snprintf(stem, sizeof(stem), "%srun_timeline", prefix);
+    snprintf(title, sizeof(title), "%s: engine timeline (100 ms windows)", heading);
+    struct k25_plot_job *j = add(pl, "run_timeline", stem, "run", title,
+                                 "Requests waiting and running, KV blocks in use with tracked memory, the "
+                                 "engine's busy fraction (the shaded band is the healthy 0.75-0.85), and the "
+                                 "request rate against the elastic queue: memory and spill queue depths and "
+                                 "the circuit breaker (shaded while open).");
+    k25_plot_set(j, "DATA", "'data/%s'", name);
+    k25_plot_set(j, "QUEUE", "%d", queue ? 1 : 0);
+    k25_plot_set(j, "WIDTH", "1040");
+    k25_plot_set(j, "HEIGHT", "960");
+    return K25_OK;
+}
+
 int k25_report_data_run(const struct k25_report_run *run, const char *plot_dir, const char *prefix,
                         const char *heading, struct k25_plot_list *pl, struct k25_error *err)
 {
     const struct k25_bench_run *r = &run->t.run;
-    char path[PATH_MAX + 256], name[128], stem[96], title[200], q[300];
     int rc = K25_OK;
     double *ttft = NULL, *e2e = NULL, *itl = NULL;
     size_t nt, ne, ni;
@@ -554,202 +759,20 @@ int k25_report_data_run(const struct k25_report_run *run, const char *plot_dir, 
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
         goto out;
     }
-    if (nt == 0) {
-        /* nothing completed: there is no latency to draw, only the timeline */
-        goto timeline;
+    /* nothing completed: there is no latency to draw, only the timeline */
+    if (nt > 0) {
+        if ((rc = data_cdfs(ttft, nt, e2e, ne, plot_dir, prefix, heading, pl, err)))
+            goto out;
+        if (ni > 0 && (rc = data_itl_hist(itl, ni, plot_dir, prefix, heading, pl, err)))
+            goto out;
+        if ((rc = data_ttft_len(r, plot_dir, prefix, heading, pl, err)))
+            goto out;
+        if ((rc = data_tput_len(r, plot_dir, prefix, heading, pl, err)))
+            goto out;
     }
-
-    /* --- CDFs */
-    {
-        struct k25_dist dt, de;
-        k25_stats_describe(ttft, nt, &dt); /* sorts */
-        k25_stats_describe(e2e, ne, &de);
-        snprintf(name, sizeof(name), "%sttft_cdf.tsv", prefix);
-        if ((rc = write_cdf_file(plot_dir, name, ttft, nt, err)))
-            goto out;
-        snprintf(name, sizeof(name), "%se2e_cdf.tsv", prefix);
-        if ((rc = write_cdf_file(plot_dir, name, e2e, ne, err)))
-            goto out;
-        snprintf(stem, sizeof(stem), "%srun_cdf", prefix);
-        snprintf(title, sizeof(title), "%s: latency CDFs", heading);
-        struct k25_plot_job *j = add(pl, "run_cdf", stem, "run", title,
-                                     "Fraction of requests finished within a latency; dashed lines mark P50, P95 "
-                                     "and P99 (only where the sample supports them).");
-        k25_plot_set(j, "TTFT_DATA", "'data/%sttft_cdf.tsv'", prefix);
-        k25_plot_set(j, "E2E_DATA", "'data/%se2e_cdf.tsv'", prefix);
-        set_dist_vars(j, "TTFT", &dt);
-        set_dist_vars(j, "E2E", &de);
-    }
-
-    /* --- ITL histogram */
-    if (ni > 0) {
-        struct k25_dist di;
-        k25_stats_describe(itl, ni, &di);
-        bool logx = wide_range(di.min, di.max, 30);
-        int nb = (int)sqrt((double)ni);
-        nb = nb < 10 ? 10 : (nb > 60 ? 60 : nb);
-        double lo = di.min, hi = di.max;
-        if (hi <= lo)
-            hi = lo + (lo > 0 ? lo * 0.1 : 1);
-        int *cnt = calloc((size_t)nb, sizeof(int));
-        if (!cnt) {
-            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-            goto out;
-        }
-        for (size_t i = 0; i < ni; i++) {
-            double x = logx ? (log(itl[i]) - log(lo)) / (log(hi) - log(lo)) : (itl[i] - lo) / (hi - lo);
-            int b = (int)(x * nb);
-            cnt[b < 0 ? 0 : (b >= nb ? nb - 1 : b)]++;
-        }
-        int maxc = 0;
-        for (int b = 0; b < nb; b++)
-            maxc = cnt[b] > maxc ? cnt[b] : maxc;
-        FILE *f;
-        snprintf(name, sizeof(name), "%sitl_hist.tsv", prefix);
-        if (!(f = dopen(plot_dir, name, path, sizeof(path), err))) {
-            free(cnt);
-            rc = K25_EIO;
-            goto out;
-        }
-        for (int b = 0; b < nb; b++) {
-            double e0 = logx ? exp(log(lo) + (log(hi) - log(lo)) * b / nb) : lo + (hi - lo) * b / nb;
-            double e1 = logx ? exp(log(lo) + (log(hi) - log(lo)) * (b + 1) / nb) : lo + (hi - lo) * (b + 1) / nb;
-            fprintf(f, "%.9g\t%.9g\t%.9g\t%d\n", logx ? sqrt(e0 * e1) : (e0 + e1) / 2, e0, e1, cnt[b]);
-        }
-        free(cnt);
-        if ((rc = dclose(f, path, err)))
-            goto out;
-        snprintf(stem, sizeof(stem), "%srun_itl_hist", prefix);
-        snprintf(title, sizeof(title), "%s: inter-token latency", heading);
-        struct k25_plot_job *j = add(pl, "run_itl_hist", stem, "run", title,
-                                     "Gaps between consecutive tokens of a request; a second mode far right is "
-                                     "decode steps stalled behind other requests' prefill chunks.");
-        k25_plot_set(j, "DATA", "'data/%s'", name);
-        set_dist_vars(j, "ITL", &di);
-        k25_plot_set(j, "LOGY", "%d", maxc > 50 ? 1 : 0);
-    }
-
-    /* --- TTFT against input length, least-squares line ttft = a + b x */
-    {
-        FILE *f;
-        snprintf(name, sizeof(name), "%sttft_len.tsv", prefix);
-        if (!(f = dopen(plot_dir, name, path, sizeof(path), err))) {
-            rc = K25_EIO;
-            goto out;
-        }
-        double sx = 0, sy = 0, sxx = 0, sxy = 0, syy = 0, xmin = INFINITY, xmax = -INFINITY;
-        size_t k = 0;
-        for (size_t i = 0; i < r->n_reqs; i++) {
-            const struct k25_bench_req *qq = &r->reqs[i];
-            double y = k25_bench_req_ttft_ms(qq), x = qq->n_input;
-            if (qq->state != K25_REQ_COMPLETED || isnan(y))
-                continue;
-            fprintf(f, "%.9g\t%.9g\t%d\n", x, y, qq->rep);
-            sx += x;
-            sy += y;
-            sxx += x * x;
-            sxy += x * y;
-            syy += y * y;
-            xmin = x < xmin ? x : xmin;
-            xmax = x > xmax ? x : xmax;
-            k++;
-        }
-        if ((rc = dclose(f, path, err)))
-            goto out;
-        double den = (double)k * sxx - sx * sx, a = NAN, b = NAN, r2 = NAN;
-        if (k >= 3 && den > 0 && xmax > xmin) {
-            b = ((double)k * sxy - sx * sy) / den;
-            a = (sy - b * sx) / (double)k;
-            double vy = (double)k * syy - sy * sy;
-            r2 = vy > 0 ? ((double)k * sxy - sx * sy) * ((double)k * sxy - sx * sy) / (den * vy) : NAN;
-        }
-        snprintf(stem, sizeof(stem), "%srun_ttft_len", prefix);
-        snprintf(title, sizeof(title), "%s: TTFT against input length", heading);
-        struct k25_plot_job *j = add(pl, "run_ttft_len", stem, "run", title,
-                                     "Each dot is a request; the line is a least-squares fit TTFT = a + b x input "
-                                     "tokens (prefill cost per token and fixed overhead).");
-        k25_plot_set(j, "DATA", "'data/%s'", name);
-        char fa[64], fb[64], fit[200];
-        k25_plot_set(j, "FIT_A", "%s", gnum(a, fa, sizeof(fa)));
-        k25_plot_set(j, "FIT_B", "%s", gnum(b, fb, sizeof(fb)));
-        k25_plot_set(j, "XMIN", "%.9g", isfinite(xmin) ? xmin : 0);
-        k25_plot_set(j, "XMAX", "%.9g", isfinite(xmax) ? xmax : 1);
-        if (!isnan(b))
-            snprintf(fit, sizeof(fit), "fit: TTFT = %.3g ms + %.3g ms per 1k tokens x input (R2 = %.2f, %zu requests)",
-                     a, b * 1000, r2, k);
-        else
-            snprintf(fit, sizeof(fit), "no trend fitted (%zu requests, %s)", k,
-                     k < 3 ? "fewer than 3" : "one input length");
-        k25_plot_quote(fit, q, sizeof(q));
-        k25_plot_set(j, "FIT_NOTE", "%s", q);
-        k25_plot_set(j, "LOGX", "%d", wide_range(xmin, xmax, 30) ? 1 : 0);
-    }
-    if ((rc = data_tput_len(r, plot_dir, prefix, heading, pl, err)))
-        goto out;
-
-timeline:
-    /* --- timeline */
     if (r->n_win > 0) {
-        FILE *f;
-        snprintf(name, sizeof(name), "%stimeline.tsv", prefix);
-        if (!(f = dopen(plot_dir, name, path, sizeof(path), err))) {
-            rc = K25_EIO;
+        if ((rc = data_timeline(r, plot_dir, prefix, heading, pl, err)))
             goto out;
-        }
-        /* the offered load beside the queue: arrivals per window, as requests/s */
-        int64_t *arr = calloc(r->n_win + 1, sizeof(int64_t));
-        if (!arr) {
-            fclose(f);
-            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-            goto out;
-        }
-        bool queue = false; /* schema 3: the elastic queue was sampled */
-        for (size_t i = 0; i < r->n_reqs; i++) {
-            int64_t a = r->reqs[i].arrival_ns;
-            if (a >= 0 && (size_t)(a / K25_BENCH_WINDOW_NS) < r->n_win)
-                arr[a / K25_BENCH_WINDOW_NS]++;
-        }
-        for (size_t w = 0; w < r->n_win; w++)
-            queue = queue || r->win[w].n_waiting_memory >= 0;
-        for (size_t w = 0; w < r->n_win; w++) {
-            const struct k25_bench_window *x = &r->win[w];
-            bool st = x->n_waiting >= 0, qs = x->n_waiting_memory >= 0;
-            num(f, (double)x->t_ns / 1e9);
-            fputc('\t', f);
-            num(f, st ? x->n_waiting : NAN);
-            fputc('\t', f);
-            num(f, st ? x->n_running : NAN);
-            fputc('\t', f);
-            num(f, st ? (double)x->kv_blocks : NAN);
-            fputc('\t', f);
-            double bf = x->len_ns > 0 ? x->busy_ns / (double)x->len_ns : NAN;
-            num(f, bf > 1 ? 1 : bf);
-            fputc('\t', f);
-            num(f, st ? (double)x->mem_bytes / 1048576.0 : NAN);
-            fputc('\t', f);
-            num(f, x->len_ns > 0 ? (double)arr[w] * 1e9 / (double)K25_BENCH_WINDOW_NS : NAN);
-            fputc('\t', f);
-            num(f, qs ? x->n_waiting_memory : NAN);
-            fputc('\t', f);
-            num(f, qs ? x->n_waiting_spill : NAN);
-            fputc('\t', f);
-            num(f, qs ? x->breaker_open : NAN);
-            fputc('\n', f);
-        }
-        free(arr);
-        if ((rc = dclose(f, path, err)))
-            goto out;
-        snprintf(stem, sizeof(stem), "%srun_timeline", prefix);
-        snprintf(title, sizeof(title), "%s: engine timeline (100 ms windows)", heading);
-        struct k25_plot_job *j = add(pl, "run_timeline", stem, "run", title,
-                                     "Requests waiting and running, KV blocks in use with tracked memory, the "
-                                     "engine's busy fraction (the shaded band is the healthy 0.75-0.85), and the "
-                                     "request rate against the elastic queue: memory and spill queue depths and "
-                                     "the circuit breaker (shaded while open).");
-        k25_plot_set(j, "DATA", "'data/%s'", name);
-        k25_plot_set(j, "QUEUE", "%d", queue ? 1 : 0);
-        k25_plot_set(j, "WIDTH", "1040");
-        k25_plot_set(j, "HEIGHT", "960");
         if ((rc = data_mem_jitter(r, plot_dir, prefix, heading, pl, err)))
             goto out;
     }

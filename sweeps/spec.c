@@ -539,6 +539,106 @@ static int check_percentiles(const struct k25_sweep_spec *s, struct k25_error *e
     return K25_OK;
 }
 
+/* Lines of the top-level keys that later checks point at (0: key absent). */
+struct spec_lines {
+    int objective, dataset, filter;
+};
+
+/* Parses one top-level key k: v of a sweep spec into s, noting its line in ln where later checks need it.
+ * Returns K25_OK, or the error set in err naming path, the line and the key. */
+static int parse_top_key(const char *path, struct k25_sweep_spec *s, yaml_document_t *doc, yaml_node_t *k,
+                         yaml_node_t *v, struct spec_lines *ln, struct k25_error *err)
+{
+    const char *key = scalar(k), *sv = NULL;
+    int rc = K25_OK;
+    int64_t iv;
+    if (!key) {
+        rc = k25_error_set(err, K25_EINVAL, path, LINE(k), NULL, "keys must be names");
+    } else if (!strcmp(key, "name")) {
+        if (!(rc = expect_scalar(path, v, key, &sv, err))) {
+            snprintf(s->name, sizeof(s->name), "%s", sv);
+            if (strpbrk(sv, "/ \t") || !*sv)
+                rc = k25_error_set(err, K25_EINVAL, path, LINE(v), key, "a name without '/' or spaces");
+        }
+    } else if (!strcmp(key, "model")) {
+        if (!(rc = expect_scalar(path, v, key, &sv, err)))
+            snprintf(s->model, sizeof(s->model), "%s", sv);
+    } else if (!strcmp(key, "dataset")) {
+        if (!(rc = expect_scalar(path, v, key, &sv, err)))
+            snprintf(s->dataset, sizeof(s->dataset), "%s", sv);
+        ln->dataset = LINE(v);
+    } else if (!strcmp(key, "filter")) {
+        if (!(rc = expect_scalar(path, v, key, &sv, err)))
+            snprintf(s->filter, sizeof(s->filter), "%s", sv);
+        ln->filter = LINE(v);
+    } else if (!strcmp(key, "workload")) {
+        rc = parse_workload(s, doc, v, err);
+    } else if (!strcmp(key, "repeats")) {
+        s->repeats_line = LINE(v);
+        if (!(rc = parse_int64(path, v, key, 1, &iv, err))) {
+            if (iv > K25_SWEEP_MAX_REPEATS)
+                rc = k25_error_set(err, K25_ERANGE, path, LINE(v), key, "at most %d repeats",
+                                   K25_SWEEP_MAX_REPEATS);
+            s->repeats = (int)iv;
+        }
+    } else if (!strcmp(key, "seed")) {
+        if (!(rc = parse_int64(path, v, key, 0, &iv, err)))
+            s->seed = (uint64_t)iv;
+    } else if (!strcmp(key, "axes")) {
+        rc = parse_axes(s, doc, v, err);
+    } else if (!strcmp(key, "fixed")) {
+        rc = parse_fixed(s, doc, v, err);
+    } else if (!strcmp(key, "fidelity")) {
+        rc = parse_bool(path, v, key, &s->fidelity, err);
+    } else if (!strcmp(key, "endpoint")) {
+        if (!(rc = expect_scalar(path, v, key, &sv, err))) {
+            snprintf(s->endpoint, sizeof(s->endpoint), "%s", sv);
+            s->endpoint_line = LINE(v);
+            if (strncmp(sv, "http://", 7) != 0 && strncmp(sv, "https://", 8) != 0)
+                rc = k25_error_set(err, K25_EINVAL, path, LINE(v), key, "expected an http:// or https:// URL");
+        }
+    } else if (!strcmp(key, "launch")) {
+        rc = parse_launch(s, doc, v, err);
+    } else if (!strcmp(key, "objective")) {
+        ln->objective = LINE(k);
+        s->objective_line = ln->objective;
+        rc = parse_objective(s, doc, v, err);
+    } else {
+        rc = k25_error_set(err, K25_ENOTFOUND, path, LINE(k), key,
+                           "unknown key (name, model, dataset, filter, workload, repeats, seed, axes, fixed, "
+                           "fidelity, objective, endpoint, launch)");
+    }
+    return rc;
+}
+
+/* The spec's dataset must load through its filter and select at least one request; its hash goes into
+ * every point id, so it is recorded in s with the dataset's absolute path. */
+static int check_dataset(const char *path, struct k25_sweep_spec *s, const struct spec_lines *ln,
+                         struct k25_error *err)
+{
+    struct k25_gold_opts go;
+    k25_gold_opts_init(&go);
+    struct k25_gold_set set;
+    struct k25_error ge;
+    k25_gold_filter_t *flt = NULL;
+    if (s->filter[0] && k25_gold_filter_parse(s->filter, &flt, NULL, &ge) != K25_OK)
+        return k25_error_set(err, K25_EINVAL, path, ln->filter, "filter", "%s", ge.msg);
+    go.filter = flt;
+    int lrc = k25_gold_load(s->dataset, &go, &set, &ge);
+    k25_gold_filter_destroy(flt);
+    if (lrc != K25_OK)
+        return k25_error_set(err, K25_EINVAL, path, ln->dataset, "dataset", "%s", ge.msg);
+    size_t n = set.n;
+    snprintf(s->dataset_sha256, sizeof(s->dataset_sha256), "%s", set.sha256);
+    char abs[PATH_MAX];
+    snprintf(s->dataset_abs, sizeof(s->dataset_abs), "%s", realpath(s->dataset, abs) ? abs : s->dataset);
+    k25_gold_set_free(&set);
+    if (n == 0)
+        return k25_error_set(err, K25_EINVAL, path, ln->filter ? ln->filter : ln->dataset, "filter",
+                             "selects no request of %s", s->dataset);
+    return K25_OK;
+}
+
 int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_error *err)
 {
     memset(s, 0, sizeof(*s));
@@ -556,71 +656,14 @@ int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_e
     if (rc)
         return rc;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
-    int objective_line = 0, dataset_line = 0, filter_line = 0;
+    struct spec_lines ln = {0, 0, 0};
     if (!root || root->type != YAML_MAPPING_NODE) {
         rc = k25_error_set(err, K25_EFORMAT, path, root ? LINE(root) : 1, NULL, "a sweep spec is a mapping of keys");
         goto out_doc;
     }
     for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top && !rc; p++) {
         yaml_node_t *k = yaml_document_get_node(&doc, p->key), *v = yaml_document_get_node(&doc, p->value);
-        const char *key = scalar(k), *sv = NULL;
-        int64_t iv;
-        if (!key) {
-            rc = k25_error_set(err, K25_EINVAL, path, LINE(k), NULL, "keys must be names");
-        } else if (!strcmp(key, "name")) {
-            if (!(rc = expect_scalar(path, v, key, &sv, err))) {
-                snprintf(s->name, sizeof(s->name), "%s", sv);
-                if (strpbrk(sv, "/ \t") || !*sv)
-                    rc = k25_error_set(err, K25_EINVAL, path, LINE(v), key, "a name without '/' or spaces");
-            }
-        } else if (!strcmp(key, "model")) {
-            if (!(rc = expect_scalar(path, v, key, &sv, err)))
-                snprintf(s->model, sizeof(s->model), "%s", sv);
-        } else if (!strcmp(key, "dataset")) {
-            if (!(rc = expect_scalar(path, v, key, &sv, err)))
-                snprintf(s->dataset, sizeof(s->dataset), "%s", sv);
-            dataset_line = LINE(v);
-        } else if (!strcmp(key, "filter")) {
-            if (!(rc = expect_scalar(path, v, key, &sv, err)))
-                snprintf(s->filter, sizeof(s->filter), "%s", sv);
-            filter_line = LINE(v);
-        } else if (!strcmp(key, "workload")) {
-            rc = parse_workload(s, &doc, v, err);
-        } else if (!strcmp(key, "repeats")) {
-            s->repeats_line = LINE(v);
-            if (!(rc = parse_int64(path, v, key, 1, &iv, err))) {
-                if (iv > K25_SWEEP_MAX_REPEATS)
-                    rc = k25_error_set(err, K25_ERANGE, path, LINE(v), key, "at most %d repeats",
-                                       K25_SWEEP_MAX_REPEATS);
-                s->repeats = (int)iv;
-            }
-        } else if (!strcmp(key, "seed")) {
-            if (!(rc = parse_int64(path, v, key, 0, &iv, err)))
-                s->seed = (uint64_t)iv;
-        } else if (!strcmp(key, "axes")) {
-            rc = parse_axes(s, &doc, v, err);
-        } else if (!strcmp(key, "fixed")) {
-            rc = parse_fixed(s, &doc, v, err);
-        } else if (!strcmp(key, "fidelity")) {
-            rc = parse_bool(path, v, key, &s->fidelity, err);
-        } else if (!strcmp(key, "endpoint")) {
-            if (!(rc = expect_scalar(path, v, key, &sv, err))) {
-                snprintf(s->endpoint, sizeof(s->endpoint), "%s", sv);
-                s->endpoint_line = LINE(v);
-                if (strncmp(sv, "http://", 7) != 0 && strncmp(sv, "https://", 8) != 0)
-                    rc = k25_error_set(err, K25_EINVAL, path, LINE(v), key, "expected an http:// or https:// URL");
-            }
-        } else if (!strcmp(key, "launch")) {
-            rc = parse_launch(s, &doc, v, err);
-        } else if (!strcmp(key, "objective")) {
-            objective_line = LINE(k);
-            s->objective_line = objective_line;
-            rc = parse_objective(s, &doc, v, err);
-        } else {
-            rc = k25_error_set(err, K25_ENOTFOUND, path, LINE(k), key,
-                               "unknown key (name, model, dataset, filter, workload, repeats, seed, axes, fixed, "
-                               "fidelity, objective, endpoint, launch)");
-        }
+        rc = parse_top_key(path, s, &doc, k, v, &ln, err);
     }
     if (rc)
         goto out_doc;
@@ -628,7 +671,7 @@ int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_e
         rc = k25_error_set(err, K25_EINVAL, path, 0, "dataset", "a spec needs a dataset");
         goto out_doc;
     }
-    if (!objective_line) {
+    if (!ln.objective) {
         rc = k25_error_set(err, K25_EINVAL, path, 0, "objective", "a spec needs an objective");
         goto out_doc;
     }
@@ -644,39 +687,13 @@ int k25_sweep_spec_load(const char *path, struct k25_sweep_spec *s, struct k25_e
     for (int i = 0; i < s->n_cons; i++)
         needs_fid |= !strncmp(s->cons[i].metric, "fidelity_", 9);
     if (needs_fid && !s->fidelity) {
-        rc = k25_error_set(err, K25_EINVAL, path, objective_line, "fidelity",
+        rc = k25_error_set(err, K25_EINVAL, path, ln.objective, "fidelity",
                            "the objective uses a fidelity metric: set `fidelity: true`");
         goto out_doc;
     }
     /* the dataset must validate (and its hash goes into every point id) */
-    {
-        struct k25_gold_opts go;
-        k25_gold_opts_init(&go);
-        struct k25_gold_set set;
-        struct k25_error ge;
-        k25_gold_filter_t *flt = NULL;
-        if (s->filter[0] && k25_gold_filter_parse(s->filter, &flt, NULL, &ge) != K25_OK) {
-            rc = k25_error_set(err, K25_EINVAL, path, filter_line, "filter", "%s", ge.msg);
-            goto out_doc;
-        }
-        go.filter = flt;
-        int lrc = k25_gold_load(s->dataset, &go, &set, &ge);
-        k25_gold_filter_destroy(flt);
-        if (lrc != K25_OK) {
-            rc = k25_error_set(err, K25_EINVAL, path, dataset_line, "dataset", "%s", ge.msg);
-            goto out_doc;
-        }
-        size_t n = set.n;
-        snprintf(s->dataset_sha256, sizeof(s->dataset_sha256), "%s", set.sha256);
-        char abs[PATH_MAX];
-        snprintf(s->dataset_abs, sizeof(s->dataset_abs), "%s", realpath(s->dataset, abs) ? abs : s->dataset);
-        k25_gold_set_free(&set);
-        if (n == 0) {
-            rc = k25_error_set(err, K25_EINVAL, path, filter_line ? filter_line : dataset_line, "filter", "selects no request of %s",
-                               s->dataset);
-            goto out_doc;
-        }
-    }
+    if ((rc = check_dataset(path, s, &ln, err)))
+        goto out_doc;
 
     if ((rc = check_target(s, err)))
         goto out_doc;
