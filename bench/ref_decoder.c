@@ -282,6 +282,8 @@ static int parse_int(const char *opt, const char *v, int lo, int *out)
     return 0;
 }
 
+/* Arguments, weights, the prompt, generation and the output, read top to bottom in one function
+ * on purpose: this file is the llama2.c-style reference, whole in one place (over ~120 lines). */
 int main(int argc, char **argv)
 {
     const char *model_name = "small", *ids_arg = NULL, *prompt = NULL;
