@@ -180,6 +180,47 @@ int k25_fidelity_finish(struct k25_fidelity *f)
     return K25_OK;
 }
 
+/*
+ * One request's figures: ref is the reference run (its tokens), forced the candidate teacher-forced
+ * on them (logits compared position by position), free_run the candidate generating on its own
+ * (token agreement, KV bytes).  np attention probes of pw floats per position (hw per probe) are
+ * compared when np > 0; otherwise attn_rel_err is NaN.  Appends one entry to f->reqs and the
+ * per-position KL values to f->kl (both sized by the caller).
+ */
+static void compare_request(struct k25_fidelity *f, const struct k25_bench_input *in, const struct k25_result *ref,
+                            const struct k25_result *forced, const struct k25_result *free_run, int V, int np,
+                            size_t pw, size_t hw)
+{
+    struct k25_fid_req *q = &f->reqs[f->n_reqs++];
+    snprintf(q->id, sizeof(q->id), "%s", in->id);
+    q->n_input = in->n_ids;
+    q->n_pos = ref->n_output;
+    double klsum = 0, klmax = 0, top1 = 0, d2 = 0, ae = 0, agree = 0;
+    for (int t = 0; t < ref->n_output; t++) {
+        const float *pe = ref->logits + (size_t)t * V, *pf = forced->logits + (size_t)t * V;
+        double kl = k25_fid_kl(pe, pf, V);
+        bool same;
+        double d = k25_fid_top_prob_delta(pe, pf, V, &same);
+        f->kl[f->n_kl++] = kl;
+        klsum += kl;
+        klmax = kl > klmax ? kl : klmax;
+        top1 += same;
+        d2 += d * d;
+        for (int k = 0; k < np; k++)
+            ae += k25_fid_rel_err(forced->attn_probe + t * pw + k * hw, ref->attn_probe + t * pw + k * hw, hw);
+        agree += t < free_run->n_output && free_run->output_ids[t] == ref->output_ids[t];
+    }
+    double n = ref->n_output > 0 ? ref->n_output : NAN;
+    q->kl_mean = klsum / n;
+    q->kl_max = klmax;
+    q->top1_agreement = top1 / n;
+    q->top_prob_rms = sqrt(d2 / n);
+    q->attn_rel_err = np > 0 ? ae / (n * np) : NAN;
+    q->token_agreement = agree / n;
+    q->kv_bytes_exact = ref->kv_bytes_after;
+    q->kv_bytes = free_run->kv_bytes_after;
+}
+
 int k25_fidelity_measure(const struct k25_config *cfg, const k25_model_t *model, const struct k25_bench_input *inputs,
                          size_t n_inputs, int tokens, struct k25_fidelity *f, struct k25_error *err)
 {
@@ -225,34 +266,7 @@ int k25_fidelity_measure(const struct k25_config *cfg, const k25_model_t *model,
         if ((rc = run1(ec, in, re->n_output, NULL, 0, false, &hc, err)) != K25_OK)
             goto out;
         const struct k25_result *rc_ = k25_engine_result(ec, hc);
-        struct k25_fid_req *q = &f->reqs[f->n_reqs++];
-        snprintf(q->id, sizeof(q->id), "%s", in->id);
-        q->n_input = in->n_ids;
-        q->n_pos = re->n_output;
-        double klsum = 0, klmax = 0, top1 = 0, d2 = 0, ae = 0, agree = 0;
-        for (int t = 0; t < re->n_output; t++) {
-            const float *pe = re->logits + (size_t)t * V, *pf = rf->logits + (size_t)t * V;
-            double kl = k25_fid_kl(pe, pf, V);
-            bool same;
-            double d = k25_fid_top_prob_delta(pe, pf, V, &same);
-            f->kl[f->n_kl++] = kl;
-            klsum += kl;
-            klmax = kl > klmax ? kl : klmax;
-            top1 += same;
-            d2 += d * d;
-            for (int k = 0; k < np; k++)
-                ae += k25_fid_rel_err(rf->attn_probe + t * pw + k * hw, re->attn_probe + t * pw + k * hw, hw);
-            agree += t < rc_->n_output && rc_->output_ids[t] == re->output_ids[t];
-        }
-        double n = re->n_output > 0 ? re->n_output : NAN;
-        q->kl_mean = klsum / n;
-        q->kl_max = klmax;
-        q->top1_agreement = top1 / n;
-        q->top_prob_rms = sqrt(d2 / n);
-        q->attn_rel_err = ae / (n * np);
-        q->token_agreement = agree / n;
-        q->kv_bytes_exact = re->kv_bytes_after;
-        q->kv_bytes = rc_->kv_bytes_after;
+        compare_request(f, in, re, rf, rc_, V, np, pw, hw);
         k25_engine_release(ee, he);
         k25_engine_release(ec, hf);
         k25_engine_release(ec, hc);
@@ -305,32 +319,7 @@ int k25_fidelity_measure_degraded(const struct k25_config *cfg, const k25_model_
         if ((rc = run1x(e, in, rf->n_output, NULL, 0, false, false, true, &hc, err)) != K25_OK)
             goto out;
         const struct k25_result *rc_ = k25_engine_result(e, hc);
-        struct k25_fid_req *q = &f->reqs[f->n_reqs++];
-        snprintf(q->id, sizeof(q->id), "%s", in->id);
-        q->n_input = in->n_ids;
-        q->n_pos = rf->n_output;
-        double klsum = 0, klmax = 0, top1 = 0, d2 = 0, agree = 0;
-        for (int t = 0; t < rf->n_output; t++) {
-            const float *pf = rf->logits + (size_t)t * V, *pd = rd->logits + (size_t)t * V;
-            double kl = k25_fid_kl(pf, pd, V);
-            bool same;
-            double d = k25_fid_top_prob_delta(pf, pd, V, &same);
-            f->kl[f->n_kl++] = kl;
-            klsum += kl;
-            klmax = kl > klmax ? kl : klmax;
-            top1 += same;
-            d2 += d * d;
-            agree += t < rc_->n_output && rc_->output_ids[t] == rf->output_ids[t];
-        }
-        double n = rf->n_output > 0 ? rf->n_output : NAN;
-        q->kl_mean = klsum / n;
-        q->kl_max = klmax;
-        q->top1_agreement = top1 / n;
-        q->top_prob_rms = sqrt(d2 / n);
-        q->attn_rel_err = NAN;
-        q->token_agreement = agree / n;
-        q->kv_bytes_exact = rf->kv_bytes_after;
-        q->kv_bytes = rc_->kv_bytes_after;
+        compare_request(f, in, rf, rd, rc_, V, 0, 0, 0);
         k25_engine_release(e, hf);
         k25_engine_release(e, hd);
         k25_engine_release(e, hc);
