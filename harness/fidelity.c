@@ -127,19 +127,20 @@ static int run1x(k25_engine_t *e, const struct k25_bench_input *in, int max_new,
     return rc;
 }
 
-/* Runs one request alone on e; returns its result (owned by e). */
+/* Runs one request alone on e on the full model (keep_attn follows keep). */
 static int run1(k25_engine_t *e, const struct k25_bench_input *in, int max_new, const int32_t *forced,
                 int n_forced, bool keep, int *handle, struct k25_error *err)
 {
-    struct k25_request r = {.id = in->id, .input_ids = in->ids, .n_input = in->n_ids, .max_new_tokens = max_new,
-                            .keep_logits = keep, .forced_ids = forced, .n_forced = n_forced, .keep_attn = keep};
-    int rc = k25_engine_submit(e, &r, handle, err);
-    if (rc == K25_OK)
-        rc = k25_engine_run(e, err);
-    if (rc == K25_OK && k25_engine_result(e, *handle)->state != K25_REQ_COMPLETED)
-        rc = k25_error_set(err, K25_EINVAL, NULL, 0, "fidelity", "request '%s' did not complete: %s", in->id,
-                           k25_engine_result(e, *handle)->reason);
-    return rc;
+    return run1x(e, in, max_new, forced, n_forced, keep, keep, false, handle, err);
+}
+
+/* The per-request and per-position arrays of f for n_inputs requests of up to tokens positions. */
+static int fid_alloc(struct k25_fidelity *f, size_t n_inputs, int tokens, struct k25_error *err)
+{
+    if (!(f->reqs = calloc(n_inputs ? n_inputs : 1, sizeof(*f->reqs))) ||
+        !(f->kl = malloc(sizeof(double) * (n_inputs ? n_inputs : 1) * (size_t)tokens)))
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (fidelity)");
+    return K25_OK;
 }
 
 int k25_fidelity_finish(struct k25_fidelity *f)
@@ -249,11 +250,8 @@ int k25_fidelity_measure(const struct k25_config *cfg, const k25_model_t *model,
         goto out;
     k25_testknob_install(ee);
     k25_testknob_install(ec);
-    if (!(f->reqs = calloc(n_inputs ? n_inputs : 1, sizeof(*f->reqs))) ||
-        !(f->kl = malloc(sizeof(double) * (n_inputs ? n_inputs : 1) * (size_t)tokens))) {
-        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (fidelity)");
+    if ((rc = fid_alloc(f, n_inputs, tokens, err)) != K25_OK)
         goto out;
-    }
     for (size_t i = 0; i < n_inputs; i++) {
         const struct k25_bench_input *in = &inputs[i];
         int he, hf, hc;
@@ -302,11 +300,8 @@ int k25_fidelity_measure_degraded(const struct k25_config *cfg, const k25_model_
     if ((rc = k25_engine_create(&c, model, &e, err)) != K25_OK)
         goto out;
     k25_testknob_install(e);
-    if (!(f->reqs = calloc(n_inputs ? n_inputs : 1, sizeof(*f->reqs))) ||
-        !(f->kl = malloc(sizeof(double) * (n_inputs ? n_inputs : 1) * (size_t)tokens))) {
-        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (fidelity)");
+    if ((rc = fid_alloc(f, n_inputs, tokens, err)) != K25_OK)
         goto out;
-    }
     for (size_t i = 0; i < n_inputs; i++) {
         const struct k25_bench_input *in = &inputs[i];
         int hf, hd, hc;
