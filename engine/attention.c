@@ -62,14 +62,23 @@ static void add_logc(const struct k25_kv_view *kv, int g, int k0, int nk, float 
 }
 
 /* Decode scoring: copies a tile's raw logits (s[rows][DT], slots [k0, k0+nk))
- * into raw[rows][raw_ld] for the columns >= kv->score_k0 only. */
+ * into raw[rows][raw_ld] for the slots >= kv->score_k0 only: column k - score_k0
+ * (the buffer spans the uncompressed tail, not the whole context). */
 static void raw_store(const struct k25_kv_view *kv, float *raw, int raw_ld, int k0, int nk, const float *s, int rows)
 {
     int c0 = kv->score_k0 > k0 ? kv->score_k0 - k0 : 0;
     if (!raw || c0 >= nk)
         return;
     for (int r = 0; r < rows; r++)
-        memcpy(raw + (size_t)r * raw_ld + k0 + c0, s + (size_t)r * DT + c0, sizeof(float) * (size_t)(nk - c0));
+        memcpy(raw + (size_t)r * raw_ld + (k0 + c0 - kv->score_k0), s + (size_t)r * DT + c0,
+               sizeof(float) * (size_t)(nk - c0));
+}
+
+/* Columns of a decode job's raw-logit rows: its visible slots from score_k0 on. */
+static inline int raw_width(const struct k25_attn_job *job)
+{
+    int w = job->q_pos0 + job->n_q - job->kv.score_k0;
+    return w > 0 ? w : 0;
 }
 
 /* ------------------------------------------------------ online softmax */
@@ -310,9 +319,7 @@ static void decode_tile_avx512(const void *kb, const void *vb, bool half, int nk
         }
     }
     add_logc(kv, g, k0, nk, sc->s, rows, DT, sc->lc);
-    if (raw)
-        for (int r = 0; r < rows; r++)
-            memcpy(raw + (size_t)r * raw_ld + k0, sc->s + (size_t)r * DT, sizeof(float) * nk);
+    raw_store(kv, raw, raw_ld, k0, nk, sc->s, rows);
     for (int r = 0; r < rows; r++)
         k25_softmax_tile_row(sc->s + (size_t)r * DT, nk, lim0 + r / group + 1, &sc->m[r], &sc->l[r],
                              sc->acc + (size_t)r * hd, hd);
@@ -354,6 +361,9 @@ static void decode_tile_avx512(const void *kb, const void *vb, bool half, int nk
  *  - P V: the accumulators of up to four rows x 16 channels stay in
  *    registers while the tile's value rows stream past (no load/store of
  *    the output per value row).
+ * int4 keys with head_dim a multiple of 64 are the exception: they are
+ * scored on their codes, never dequantized (qk4_tile_avx2 below; int8 keys
+ * would overflow maddubs' 16-bit sums, head_dim 32 fills half a register).
  * Per row every operation and its order are fixed by head_dim alone: which
  * other rows or keys share a tile never changes a row's value.
  */
@@ -415,14 +425,16 @@ dequant_values_avx2(const struct k25_kv_view *kv, int g, int k0, int nk, float *
                           ((size_t)g * bs + o) * nvg * 2;
     for (int t = 0; t < nk; t++) {
         const uint16_t *sz = vsz + (size_t)t * nvg * 2;
-        float *d = dst + (size_t)t * hd;
+        float *d = dst + (size_t)t * hd, szf[32]; /* the token's (scale, zero) pairs: nvg <= hd / 8 <= 16 */
+        for (int k = 0; k < 2 * nvg; k++) /* converted once per token, broadcast per 8 channels */
+            szf[k] = _cvtsh_ss(sz[k]);
         for (int v = 0; v < nv; v += 2) {
             __m256 c[2];
             q16_codes(vq + (size_t)t * rb, bits, 8 * v, &c[0], &c[1]);
             for (int h = 0; h < 2; h++) {
                 int k = (v + h) / cpg;
-                _mm256_storeu_ps(d + 8 * (v + h), _mm256_fmadd_ps(c[h], _mm256_set1_ps(_cvtsh_ss(sz[2 * k])),
-                                                                  _mm256_set1_ps(_cvtsh_ss(sz[2 * k + 1]))));
+                _mm256_storeu_ps(d + 8 * (v + h), _mm256_fmadd_ps(c[h], _mm256_broadcast_ss(szf + 2 * k),
+                                                                  _mm256_broadcast_ss(szf + 2 * k + 1)));
             }
         }
     }
@@ -458,6 +470,155 @@ qk_tile_avx2(const float *q, const float *K, int rows, int nk, float *s, const i
                 }
             }
             __m128 r4 = reduce4(a[0], a[1], a[2], a[3]);
+            if (t + 4 <= nk) {
+                _mm_storeu_ps(sr + t, r4);
+            } else {
+                float tmp[4];
+                _mm_storeu_ps(tmp, r4);
+                for (int j = 0; t + j < nk; j++)
+                    sr[t + j] = tmp[j];
+            }
+        }
+    }
+}
+
+/*
+ * int4 keys scored on their codes (issue 16).  With x_tc = scale_c code_tc
+ * + zero_c (one scale and zero row per key group),
+ *   s_t = sum_c q_c x_tc = sum_c q'_c code_tc + sum_c q_c zero_c,  q'_c = q_c scale_c.
+ * Once per row and tile, q' is rounded to int8 with one step per row,
+ * alpha = max|q'| / 127: q'_c = alpha qi_c + d_c, |d_c| <= alpha / 2.  Then
+ *   sum_c q'_c code_tc = alpha sum_c qi_c code_tc + sum_c d_c code_tc,
+ * the first an exact integer dot product (maddubs: unsigned codes times
+ * signed qi, no overflow as 4 * 15 * 127 * hd/64 < 32767 for hd <= 128),
+ * the second taken as 7.5 sum_c d_c (the codes' midpoint), so a score's
+ * extra error is sum_c d_c (code_tc - 7.5): at most 7.5 hd alpha / 2, half
+ * what dropping the term would leave, and beside int4's own error small
+ * (qi carries 8 bits of q', the codes 4 of the key).  Per row:
+ *   s_t = alpha * dot_t + cst,  cst = sum_c q_c zero_c + 7.5 sum_c d_c,
+ * both sums in a fixed order; nothing depends on the other rows.
+ */
+
+/* Sum of the 8 lanes in a fixed order. */
+static inline float hsum8(__m256 a)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+
+/* 32 int32 lanes (channels 0..31 of a, b, c, d in order) as 32 bytes, the
+ * even channels in the low 128 bits and the odd ones in the high 128 bits
+ * (values within [-127, 127], so the saturating packs are exact). */
+static inline __m256i qk4_pack_eo(__m256i a, __m256i b, __m256i c, __m256i d)
+{
+    /* packs work per 128-bit lane: dwords come out as channels 0-3, 8-11, 16-19, 24-27 | 4-7, ... */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    /* per 128-bit lane: even bytes, then odd bytes; then the two evens halves together */
+    const __m256i eo = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
+                                        12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(p, eo), 0xD8);
+}
+
+/*
+ * The rows' int8 queries for an int4 key tile whose scale and zero rows are
+ * ksz[2][hd] (halves): per row, qi[hd] laid out as the packed codes read,
+ * per 64 channels the 32 even ones then the 32 odd ones, and ac[2] =
+ * (alpha, cst) (see above).  hd = 8 nv, a multiple of 64, at most 128.
+ */
+static inline __attribute__((always_inline)) void
+qk4_prepare(const float *q, int rows, const uint16_t *ksz, int8_t *qi, float *ac, const int nv)
+{
+    const int hd = nv * 8;
+    __m256 sv[16], zv[16];
+    for (int v = 0; v < nv; v++) {
+        sv[v] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ksz + 8 * v)));
+        zv[v] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ksz + hd + 8 * v)));
+    }
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int r = 0; r < rows; r++) {
+        const float *qr = q + (size_t)r * hd;
+        __m256 qp[16], mx = _mm256_setzero_ps(), zs = _mm256_setzero_ps();
+        for (int v = 0; v < nv; v++) {
+            const __m256 x = _mm256_loadu_ps(qr + 8 * v);
+            qp[v] = _mm256_mul_ps(x, sv[v]);
+            mx = _mm256_max_ps(mx, _mm256_and_ps(qp[v], absmask));
+            zs = _mm256_fmadd_ps(x, zv[v], zs);
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        const float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+        const float alpha = m / 127.0f, inv = m > 0.0f ? 127.0f / m : 0.0f; /* m = 0: every qi and d is 0 */
+        const __m256 iv = _mm256_set1_ps(inv), av = _mm256_set1_ps(alpha);
+        __m256i qv[16];
+        __m256 ds = _mm256_setzero_ps();
+        for (int v = 0; v < nv; v++) {
+            qv[v] = _mm256_cvtps_epi32(_mm256_mul_ps(qp[v], iv)); /* round to nearest (even) */
+            ds = _mm256_add_ps(ds, _mm256_fnmadd_ps(av, _mm256_cvtepi32_ps(qv[v]), qp[v]));
+        }
+        int8_t *qo = qi + (size_t)r * hd;
+        for (int k = 0; k < nv / 8; k++) {
+            const __m256i *w = qv + 8 * k;
+            __m256i a = qk4_pack_eo(w[0], w[1], w[2], w[3]), b = qk4_pack_eo(w[4], w[5], w[6], w[7]);
+            _mm256_storeu_si256((__m256i *)(qo + 64 * k), _mm256_permute2x128_si256(a, b, 0x20));
+            _mm256_storeu_si256((__m256i *)(qo + 64 * k + 32), _mm256_permute2x128_si256(a, b, 0x31));
+        }
+        ac[2 * r] = alpha;
+        ac[2 * r + 1] = hsum8(zs) + 7.5f * hsum8(ds);
+    }
+}
+
+/*
+ * Scores of int4 keys [k0, k0+nk) of KV head g (one block, below n_quant,
+ * one key group) for the rows' queries q[rows][hd] into s (rows DT apart),
+ * on the codes: the rows are prepared into qi (rows * (hd + 8) bytes of
+ * scratch), then per four keys the codes are unpacked once (low nibbles =
+ * even channels, high = odd) and every row takes four integer dot products,
+ * reduced together by a fixed hadd tree.  A missing fourth key is a zero
+ * code row.
+ */
+static inline __attribute__((always_inline)) void
+qk4_tile_avx2(const struct k25_kv_view *kv, int g, int k0, int nk, const float *q, int rows, int8_t *qi,
+              float *s, const int nv)
+{
+    const int bs = kv->block_size, hd = nv * 8, nc = nv / 8;
+    const size_t rb = (size_t)hd / 2;
+    const unsigned char *kb = kv->k_blocks[k0 / bs];
+    const int o = k0 % bs;
+    const uint8_t *kq = kb + ((size_t)g * bs + o) * rb;
+    const uint16_t *ksz = (const uint16_t *)(kb + kv->ks_off) + ((size_t)g * (bs / kv->group) + o / kv->group) * 2 * hd;
+    float *ac = (float *)(qi + (size_t)rows * hd); /* hd is a multiple of 64: aligned as the buffer */
+    qk4_prepare(q, rows, ksz, qi, ac, nv);
+
+    const __m256i nib = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    for (int t = 0; t < nk; t += 4) {
+        __m256i lo[4][2], hi[4][2];
+        for (int j = 0; j < 4; j++)
+            for (int k = 0; k < nc; k++) {
+                if (t + j < nk) {
+                    const __m256i b = _mm256_loadu_si256((const __m256i *)(kq + (size_t)(t + j) * rb + 32 * k));
+                    lo[j][k] = _mm256_and_si256(b, nib);
+                    hi[j][k] = _mm256_and_si256(_mm256_srli_epi16(b, 4), nib);
+                } else {
+                    lo[j][k] = hi[j][k] = _mm256_setzero_si256();
+                }
+            }
+        for (int r = 0; r < rows; r++) {
+            const int8_t *qr = qi + (size_t)r * hd;
+            __m256i a[4];
+            for (int j = 0; j < 4; j++) {
+                __m256i x = _mm256_setzero_si256();
+                for (int k = 0; k < nc; k++) {
+                    x = _mm256_add_epi16(x, _mm256_maddubs_epi16(lo[j][k], _mm256_loadu_si256((const __m256i *)(qr + 64 * k))));
+                    x = _mm256_add_epi16(x, _mm256_maddubs_epi16(hi[j][k], _mm256_loadu_si256((const __m256i *)(qr + 64 * k + 32))));
+                }
+                a[j] = _mm256_madd_epi16(x, ones);
+            }
+            __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
+            __m128i d4 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            __m128 r4 = _mm_fmadd_ps(_mm_set1_ps(ac[2 * r]), _mm_cvtepi32_ps(d4), _mm_set1_ps(ac[2 * r + 1]));
+            float *sr = s + (size_t)r * DT;
             if (t + 4 <= nk) {
                 _mm_storeu_ps(sr + t, r4);
             } else {
@@ -524,14 +685,20 @@ decode_tile_avx2_nv(const struct k25_kv_view *kv, int g, int k0, int nk, int row
 {
     const int hd = nv * 8;
     const bool quant = (kv->dtype == K25_DTYPE_INT8 || kv->dtype == K25_DTYPE_INT4) && k0 < kv->n_quant;
-    const float *K, *V;
-    if (quant) {
-        dequant_keys_avx2(kv, g, k0, nk, sc->kt, nv);
-        K = sc->kt;
+    const float *V;
+    K25_ASSERT(!quant || sc->kt != NULL); /* the tile buffer: int4 query rows, or dequantized keys */
+    if (quant && kv->dtype == K25_DTYPE_INT4 && nv % 8 == 0) { /* int4, head_dim a multiple of 64: on the codes */
+        qk4_tile_avx2(kv, g, k0, nk, sc->q, rows, (int8_t *)sc->kt, sc->s, nv);
     } else {
-        K = k25_kv_rows(kv, kv->k_blocks, g, k0, nk, sc->kt);
+        const float *K;
+        if (quant) {
+            dequant_keys_avx2(kv, g, k0, nk, sc->kt, nv);
+            K = sc->kt;
+        } else {
+            K = k25_kv_rows(kv, kv->k_blocks, g, k0, nk, sc->kt);
+        }
+        qk_tile_avx2(sc->q, K, rows, nk, sc->s, nv);
     }
-    qk_tile_avx2(sc->q, K, rows, nk, sc->s, nv);
     add_logc(kv, g, k0, nk, sc->s, rows, DT, sc->lc);
     raw_store(kv, raw, raw_ld, k0, nk, sc->s, rows);
     for (int r = 0; r < rows; r++)
@@ -602,13 +769,13 @@ static void decode_split(const struct k25_attn_job *job, int g, int group, int k
             size_t off = ((size_t)g * bs + k0 % bs) * hd * elem;
             decode_tile_avx512((const char *)kv->k_blocks[k0 / bs] + off,
                                (const char *)kv->v_blocks[k0 / bs] + off, kv->dtype != K25_DTYPE_FP32, nk,
-                               rows, hd, job->q_pos0 - k0, group, sc, kv, g, k0, raw, job->q_pos0 + job->n_q);
+                               rows, hd, job->q_pos0 - k0, group, sc, kv, g, k0, raw, raw_width(job));
             continue;
         }
 #endif
 #if defined(K25_DECODE_AVX2)
         if (avx2) {
-            decode_tile_avx2(kv, g, k0, nk, rows, job->q_pos0 - k0, group, sc, raw, job->q_pos0 + job->n_q);
+            decode_tile_avx2(kv, g, k0, nk, rows, job->q_pos0 - k0, group, sc, raw, raw_width(job));
             continue;
         }
 #endif
@@ -625,7 +792,7 @@ static void decode_split(const struct k25_attn_job *job, int g, int group, int k
                     dot += qr[d] * kr[d];
                 s[t] = has_lc ? dot + sc->lc[t] : dot;
             }
-            raw_store(kv, raw ? raw + (size_t)r * (job->q_pos0 + job->n_q) : NULL, 0, k0, nk, s, 1);
+            raw_store(kv, raw ? raw + (size_t)r * raw_width(job) : NULL, 0, k0, nk, s, 1);
             k25_softmax_tile_row(s, nk, job->q_pos0 + r / group - k0 + 1, &sc->m[r], &sc->l[r],
                                  sc->acc + (size_t)r * hd, hd);
         }
@@ -683,11 +850,12 @@ static void decode_merge(const struct k25_attn_job *job, int g, int group, const
             dst[d] *= inv;
         if (raw && r / group >= k25_attn_score_q0(job)) {
             /* scoring: each visible slot's probability (slots >= score_k0), rows in order */
-            const float *rr = raw + (size_t)r * visible;
+            const int k0 = job->kv.score_k0;
+            const float *rr = raw + (size_t)r * raw_width(job); /* column k - score_k0 */
             float *sc = job->score + (size_t)g * visible;
             int lim = job->q_pos0 + r / group + 1;
-            for (int k = job->kv.score_k0; k < lim; k++)
-                sc[k] += k25_fast_expf(rr[k] - M) * inv;
+            for (int k = k0; k < lim; k++)
+                sc[k] += k25_fast_expf(rr[k - k0] - M) * inv;
         }
     }
 }
@@ -731,7 +899,7 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
         sfirst[j + 1] = sfirst[j] + (pre_score ? n_kv * ((visible + TK - 1) / TK - jb->kv.score_k0 / TK) : 0);
         afirst[j + 1] = afirst[j] + (!jb->score ? 0
                                      : pre_score ? (size_t)n_kv * jb->n_q * group * 2
-                                                 : (size_t)n_kv * jb->n_q * group * visible);
+                                                 : (size_t)n_kv * jb->n_q * group * raw_width(jb));
     }
     const int n_items = first[n_jobs];
     float *partials = NULL;
@@ -778,7 +946,7 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
                 size_t stride = (size_t)jb->n_q * group * (hd + 2);
                 decode_split(jb, g, group, k_lo, k_hi, scale, &sc,
                              partials + pfirst[j] + ((size_t)g * n_splits(visible) + k) * stride,
-                             jb->score ? aux + afirst[j] + (size_t)g * jb->n_q * group * visible : NULL);
+                             jb->score ? aux + afirst[j] + (size_t)g * jb->n_q * group * raw_width(jb) : NULL);
             } else {
                 int t0 = k * tq, t1 = t0 + tq < jb->n_q ? t0 + tq : jb->n_q;
                 prefill_tile(jb, g, group, t0, t1, scale, &sc,
@@ -808,9 +976,8 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
                 continue;
             int g = x % n_kv, n = n_splits(jb->q_pos0 + jb->n_q);
             size_t stride = (size_t)jb->n_q * group * (hd + 2);
-            int visible = jb->q_pos0 + jb->n_q;
             decode_merge(jb, g, group, partials + pfirst[x / n_kv] + (size_t)g * n * stride, n,
-                         jb->score ? aux + afirst[x / n_kv] + (size_t)g * jb->n_q * group * visible : NULL);
+                         jb->score ? aux + afirst[x / n_kv] + (size_t)g * jb->n_q * group * raw_width(jb) : NULL);
         }
     }
     k25_free(partials);

@@ -589,17 +589,20 @@ static int step_threads(const struct k25_engine *e, const struct k25_span *spans
  * share the step (the full model's spans first, then the degraded ones
  * over the first degraded_layers layers).  Reorders spans/span_h stably.
  */
-static int forward_groups(struct k25_engine *e, struct k25_span *spans, int *span_h, int n, struct k25_error *err)
+static int forward_groups(struct k25_engine *e, struct k25_span *spans, int *span_h, int n, uint64_t *t_deg,
+                          struct k25_error *err)
 {
-    int n_full = 0;
+    int n_deg = 0;
+    *t_deg = 0;
     for (int i = 0; i < n; i++)
-        n_full += !e->slots[span_h[i]]->res.degraded;
-    if (n_full == n)
+        n_deg += e->slots[span_h[i]]->res.degraded;
+    if (n_deg == 0)
         return k25_forward(e, spans, n, e->model->shape.n_layers, err);
+    /* the degraded model's pass first: its tokens are out (stamped *t_deg) while the full model runs */
     struct k25_span tmp[n];
-    int th[n], a = 0, b = n_full;
+    int th[n], a = 0, b = n_deg;
     for (int i = 0; i < n; i++) {
-        int at = e->slots[span_h[i]]->res.degraded ? b++ : a++;
+        int at = e->slots[span_h[i]]->res.degraded ? a++ : b++;
         tmp[at] = spans[i];
         th[at] = span_h[i];
     }
@@ -607,9 +610,10 @@ static int forward_groups(struct k25_engine *e, struct k25_span *spans, int *spa
         spans[i] = tmp[i];
         span_h[i] = th[i];
     }
-    int rc = n_full > 0 ? k25_forward(e, spans, n_full, e->model->shape.n_layers, err) : K25_OK;
-    if (rc == K25_OK)
-        rc = k25_forward(e, spans + n_full, n - n_full, e->degraded_layers, err);
+    int rc = k25_forward(e, spans, n_deg, e->degraded_layers, err);
+    *t_deg = k25_queue_now(e);
+    if (rc == K25_OK && n_deg < n)
+        rc = k25_forward(e, spans + n_deg, n - n_deg, e->model->shape.n_layers, err);
     return rc;
 }
 
@@ -688,7 +692,8 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         k25_threads_apply(nt);
 
     uint64_t t0 = k25_queue_now(e);
-    if ((rc = forward_groups(e, spans, span_h, n_spans, err)) != K25_OK)
+    uint64_t t_deg;
+    if ((rc = forward_groups(e, spans, span_h, n_spans, &t_deg, err)) != K25_OK)
         goto out;
     if (e->step_hook)
         call_step_hook(e, spans, n_spans, t0);
@@ -697,6 +702,7 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
     double occupancy = k25_queue_waiting(e) ? 1.0 : (double)e->n_running / e->cfg.max_batch_size;
     k25_breaker_record(&e->q.breaker, t0, t1, occupancy);
     k25_queue_breaker_tick(e, t1);
+    k25_queue_step_timed(e, t0, t1);
     e->stats.steps++;
     e->stats.busy_ns += dt;
     if (has_prefill)
@@ -714,16 +720,17 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
     for (int i = 0; i < n_spans; i++) {
         int h = span_h[i];
         struct k25_slot *sl = e->slots[h];
+        const uint64_t tt = sl->res.degraded && t_deg ? t_deg : t1; /* when its pass ended */
         if (sl->res.state == K25_REQ_PREFILL) {
             sl->n_prefilled += spans[i].n;
             sl->res.prefill_chunks++;
             sl->res.prefill_ns += dt;
             e->stats.prefill_tokens += spans[i].n;
-            k25_engine_emit(e, K25_EV_PREFILL_CHUNK, h, -1, sl->res.prefill_chunks - 1, t1);
+            k25_engine_emit(e, K25_EV_PREFILL_CHUNK, h, -1, sl->res.prefill_chunks - 1, tt);
             if (!spans[i].logits)
                 continue;
             sl->res.state = K25_REQ_DECODE;
-            sl->res.prefill_done_t_ns = t1;
+            sl->res.prefill_done_t_ns = tt;
             k25_log_write(&e->log, K25_LOG_INFO, "PREFILL",
                           "req_id=%s seq_len=%d chunk_count=%d avg_time_per_chunk=%.1fms", sl->res.id,
                           sl->res.n_input, sl->res.prefill_chunks,
@@ -736,13 +743,13 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         float margin = sl->temperature > 0.0 ? NAN : k25_tok_margin(spans[i].logits, V, NULL);
         if (sl->res.n_output < sl->n_forced)
             tok = sl->forced[sl->res.n_output]; /* teacher forcing: the sampler state still advances */
-        if ((rc = append_token(e, sl, tok, margin, spans[i].logits, spans[i].probe, t1, err)) != K25_OK)
+        if ((rc = append_token(e, sl, tok, margin, spans[i].logits, spans[i].probe, tt, err)) != K25_OK)
             goto out;
         if (k25_log_on(&e->log, K25_LOG_DEBUG))
             k25_log_write(&e->log, K25_LOG_DEBUG, "DECODE", "req_id=%s token_id=%d kv_block_access=%s(%d) cache_hit=%s",
                           sl->res.id, tok, tier_names[sl->seq.tier_access], sl->seq.tier_access_id,
                           sl->seq.tier_step_hit ? "True" : "False");
-        k25_engine_emit(e, K25_EV_TOKEN, h, tok, sl->res.n_output - 1, t1);
+        k25_engine_emit(e, K25_EV_TOKEN, h, tok, sl->res.n_output - 1, tt);
     }
 
     /* retire finished sequences, keeping the running list in order */

@@ -24,6 +24,7 @@ struct k25_slot {
     int n_forced;
     int n_prefilled;          /* prompt tokens already in the KV cache */
     int64_t reserved_blocks;  /* promised by admission (budgeted pool) */
+    int64_t admit_step;       /* stats.steps when admitted (degraded admission's service estimate) */
     struct k25_kv_seq seq;
     uint64_t rng;             /* sampling state, seeded from (seed, id) or the request's seed */
     double temperature, top_p; /* this request's sampling (request or config) */

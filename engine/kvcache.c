@@ -9,6 +9,7 @@
 #include "prefix.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -518,25 +519,54 @@ bool k25_kv_rows_need_tmp(const struct k25_kv_view *kv, int tile)
     return kv->dtype != K25_DTYPE_FP32 || kv->block_size % tile != 0;
 }
 
+/* ln(c) for every slot count c (a count is a uint8_t), filled once: the decode
+ * tile reads one entry per slot instead of calling logf. */
+static float g_logc[256];
+static pthread_once_t g_logc_once = PTHREAD_ONCE_INIT;
+
+static void logc_init(void)
+{
+    for (int c = 0; c < 256; c++)
+        g_logc[c] = c == 1 ? 0.0f : logf((float)c);
+}
+
+/* Whether any of the n counts c[0..n) is not 1 (a merged slot), eight at a time. */
+static bool any_merged(const uint8_t *c, int n)
+{
+    const uint64_t ones = 0x0101010101010101ull;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, c + i, 8);
+        if (w != ones)
+            return true;
+    }
+    for (; i < n; i++)
+        if (c[i] != 1)
+            return true;
+    return false;
+}
+
 bool k25_kv_logc(const struct k25_kv_view *kv, int g, int k0, int n, float *out)
 {
     if (!kv->has_meta)
         return false;
     const int bs = kv->block_size;
     bool any = false;
-    for (int done = 0; done < n;) { /* runs inside one block */
+    for (int done = 0; done < n && !any;) { /* runs inside one block */
+        int k = k0 + done, take = bs - k % bs < n - done ? bs - k % bs : n - done;
+        any = any_merged((const uint8_t *)kv->k_blocks[k / bs] + kv->meta_off + (size_t)g * bs + k % bs, take);
+        done += take;
+    }
+    if (!any) /* no merged slot in the tile (the common case): every ln 1 = 0, nothing to add */
+        return false;
+    pthread_once(&g_logc_once, logc_init);
+    for (int done = 0; done < n;) {
         int k = k0 + done, take = bs - k % bs < n - done ? bs - k % bs : n - done;
         const uint8_t *c = (const uint8_t *)kv->k_blocks[k / bs] + kv->meta_off + (size_t)g * bs + k % bs;
         for (int i = 0; i < take; i++)
-            any |= c[i] != 1;
+            out[done + i] = g_logc[c[i]];
         done += take;
-    }
-    if (!any) /* no merged slot in the tile (the common case): ln 1 = 0 */
-        return false;
-    for (int i = 0; i < n; i++) {
-        int k = k0 + i;
-        uint8_t c = ((const uint8_t *)kv->k_blocks[k / bs] + kv->meta_off)[(size_t)g * bs + k % bs];
-        out[i] = c == 1 ? 0.0f : logf((float)c);
     }
     return true;
 }

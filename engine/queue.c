@@ -33,11 +33,14 @@
 enum route { R_MEM, R_HIGH, R_DISK, R_DEG, R_REPLAY, R_REJECT_FULL, R_REJECT_DEG };
 
 #define DEG_EWMA 0.2 /* weight of the newest degraded-service sample */
+#define STEP_WINDOW K25_QUEUE_STEP_WINDOW
 /* Share of degraded_ttft_ms a predicted first token may use: the rest absorbs what the
- * moving means do not foresee - steps that lengthen as the surge fills the batch, and the
- * time an arrival waits for the step in progress before it is even submitted.  Measured on
- * `tiny` under an 8x surge: at 1.0, 10 of 120 admitted degraded requests missed 1200 ms. */
-#define DEG_HEADROOM 0.7
+ * prediction does not foresee - steps that lengthen as the surge fills the batch, and the
+ * time an arrival waits for the step in progress before it is even submitted (up to a
+ * long prefill step: 100-200 ms on `tiny` under a 5x surge).  Measured on `tiny` under
+ * the 5x surge of docs/metrics.md: at 0.7, 1 to 3 of ~190 admitted degraded requests
+ * missed 1200 ms (up to 1390 ms). */
+#define DEG_HEADROOM 0.6
 
 const char *k25_priority_name(enum k25_priority p)
 {
@@ -197,11 +200,14 @@ void k25_queue_free(struct k25_engine *e)
 /*
  * Whether a degraded arrival can get its first token within
  * degraded_ttft_ms: it is admitted after `ahead` degraded requests finish,
- * which on deg_slots busy slots takes ahead * service / deg_slots, then
- * waits for its first token; admitted when that fits DEG_HEADROOM of
- * degraded_ttft_ms.  Before any degraded request has finished there is
- * no estimate: at most one batch's worth may be ahead of it.
- * *pred_ms: the prediction (-1 without one).
+ * which on deg_slots busy slots takes ahead * service / deg_slots steps,
+ * then needs `first` steps for its first token; times the current step
+ * period, admitted when that fits DEG_HEADROOM of degraded_ttft_ms.
+ * Counting in steps and timing them by the latest steps (not by the
+ * service times of requests that finished, which were admitted when steps
+ * were shorter) follows a surge as it lengthens the steps.  Before any
+ * degraded request has finished there is no estimate: at most one batch's
+ * worth may be ahead of it.  *pred_ms: the prediction (-1 without one).
  */
 static bool degraded_admissible(const struct k25_engine *e, double *pred_ms)
 {
@@ -213,8 +219,25 @@ static bool degraded_admissible(const struct k25_engine *e, double *pred_ms)
         return true;
     if (q->deg_samples == 0)
         return ahead <= q->deg_slots;
-    *pred_ms = ((double)ahead * q->deg_service_ns / q->deg_slots + q->deg_first_ns) / 1e6;
+    *pred_ms = ((double)ahead * q->deg_service_steps / q->deg_slots + q->deg_first_steps) * q->step_period_ns / 1e6;
     return *pred_ms <= DEG_HEADROOM * e->cfg.degraded_ttft_ms;
+}
+
+void k25_queue_step_timed(struct k25_engine *e, uint64_t t0, uint64_t t1)
+{
+    struct k25_queue *q = &e->q;
+    /* Steps alternate between short decode steps and long ones that prefill admitted prompts, so a
+     * request's service spans both: the period is the mean over the last STEP_WINDOW steps run
+     * back to back - end to end, so submission and spill fsyncs between them count.  After an idle
+     * gap (no work when the step began, see k25_queue_admit) the window restarts at this step. */
+    if (!q->chained || q->n_step_ends == 0 || t0 < q->step_ends[(q->n_step_ends - 1) % STEP_WINDOW]) {
+        q->n_step_ends = 0;
+        q->step_ends[q->n_step_ends++ % STEP_WINDOW] = t0;
+    }
+    q->step_ends[q->n_step_ends++ % STEP_WINDOW] = t1;
+    int n = q->n_step_ends < STEP_WINDOW ? q->n_step_ends : STEP_WINDOW;
+    uint64_t oldest = q->step_ends[(q->n_step_ends - n) % STEP_WINDOW];
+    q->step_period_ns = (double)(t1 - oldest) / (n - 1);
 }
 
 /*
@@ -589,10 +612,10 @@ void k25_queue_ended(struct k25_engine *e, int h, uint64_t now)
     struct k25_slot *sl = e->slots[h];
     if (sl->res.degraded && now && sl->res.state == K25_REQ_COMPLETED && sl->res.prefill_done_t_ns) {
         /* a degraded request ran to its end: a service sample for degraded admission */
-        double first = (double)(sl->res.prefill_done_t_ns - sl->res.admit_t_ns), serv = (double)(now - sl->res.admit_t_ns);
+        double first = (double)sl->res.prefill_chunks, serv = (double)(e->stats.steps - sl->admit_step);
         double a = q->deg_samples ? DEG_EWMA : 1.0;
-        q->deg_first_ns += a * (first - q->deg_first_ns);
-        q->deg_service_ns += a * (serv - q->deg_service_ns);
+        q->deg_first_steps += a * (first - q->deg_first_steps);
+        q->deg_service_steps += a * (serv - q->deg_service_steps);
         q->deg_samples++;
     }
     uint64_t lsn = 0;
@@ -761,6 +784,7 @@ static void admit_from(struct k25_engine *e, struct k25_fifo *f, bool degraded, 
         k25_engine_prefix_attach(e, sl);
         sl->res.state = K25_REQ_PREFILL;
         sl->res.admit_t_ns = k25_queue_now(e);
+        sl->admit_step = e->stats.steps;
         e->running[e->n_running++] = h;
         running++;
         log_queue(e, sl, sl->res.admit_t_ns, "admitted", NULL);
@@ -780,6 +804,7 @@ void k25_queue_admit(struct k25_engine *e)
 {
     struct k25_queue *q = &e->q;
     uint64_t now = k25_queue_now(e);
+    q->chained = e->n_running > 0 || k25_queue_waiting(e);
     if (e->cfg.queue_timeout_ms > 0) {
         expire(e, &q->mem, now);
         expire(e, &q->disk, now);

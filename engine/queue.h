@@ -171,6 +171,8 @@ struct k25_staged {
  * The engine's elastic queue state (struct k25_engine.q).  Every array is
  * malloc'd and freed by k25_queue_free; handles index the engine's slots.
  */
+#define K25_QUEUE_STEP_WINDOW 33 /* 32 step periods */
+
 struct k25_queue {
     struct k25_fifo mem;      /* memory queue (full model): high first, then arrival order */
     struct k25_fifo disk;     /* disk queue: spilled requests, arrival order */
@@ -188,10 +190,16 @@ struct k25_queue {
     struct k25_replay_info replay; /* what create found in the log; handles -> replayed */
     int *replayed;            /* [replay.n_replayed] */
     struct k25_breaker breaker;
-    /* degraded service on the engine clock (admission control): moving means over finished
-     * degraded requests of admission -> first token and admission -> finish */
-    double deg_first_ns, deg_service_ns;
+    /* degraded service (admission control), in engine steps: moving means over finished
+     * degraded requests of the steps from admission to first token and to finish; and the
+     * engine clock's moving mean of one step's period (end to end while steps run back to
+     * back, so it includes submission and spill fsyncs between them) */
+    double deg_first_steps, deg_service_steps;
     int64_t deg_samples;
+    double step_period_ns;
+    uint64_t step_ends[K25_QUEUE_STEP_WINDOW]; /* ring: end times of the last steps run back to back */
+    int64_t n_step_ends;
+    bool chained;             /* work was running or waiting as this step began */
     int64_t rejected_degraded; /* degraded arrivals turned away (their SLA could not be met) */
 };
 
@@ -212,6 +220,8 @@ void k25_queue_announce(struct k25_engine *e);
 void k25_queue_admit(struct k25_engine *e);
 /* Whether any request waits (memory, disk or degraded queue). */
 bool k25_queue_waiting(const struct k25_engine *e);
+/* A step ran from t0 to t1 on the engine clock: the step-period estimate. */
+void k25_queue_step_timed(struct k25_engine *e, uint64_t t0, uint64_t t1);
 /* Re-evaluates the circuit breaker at now and logs a transition. */
 void k25_queue_breaker_tick(struct k25_engine *e, uint64_t now);
 /* A request ended (its blocks are back): writes its done record; its FINISH

@@ -12,7 +12,9 @@
  * aligned bottom-right (its last query sees every key).  Also: the decode
  * split path (contexts past one split), bit-identical results on 1 and 2
  * threads, the tracking allocator, and attn-bench's skip-with-reason path
- * and output files.
+ * and output files.  int4 KV: decode scoring the keys on their codes
+ * against the dequantize-then-fp32 path, within a bound derived from the
+ * int8 rounding of the scaled queries (check_int4_codes).
  */
 #include "testutil.h"
 
@@ -20,7 +22,9 @@
 #include "baselines.h"
 #include "k25util.h"
 #include "harness.h"
+#include "kvcache.h"
 
+#include <float.h>
 #include <math.h>
 
 static uint64_t g_rng = 88172645463325252ULL;
@@ -329,6 +333,179 @@ static void test_mixed_batch(void **state)
     tkv_free(&t2);
 }
 
+/* ------------------------------------------- int4 keys scored on their codes */
+
+/* The CPU backend the pools keep their blocks in (no engine: the process's accounting). */
+static struct k25_bctx *cpu_ctx(void)
+{
+    static struct k25_bctx ctx;
+    struct k25_error err;
+    if (!ctx.be && k25_bctx_init(&ctx, &k25_backend_cpu, NULL, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    return &ctx;
+}
+
+/* ChunkedAttention of the last n_q slots' queries q[n_q][H*hd] over layer 0 of seq. */
+static void attend_pool(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, const float *q, int n_q, int H,
+                        float *out)
+{
+    const void *kp[128], *vp[128];
+    assert_true(seq->n_blocks <= 128);
+    const int hd = p->head_dim;
+    struct k25_attn_job job = {q, H * hd, n_q, seq->n_tokens - n_q, {0}, out, H * hd, NULL};
+    k25_kv_seq_view(p, seq, 0, kp, vp, &job.kv);
+    k25_cpu_attention(&job, 1, H, 1.0f / sqrtf((float)hd), NULL);
+}
+
+/*
+ * int4 decode attention (keys scored on their codes, engine/attention.c)
+ * against the dequantize-then-fp32 reference: the same int4 values written
+ * into an fp32 cache.  The only extra error is the int8 rounding of
+ * q'_c = q_c scale_c (step alpha = max_c |q'_c| / 127 per row and key
+ * group), which moves a score by |sum_c d_c (code_c - 7.5)| <= eps =
+ * 7.5 hd alpha / 2.  Logits moved by at most eps move each softmax weight
+ * by a factor within [e^-2eps, e^2eps], so an output moves by at most
+ * (e^2eps - 1) max_t |v_t| (per channel).  The test takes eps from the
+ * data (the stored scale of a channel over a key group is (max - min) / 15
+ * of its dequantized keys, since the codes span 0..15), adds fp32 rounding
+ * slack, and checks every output against that bound; it also checks the
+ * extra error is small beside int4's own (RMS against the original values
+ * at most 1.1x the reference's: it adds ~20% in quadrature, ~2%; swapping the even and
+ * odd channels fails it 14-fold, while it stays inside the loose worst-case bound).
+ * Slots carry merged counts 1..4 (ln count on the logit), lengths cross
+ * blocks (64), key groups (32), the fp32 residual (128) and a split (2048).
+ */
+static void check_int4_codes(int hd, int N, int n_q, uint64_t seed, double *worst)
+{
+    const int kvh = 2, H = 8, G = 32;
+    g_rng = seed;
+    struct k25_model_shape s = {0};
+    snprintf(s.name, sizeof(s.name), "t");
+    s.n_layers = 1, s.n_heads = H, s.n_kv_heads = kvh, s.head_dim = hd;
+    struct k25_config c4, cf;
+    k25_config_init(&c4);
+    c4.kv_block_size = 64;
+    c4.kv_quant_group = G;
+    c4.kv_compression_ratio = 0.5; /* slot counts kept (nothing is compressed here) */
+    c4.kv_cache_dtype = K25_DTYPE_INT4;
+    cf = c4;
+    cf.kv_cache_dtype = K25_DTYPE_FP32;
+    struct k25_error err;
+    struct k25_kv_pool p4, pf, po;
+    struct k25_kv_seq s4 = {0}, sf = {0}, so = {0};
+    assert_int_equal(k25_kv_pool_init(&p4, &s, &c4, 0, cpu_ctx(), &err), 0);
+    assert_int_equal(k25_kv_pool_init(&pf, &s, &cf, 0, cpu_ctx(), &err), 0);
+    assert_int_equal(k25_kv_pool_init(&po, &s, &cf, 0, cpu_ctx(), &err), 0);
+    const int w = 2 * kvh * hd; /* a slot's row: keys of every head, then values */
+    float *kv = malloc(sizeof(float) * (size_t)N * w), *deq = malloc(sizeof(float) * (size_t)N * w);
+    for (int t = 0; t < N; t++)
+        for (int i = 0; i < w; i++) /* channel offsets: zero points far from 0 */
+            kv[(size_t)t * w + i] = draw() + (i < kvh * hd ? (float)(i % 7) - 3.0f : 0.0f);
+    assert_int_equal(k25_kv_seq_reserve(&p4, &s4, N, &err), 0);
+    assert_int_equal(k25_kv_seq_reserve(&pf, &sf, N, &err), 0);
+    assert_int_equal(k25_kv_seq_reserve(&po, &so, N, &err), 0);
+    k25_kv_seq_write(&p4, &s4, 0, 0, N, kv, kv + kvh * hd, w);
+    k25_kv_seq_write(&po, &so, 0, 0, N, kv, kv + kvh * hd, w);
+    const int nq4 = s4.n_quant[0];
+    assert_true(nq4 > 0 && (N <= 200 || nq4 < N)); /* int4 keys in play (and the residual past 200) */
+    float *K = malloc(sizeof(float) * (size_t)kvh * N * hd), *V = malloc(sizeof(float) * (size_t)kvh * N * hd);
+    for (int g = 0; g < kvh; g++) {
+        float *Kg = K + (size_t)g * N * hd, *Vg = V + (size_t)g * N * hd;
+        k25_kv_seq_read(&p4, &s4, 0, g, 0, N, Kg, Vg);
+        for (int t = 0; t < N; t++) {
+            memcpy(deq + (size_t)t * w + g * hd, Kg + (size_t)t * hd, sizeof(float) * hd);
+            memcpy(deq + (size_t)t * w + (kvh + g) * hd, Vg + (size_t)t * hd, sizeof(float) * hd);
+        }
+    }
+    k25_kv_seq_write(&pf, &sf, 0, 0, N, deq, deq + kvh * hd, w);
+    for (int g = 0; g < kvh; g++) /* merged slots: the same counts in every cache */
+        for (int t = 0; t < N; t++) {
+            uint8_t cnt = urand() < 0.2 ? (uint8_t)(2 + (int)(urand() * 3)) : 1;
+            *k25_kv_slot_count(&p4, &s4, 0, g, t) = *k25_kv_slot_count(&pf, &sf, 0, g, t) =
+                *k25_kv_slot_count(&po, &so, 0, g, t) = cnt;
+        }
+    float *q = rand_q(n_q, H, hd);
+    size_t cnt = (size_t)n_q * H * hd;
+    float *o4 = calloc(cnt, sizeof(float)), *of = calloc(cnt, sizeof(float)), *oo = calloc(cnt, sizeof(float));
+    attend_pool(&p4, &s4, q, n_q, H, o4);
+    attend_pool(&pf, &sf, q, n_q, H, of);
+    attend_pool(&po, &so, q, n_q, H, oo);
+
+    bool moved = false;
+    double e4 = 0, ef = 0;
+    const float sc = 1.0f / sqrtf((float)hd);
+    for (int i = 0; i < n_q; i++)
+        for (int h = 0; h < H; h++) {
+            const int g = h / (H / kvh), lim = N - n_q + i + 1;
+            const float *Kg = K + (size_t)g * N * hd, *Vg = V + (size_t)g * N * hd;
+            double qs[128], eps = 0, qk = 0; /* qk: sum |q k| over the row's largest key, for fp32 slack */
+            for (int d = 0; d < hd; d++)
+                qs[d] = q[((size_t)i * H + h) * hd + d] * sc;
+            for (int g0 = 0; g0 < nq4 && g0 < lim; g0 += G) {
+                double amax = 0;
+                for (int d = 0; d < hd; d++) {
+                    double mn = Kg[(size_t)g0 * hd + d], mx = mn;
+                    for (int t = g0; t < g0 + G; t++) {
+                        mn = fmin(mn, Kg[(size_t)t * hd + d]);
+                        mx = fmax(mx, Kg[(size_t)t * hd + d]);
+                    }
+                    amax = fmax(amax, fabs(qs[d]) * (mx - mn) / 15.0);
+                }
+                eps = fmax(eps, 7.5 * hd * (amax / 127.0) / 2.0);
+            }
+            for (int t = 0; t < lim; t++) {
+                double a = 0;
+                for (int d = 0; d < hd; d++)
+                    a += fabs(qs[d] * Kg[(size_t)t * hd + d]);
+                qk = fmax(qk, a);
+            }
+            eps = eps * (1 + 1e-3) + 4 * hd * FLT_EPSILON * qk;
+            for (int d = 0; d < hd; d++) {
+                double vmax = 0;
+                for (int t = 0; t < lim; t++)
+                    vmax = fmax(vmax, fabs(Vg[(size_t)t * hd + d]));
+                size_t k = ((size_t)i * H + h) * hd + d;
+                double diff = fabs((double)o4[k] - of[k]), bound = expm1(2 * eps) * vmax + 1e-6 * (1 + fabs(of[k]));
+                if (diff > bound)
+                    fail_msg("int4 hd=%d N=%d n_q=%d query %d head %d channel %d: %g vs reference %g, bound %g "
+                             "(eps %g)", hd, N, n_q, i, h, d, o4[k], of[k], bound, eps);
+                *worst = fmax(*worst, diff / bound);
+                moved |= diff > 0;
+                e4 += ((double)o4[k] - oo[k]) * ((double)o4[k] - oo[k]);
+                ef += ((double)of[k] - oo[k]) * ((double)of[k] - oo[k]);
+            }
+        }
+    e4 = sqrt(e4 / cnt), ef = sqrt(ef / cnt);
+    if (getenv("K25_TEST_VERBOSE"))
+        fprintf(stderr, "int4 hd=%d N=%d n_q=%d: RMS vs original %.3g (dequantized fp32 path %.3g)\n", hd, N, n_q,
+                e4, ef);
+    if (e4 > 1.1 * ef)
+        fail_msg("int4 hd=%d N=%d n_q=%d: RMS error vs the original values %.3g > 1.1 x %.3g", hd, N, n_q, e4, ef);
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    assert_true(moved); /* the codes path ran: it rounds differently from the fp32 one */
+#endif
+    free(q), free(o4), free(of), free(oo), free(K), free(V), free(kv), free(deq);
+    k25_kv_seq_release(&p4, &s4, NULL, NULL);
+    k25_kv_seq_release(&pf, &sf, NULL, NULL);
+    k25_kv_seq_release(&po, &so, NULL, NULL);
+    k25_kv_pool_free(&p4);
+    k25_kv_pool_free(&pf);
+    k25_kv_pool_free(&po);
+}
+
+static void test_int4_codes(void **state)
+{
+    (void)state;
+    k25_set_threads(2);
+    double worst = 0;
+    const int hds[] = {64, 128}, ns[] = {200, 700, 2300}, nqs[] = {1, 3};
+    for (int seed = 1; seed <= 3; seed++)
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 3; b++)
+                check_int4_codes(hds[a], ns[b], nqs[(seed + b) % 2], 0x9E3779B97F4A7C15ULL * (uint64_t)seed, &worst);
+    print_message("int4 codes path: largest error / bound %.3g\n", worst);
+}
+
 /* The tracking allocator: categories, current, peak after free, reset. */
 static void test_allocator(void **state)
 {
@@ -481,6 +658,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_decode_splits),
         cmocka_unit_test(test_thread_count_determinism),
         cmocka_unit_test(test_mixed_batch),
+        cmocka_unit_test(test_int4_codes),
         cmocka_unit_test(test_allocator),
         cmocka_unit_test(test_bench_skip_and_outputs),
         cmocka_unit_test(test_bench_cli),

@@ -61,7 +61,8 @@ enum metric {
  *    converted; int8/int4 re-quantize the rewritten groups once).
  * Attention on fp16/int8/int4 against the fp32 inputs measures the
  * storage's error; against the stored values it measures the kernel's
- * arithmetic, which is fp32 for every KV dtype.
+ * arithmetic, which is fp32 for every KV dtype except int4 decode scores
+ * (int8 queries times the 4-bit codes; bound explained at KV_SCORE int4).
  *
  * The `measured` column: the CPU backend's worst figure over the default
  * run and OPENBLAS_CORETYPE=Haswell and =Prescott on an AMD Zen 3 (AVX2,
@@ -113,7 +114,11 @@ static const struct tol g_tol[] = {
     {K25_OP_KV_SCORE, K25_DTYPE_FP32, M_MAIN, 1e-5, "9.9e-7"},
     {K25_OP_KV_SCORE, K25_DTYPE_FP16, M_MAIN, 1e-5, "8.0e-7"},
     {K25_OP_KV_SCORE, K25_DTYPE_INT8, M_MAIN, 1e-5, "8.4e-7"},
-    {K25_OP_KV_SCORE, K25_DTYPE_INT4, M_MAIN, 1e-5, "9.2e-7"},
+    /* int4 decode scores keys on their codes with q * scale rounded to int8 per row (engine/attention.c,
+     * qk4_prepare): a logit moves by at most 7.5 hd alpha / 2, alpha = max|q scale| / 127 - for inputs
+     * in [-1, 1) and the 1/sqrt(hd) query scale about 0.03 at head_dim 64, an output by about 0.06 at
+     * worst; measured 3.1e-3 (attention) and 2.7e-3 (scores), bounded at 2e-2 */
+    {K25_OP_KV_SCORE, K25_DTYPE_INT4, M_MAIN, 2e-2, "2.7e-3"},
     {K25_OP_KV_COMPACT, K25_DTYPE_FP32, M_MAIN, 0, "0"},
     {K25_OP_KV_COMPACT, K25_DTYPE_FP16, M_MAIN, 2.5e-4, "2.44e-4"},
     {K25_OP_KV_COMPACT, K25_DTYPE_INT8, M_MAIN, 1e-2, "3.9e-3"},
@@ -126,7 +131,7 @@ static const struct tol g_tol[] = {
     {K25_OP_ATTN_CHUNKED, K25_DTYPE_FP32, M_STORED, 1e-5, "1.35e-6"},
     {K25_OP_ATTN_CHUNKED, K25_DTYPE_FP16, M_STORED, 1e-5, "1.71e-6"},
     {K25_OP_ATTN_CHUNKED, K25_DTYPE_INT8, M_STORED, 1e-5, "1.94e-6"},
-    {K25_OP_ATTN_CHUNKED, K25_DTYPE_INT4, M_STORED, 1e-5, "1.45e-6"},
+    {K25_OP_ATTN_CHUNKED, K25_DTYPE_INT4, M_STORED, 2e-2, "3.1e-3"}, /* int8 queries: see KV_SCORE int4 */
     {K25_OP_ATTN_FLASH2, K25_DTYPE_FP32, M_MAIN, 1e-5, "4.8e-7"},
     {K25_OP_ATTN_FLASH2, K25_DTYPE_FP16, M_MAIN, 2e-3, "4.3e-4"},
     {K25_OP_ATTN_FLASH2, K25_DTYPE_INT8, M_MAIN, 2e-2, "6.9e-3"},

@@ -7,7 +7,8 @@
  *    bit-identical to the same row alone, for every m <= K25_GEMV_MAX_M;
  *  - batch invariance, engine level: a request alone and inside a batch of
  *    8 gives bit-identical logits when every step has <= K25_GEMV_MAX_M
- *    tokens (short prompts, prefill_chunk_size 2, a 16-token step budget);
+ *    tokens (short prompts, prefill_chunk_size 2, a 16-token step budget),
+ *    with fp32 KV on `tiny` and int4 KV on `small`;
  *  - int8/int4 quantization: the layout's bytes, error within half a step;
  *  - engines on quantized and bf16 weights: logits near the fp32 ones,
  *    weight bytes as k25_mem_estimate says; cpu_kernels refuses a path the
@@ -242,6 +243,33 @@ static void test_batch_invariance(void **state)
     free(first);
 }
 
+/*
+ * The same with int4 KV on `small` (head_dim 64, so decode scores the keys on their int4 codes,
+ * engine/attention.c): key groups of 8 tokens and no fp32 residual put most slots in int4 within
+ * the 24-token requests; a row's int8 query rounding depends on the row and its key group only.
+ */
+static void test_batch_invariance_int4_kv(void **state)
+{
+    (void)state;
+    struct k25_config cfg = invariant_config();
+    struct k25_error err;
+    k25_model_t *small;
+    snprintf(cfg.model, sizeof(cfg.model), "small");
+    if (k25_model_load(&cfg, &small, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    cfg.kv_cache_dtype = K25_DTYPE_INT4;
+    cfg.kv_quant_group = 8;
+    cfg.kv_quant_residual = 0;
+    const int gen = 12;
+    float *alone = run_batch(&cfg, small, 1, gen), *batch = run_batch(&cfg, small, 8, gen);
+    for (int t = 0; t < gen; t++)
+        if (memcmp(alone + 256 * t, batch + 256 * t, sizeof(float) * 256))
+            fail_msg("int4 KV: token %d's logits differ alone and in a batch of 8", t);
+    free(alone);
+    free(batch);
+    k25_model_destroy(small);
+}
+
 /* Quantized and bf16 weights: the first token's logits near the fp32 model's (uniform dummy
  * weights are the worst case for int4: 15 levels over a flat distribution), weight bytes as the
  * calculator says. */
@@ -319,7 +347,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels),         cmocka_unit_test(test_quant_layout),
-        cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_weight_formats),
+        cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_batch_invariance_int4_kv),
+        cmocka_unit_test(test_weight_formats),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, tu_model_setup, tu_model_teardown);
