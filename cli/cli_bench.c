@@ -248,8 +248,15 @@ static void bench_options(struct bench_cli *c)
                  "exact engine (fp32 KV, kv_compression_ratio 1, one-pass prefill):\n"
                  "next-token KL, top-1 and greedy-token agreement, attention error\n"
                  "(summary.fidelity in the JSON, /fidelity in the trace)"},
+        {.names = {"--fidelity-degraded"}, .type = K25_OPT_FLAG, .dest = &c->o.fidelity_degraded,
+         .help = "after the measurement, compare the elastic queue's degraded\n"
+                 "(early-exit) model with the full one on every selected request,\n"
+                 "whether or not the breaker was on (--fidelity alone does only when\n"
+                 "the run degraded requests or had --breaker-enabled); without\n"
+                 "--fidelity only this comparison runs\n"
+                 "(summary.fidelity.degraded in the JSON, /fidelity_degraded in the trace)"},
         {.names = {"--fidelity-tokens"}, .type = K25_OPT_INT, .dest = &c->o.fidelity_tokens, .min = 1, .max = 100000,
-         .help = "generated positions compared per request"},
+         .help = "generated positions compared per request\n(--fidelity, --fidelity-degraded)"},
         {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &c->quiet,
          .help = "no progress line (it is shown only when stderr is a terminal)"},
         {.names = {"--endpoint"}, .type = K25_OPT_STRING, .dest = &c->o.endpoint, .metavar = "URL",
@@ -288,7 +295,7 @@ static struct k25_cliopt_cmd bench_command(struct bench_cli *c)
                  "                 [--filter EXPR] [--warmup N] [--repeat K] [--seed S]\n"
                  "                 [--slo ttft_ms=500,tpot_ms=50] [--json summary.json] [--csv requests.csv]\n"
                  "                 [--percentile-method nearest-rank|linear] [--metric-percentiles 50,90,99]\n"
-                 "                 [--fidelity [--fidelity-tokens N]] [--quiet]\n"
+                 "                 [--fidelity] [--fidelity-degraded] [--fidelity-tokens N] [--quiet]\n"
                  "       k25 bench --endpoint URL [--model NAME] [--api-key KEY] [--endpoint-type completions|chat]\n"
                  "                 [--ignore-eos] [--stall-timeout S] [--request-timeout S] --dataset FILE --out run.h5 ...",
         .about = "Drives the reference engine (or, with --endpoint, an OpenAI-compatible server: vLLM,\n"

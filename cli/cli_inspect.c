@@ -109,7 +109,8 @@ int k25_cmd_inspect(int argc, char **argv)
     k25_error_clear(&err);
     const struct k25_opt opts[] = {
         {.names = {"--json"}, .type = K25_OPT_FLAG, .dest = &as_json,
-         .help = "print {provenance, workload, summary, interrupted} as one JSON object"},
+         .help = "print {provenance, workload, summary, interrupted, queue} as one JSON object\n"
+                 "(queue: the elastic queue's depths over the timeline)"},
         {.names = {"--chrome-trace"}, .type = K25_OPT_PATH, .dest = &chrome,
          .help = "export every request's queue, prefill chunks and decode tokens,\n"
                  "and the engine timeline, as a Chrome/Perfetto trace\n"
@@ -164,8 +165,8 @@ int k25_cmd_inspect(int argc, char **argv)
         }
         fprintf(stderr, "k25 inspect: %zu requests exported to %s\n", t.run.n_reqs, chrome);
     } else if (as_json) {
-        json_t *o = json_pack("{s:O, s:O, s:O, s:b}", "provenance", prov, "workload", wl, "summary", sum,
-                              "interrupted", t.run.interrupted);
+        json_t *o = json_pack("{s:O, s:O, s:O, s:b, s:o}", "provenance", prov, "workload", wl, "summary", sum,
+                              "interrupted", t.run.interrupted, "queue", k25_trace_queue_json(&t));
         if (!o || json_dumpf(o, stdout, JSON_INDENT(2)) != 0 || fputc('\n', stdout) == EOF)
             status = 1;
         json_decref(o);

@@ -178,7 +178,7 @@ static int staged_to(const struct k25_queue *q, enum route r)
 
 void k25_queue_init(struct k25_engine *e)
 {
-    e->q.deg_slots = (e->cfg.max_batch_size + 1) / 2; /* half a batch, at least 1 */
+    e->q.deg_slots = (e->cfg.max_batch_size + 3) / 4; /* a quarter of a batch, at least 1 */
     k25_breaker_init(&e->q.breaker, &e->cfg, k25_queue_now(e));
 }
 

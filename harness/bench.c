@@ -87,6 +87,10 @@ static int check_opts(const struct k25_bench_opts *o, struct k25_error *err)
     if (o->endpoint && o->fidelity)
         return k25_error_set(err, K25_EINVAL, cl, 0, "--fidelity",
                              "compares the in-process engine with the exact one: not available with --endpoint");
+    if (o->endpoint && o->fidelity_degraded)
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--fidelity-degraded",
+                             "compares the in-process engine's degraded model with its full one: not available "
+                             "with --endpoint");
     if (!(o->stall_timeout_s > 0) || !(o->request_timeout_s > 0))
         return k25_error_set(err, K25_EINVAL, cl, 0, "--stall-timeout", "timeouts must be positive");
     if (o->mode == K25_BENCH_OPEN) {
@@ -472,7 +476,12 @@ static int summarize(struct bench_state *st, struct k25_error *err)
 
 /*
  * Fidelity after the measurement, on its own engines: it never perturbs the
- * timings (not after an interruption: the user asked to stop).
+ * timings (not after an interruption: the user asked to stop).  --fidelity:
+ * the configured engine against the exact one, and its degraded model
+ * against its full one when the run degraded requests or could (the breaker
+ * on); --fidelity-degraded: the degraded model whatever the breaker, alone
+ * when --fidelity is not given (the degraded model needs no breaker to run:
+ * k25_request.force_degraded).
  */
 static int measure_fidelity(struct bench_state *st, struct k25_error *err)
 {
@@ -480,17 +489,18 @@ static int measure_fidelity(struct bench_state *st, struct k25_error *err)
     const struct k25_config *cfg = st->cfg;
     int rc;
     if (st->run.interrupted)
-        o->fidelity = false;
-    if (!o->fidelity)
+        o->fidelity = o->fidelity_degraded = false;
+    if (!o->fidelity && !o->fidelity_degraded)
         return K25_OK;
-    if (o->progress)
-        fprintf(stderr, "k25 bench: measuring fidelity on %zu requests x %d tokens\n", st->set.n, o->fidelity_tokens);
-    if ((rc = k25_fidelity_measure(cfg, st->model, st->inputs, st->set.n, o->fidelity_tokens, &st->fid, err)) !=
-        K25_OK)
-        return rc;
-    /* the degraded (early-exit) model against the full one: when the run degraded requests, or
-     * could (the circuit breaker on) */
-    if (st->sum->n_degraded > 0 || cfg->breaker_enabled) {
+    if (o->fidelity) {
+        if (o->progress)
+            fprintf(stderr, "k25 bench: measuring fidelity on %zu requests x %d tokens\n", st->set.n,
+                    o->fidelity_tokens);
+        if ((rc = k25_fidelity_measure(cfg, st->model, st->inputs, st->set.n, o->fidelity_tokens, &st->fid, err)) !=
+            K25_OK)
+            return rc;
+    }
+    if (o->fidelity_degraded || st->sum->n_degraded > 0 || cfg->breaker_enabled) {
         if (o->progress)
             fprintf(stderr, "k25 bench: measuring the degraded model's fidelity\n");
         if ((rc = k25_fidelity_measure_degraded(cfg, st->model, st->inputs, st->set.n, o->fidelity_tokens,
@@ -546,8 +556,14 @@ static int build_doc(struct bench_state *st, struct k25_error *err)
                                       (json_int_t)run->n_reqs, "requests_in_flight_dropped",
                                       (json_int_t)st->n_dropped, "repetitions_started", run->n_reps));
     json_object_set_new(doc, "workload", wl);
-    if (o->fidelity)
+    if (o->fidelity) {
         json_object_set_new(sj, "fidelity", k25_fidelity_json(&st->fid));
+    } else if (o->fidelity_degraded) { /* the degraded model alone: .fidelity holds only .degraded */
+        json_t *all = k25_fidelity_json(&st->fid), *only = json_object();
+        json_object_set(only, "degraded", json_object_get(all, "degraded"));
+        json_object_set_new(sj, "fidelity", only);
+        json_decref(all);
+    }
     if (st->pctl)
         json_object_set_new(sj, "percentiles", k25_pctl_table_json(st->pctl));
     json_object_set_new(sj, "target", json_string(st->ep ? "endpoint" : "engine"));
@@ -574,7 +590,7 @@ static int write_outputs(struct bench_state *st, struct k25_error *err)
 {
     const struct k25_bench_opts *o = &st->o;
     int rc;
-    if (o->fidelity && (rc = k25_trace_write_fidelity(&st->h5, &st->fid, err)) != K25_OK)
+    if ((o->fidelity || o->fidelity_degraded) && (rc = k25_trace_write_fidelity(&st->h5, &st->fid, err)) != K25_OK)
         return rc;
     if ((rc = k25_h5_attr_i64(st->h5.meta, "interrupted", st->run.interrupted ? 1 : 0, err)) != K25_OK)
         return rc;
@@ -619,7 +635,7 @@ static void print_report(const struct bench_state *st, FILE *report)
                 "top-1 agreement %.3f, top-prob RMS %.3g, token agreement %.3f, attention rel. error %.3g\n",
                 (long long)fid->n_requests, fid->tokens, fid->kl_mean, fid->kl_p999, fid->kl_max, fid->top1_agreement,
                 fid->top_prob_rms, fid->token_agreement, fid->attn_rel_err);
-    if (st->o.fidelity && fid->degraded)
+    if (fid->degraded)
         fprintf(report,
                 "degraded-model fidelity (%d of %d layers vs the full model, %lld requests x %d tokens): KL mean "
                 "%.3g p99.9 %.3g max %.3g, top-1 agreement %.3f, top-prob RMS %.3g, token agreement %.3f\n",

@@ -10,6 +10,12 @@
  * does not exist (no first token, TPOT of a one-token answer) is an empty
  * field, never 0 or NaN.  The file is written through k25_afile: under
  * PATH.tmp.PID, renamed onto PATH when complete.
+ *
+ * Columns added later are appended after meets_slo, so a column keeps its
+ * position: the elastic queue's (priority ... ttft_sla_ms) and prefix
+ * caching's and the KV tiers' (cached_tokens ... kv_tier_bytes_moved),
+ * named and valued as in the trace's /requests (docs/trace-schema.md; the
+ * flags as true/false like meets_slo, the tiers' wait in nanoseconds).
  */
 #include "harness.h"
 
@@ -21,6 +27,11 @@ static const char *const csv_header[] = {
     "id", "rep", "seq", "user", "line", "state", "reason", "input_tokens", "output_tokens", "max_new_tokens",
     "prefill_chunks", "arrival_ms", "submit_ms", "admit_ms", "first_token_ms", "finish_ms", "queue_ms",
     "ttft_ms", "tpot_ms", "itl_mean_ms", "itl_max_ms", "e2e_ms", "sched_lag_ms", "output_tok_s", "meets_slo",
+    /* the elastic queue */
+    "priority", "degraded", "spilled", "replayed", "timed_out", "ttft_sla_ms",
+    /* prefix caching and the KV tiers */
+    "cached_tokens", "kv_block_reads", "kv_block_hits", "kv_cache_hit_rate", "kv_tier_wait_ns",
+    "kv_tier_bytes_moved",
 };
 #define N_CSV_COLS (sizeof(csv_header) / sizeof(csv_header[0]))
 
@@ -72,7 +83,13 @@ static void itl_stats(const struct k25_bench_req *r, double *mean_ms, double *ma
     *max_ms = mx;
 }
 
-static void put_row(FILE *f, const struct k25_bench_req *r, const struct k25_bench_slo *slo)
+static const char *yes_no(bool b)
+{
+    return b ? "true" : "false";
+}
+
+/* One request's row; kv_tiers: the run had KV tiers (its hit rate is then defined). */
+static void put_row(FILE *f, const struct k25_bench_req *r, const struct k25_bench_slo *slo, bool kv_tiers)
 {
     put_text(f, r->id);
     fprintf(f, ",%d,%lld,%d,%lld,", r->rep, (long long)r->seq, r->user, (long long)r->line);
@@ -100,8 +117,12 @@ static void put_row(FILE *f, const struct k25_bench_req *r, const struct k25_ben
     }
     fputc(',', f);
     if (slo && slo->any)
-        fputs(k25_bench_req_meets_slo(r, slo) ? "true" : "false", f);
-    fputs("\r\n", f);
+        fputs(yes_no(k25_bench_req_meets_slo(r, slo)), f);
+    fprintf(f, ",%s,%s,%s,%s,%s,%d,%d,%lld,%lld,", k25_priority_name(r->priority), yes_no(r->degraded),
+            yes_no(r->spilled), yes_no(r->replayed), yes_no(r->state == K25_REQ_TIMED_OUT), r->ttft_sla_ms,
+            r->cached_tokens, (long long)r->kv_block_reads, (long long)r->kv_block_hits);
+    put_num(f, k25_bench_req_kv_hit_rate(r, kv_tiers)); /* empty with tiers off */
+    fprintf(f, ",%lld,%lld\r\n", (long long)r->kv_tier_wait_ns, (long long)r->kv_tier_bytes_moved);
 }
 
 int k25_bench_csv_write(const char *path, const struct k25_bench_run *run, const struct k25_bench_slo *slo,
@@ -118,7 +139,7 @@ int k25_bench_csv_write(const char *path, const struct k25_bench_run *run, const
     }
     fputs("\r\n", a.f);
     for (size_t i = 0; i < run->n_reqs; i++) {
-        put_row(a.f, &run->reqs[i], slo);
+        put_row(a.f, &run->reqs[i], slo, run->eng.kv_tiers);
         if (ferror(a.f))
             break; /* a full disk: stop early, commit reports the error */
     }

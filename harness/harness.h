@@ -198,6 +198,7 @@ struct k25_bench_opts {
     int64_t stall_ns;
     bool fidelity;              /* measure fidelity against the exact engine (fidelity.c) */
     int fidelity_tokens;        /* generated positions compared per request (default 64) */
+    bool fidelity_degraded;     /* measure the degraded model against the full one, breaker or not */
     /* k25 bench --endpoint (endpoint.c): an OpenAI-compatible server instead of the engine */
     const char *endpoint;       /* base URL (http://host:port[/v1]) or NULL: the in-process engine */
     const char *endpoint_model; /* model name sent; NULL = the first of the server's GET /v1/models */
@@ -364,6 +365,7 @@ struct k25_bench_window {
     int32_t n_waiting_spill;
     int32_t breaker_open;    /* 0 / 1 */
     double breaker_busy_fraction; /* the breaker's sliding-window busy fraction (NaN when disabled) */
+    int32_t n_waiting_degraded; /* in the degraded queue (schema 5, -1 in older traces) */
 };
 
 /* Where the harness's own time went (nanoseconds, all repetitions). */
@@ -531,6 +533,9 @@ double k25_bench_req_e2e_ms(const struct k25_bench_req *r);
 double k25_bench_req_queue_ms(const struct k25_bench_req *r);
 double k25_bench_req_lag_ms(const struct k25_bench_req *r);
 double k25_bench_req_out_tps(const struct k25_bench_req *r);
+/* KV block hits / reads of its steps; 1 when it read no block with tiers on, NaN with tiers off
+ * (the trace's and the CSV's kv_cache_hit_rate; trace.c). */
+double k25_bench_req_kv_hit_rate(const struct k25_bench_req *r, bool kv_tiers);
 bool k25_bench_req_meets_slo(const struct k25_bench_req *r, const struct k25_bench_slo *slo);
 
 /* Computes the summary of a run.  K25_ENOMEM on allocation failure. */
@@ -610,6 +615,13 @@ void k25_trace_free(struct k25_trace *t);
 
 /* Writes a run as Chrome/Perfetto trace-event JSON (temporary + rename). */
 int k25_trace_export_chrome(const struct k25_trace *t, const char *path, struct k25_error *err);
+/*
+ * The elastic queue's depths over the run's sampled /timeline windows (inspect.c; `k25 inspect`):
+ * {windows, waiting_memory, waiting_spill, waiting_degraded: {max, mean}, breaker_open_windows}.
+ * A depth the trace does not hold (schema 3 and 4 have no degraded depth; older ones none) is null;
+ * the whole object is null when no window was sampled (an endpoint run).  New reference.
+ */
+json_t *k25_trace_queue_json(const struct k25_trace *t);
 
 /* ---------------------------------------------------------------- bench */
 

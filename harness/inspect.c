@@ -1,6 +1,7 @@
 /*
  * inspect.c - reading a stored run for people: the Chrome/Perfetto
- * trace-event export of `k25 inspect --chrome-trace`.
+ * trace-event export of `k25 inspect --chrome-trace`, and the elastic
+ * queue's depths over the run.
  *
  * Each request is a thread (tid = its row + 1, named by its id) of the
  * process of its repetition (pid = rep + 1); it shows a "queue" slice
@@ -8,8 +9,10 @@
  * chunk (the engine step that ran it) and one "decode" slice per generated
  * token after the first (previous token to this one).  Counters (pid 0)
  * carry the 100 ms timeline: busy fraction, waiting, running, KV blocks
- * (and, schema 3, the memory and spill queue depths and the breaker).
- * Times are microseconds from the run's origin.
+ * (and, schema 3, the memory and spill queue depths and the breaker;
+ * schema 5, the degraded queue's depth).  Times are microseconds from the
+ * run's origin.  k25_trace_queue_json condenses the queue depths for
+ * `k25 inspect` (its text and --json).
  *
  * A track's slices follow one another and never overlap partially (trace
  * viewers nest a slice that starts inside another and draw a partial
@@ -132,6 +135,8 @@ static void window_counter(struct events *w, const struct k25_bench_window *x)
         json_object_set_new(a, "waiting_spill", json_integer(x->n_waiting_spill));
         json_object_set_new(a, "breaker_open", json_integer(x->breaker_open));
     }
+    if (a && x->n_waiting_degraded >= 0) /* schema 5 */
+        json_object_set_new(a, "waiting_degraded", json_integer(x->n_waiting_degraded));
     put_event(w, a ? json_pack("{s:s, s:s, s:i, s:o, s:o}", "name", "engine", "ph", "C", "pid", 0, "ts",
                                       us(x->t_ns), "args", a)
                           : NULL);
@@ -180,4 +185,58 @@ int k25_trace_export_chrome(const struct k25_trace *t, const char *path, struct 
     if (rc != K25_OK)
         unlink(tmp);
     return rc;
+}
+
+/* The queue depths k25_trace_queue_json reports, -1 where a window or a trace did not sample them. */
+static int32_t depth_memory(const struct k25_bench_window *x)
+{
+    return x->n_waiting_memory;
+}
+
+static int32_t depth_spill(const struct k25_bench_window *x)
+{
+    return x->n_waiting_spill;
+}
+
+static int32_t depth_degraded(const struct k25_bench_window *x)
+{
+    return x->n_waiting_degraded;
+}
+
+/* {max, mean} of one depth over the windows that sampled it; null when none did. */
+static json_t *depth_json(const struct k25_bench_run *run, int32_t (*depth)(const struct k25_bench_window *))
+{
+    int32_t mx = 0;
+    double sum = 0;
+    size_t n = 0;
+    for (size_t k = 0; k < run->n_win; k++) {
+        int32_t v = depth(&run->win[k]);
+        if (run->win[k].n_waiting < 0 || v < 0) /* not sampled, or a column the trace does not hold */
+            continue;
+        mx = n == 0 || v > mx ? v : mx;
+        sum += v;
+        n++;
+    }
+    return n ? json_pack("{s:i, s:f}", "max", mx, "mean", sum / (double)n) : json_null();
+}
+
+json_t *k25_trace_queue_json(const struct k25_trace *t)
+{
+    const struct k25_bench_run *run = &t->run;
+    size_t n = 0, open = 0;
+    bool has_breaker = false; /* schema 3 and later */
+    for (size_t k = 0; k < run->n_win; k++) {
+        const struct k25_bench_window *x = &run->win[k];
+        if (x->n_waiting < 0)
+            continue;
+        n++;
+        has_breaker = has_breaker || x->breaker_open >= 0;
+        open += x->breaker_open > 0;
+    }
+    if (n == 0)
+        return json_null();
+    return json_pack("{s:I, s:o, s:o, s:o, s:o}", "windows", (json_int_t)n, "waiting_memory",
+                     depth_json(run, depth_memory), "waiting_spill", depth_json(run, depth_spill),
+                     "waiting_degraded", depth_json(run, depth_degraded), "breaker_open_windows",
+                     has_breaker ? json_integer((json_int_t)open) : json_null());
 }

@@ -317,6 +317,7 @@ static int add_busy(struct k25_bench_run *run, int64_t s0, int64_t s1, double bu
         run->win[w].rep = rep;
         run->win[w].n_waiting = -1; /* not sampled yet */
         run->win[w].n_waiting_memory = run->win[w].n_waiting_spill = run->win[w].breaker_open = -1;
+        run->win[w].n_waiting_degraded = -1;
         run->win[w].breaker_busy_fraction = NAN;
     }
     if (w1 + 1 > run->n_win)
@@ -350,6 +351,7 @@ static int sample_state(struct loop *L, int64_t now_rel, int n_held, int rep)
         run->win[k].n_waiting_memory = st.n_waiting_memory;
         run->win[k].n_waiting_spill = st.n_waiting_spill;
         run->win[k].breaker_open = st.breaker_open;
+        run->win[k].n_waiting_degraded = st.n_waiting_degraded;
         run->win[k].breaker_busy_fraction = k25_engine_config(L->e)->breaker_enabled ? st.busy_fraction : NAN;
         run->win[k].n_running = st.n_running;
         run->win[k].kv_blocks = st.kv_blocks_in_use;

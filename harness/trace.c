@@ -15,7 +15,7 @@
  *               block reads, hits, hit rate, wait and bytes moved)
  *   /timeline   compound table, one row per 100 ms window (schema 3 adds
  *               the memory/spill queue depths, breaker state and the
- *               breaker's busy fraction)
+ *               breaker's busy fraction; schema 5 the degraded queue's depth)
  *   /summary    attributes (summary JSON, headline figures; schema 4 the
  *               engine's run totals of the KV tiers and the queue), tables
  *               percentiles and moments, arrays rep_start_ns/rep_end_ns
@@ -107,6 +107,8 @@ struct win_row {
     /* schema 3 */
     int32_t n_waiting_memory, n_waiting_spill, breaker_open;
     double breaker_busy_fraction;
+    /* schema 5 */
+    int32_t n_waiting_degraded;
 };
 #define WC(name, type, member) {name, type, offsetof(struct win_row, member), 0}
 static const struct k25_h5_col win_cols[] = {
@@ -124,9 +126,12 @@ static const struct k25_h5_col win_cols[] = {
     WC("n_waiting_spill", K25_H5_I32, n_waiting_spill),
     WC("breaker_open", K25_H5_I32, breaker_open),
     WC("breaker_busy_fraction", K25_H5_F64, breaker_busy_fraction),
+    /* schema 5 (absent from older traces: -1) */
+    WC("n_waiting_degraded", K25_H5_I32, n_waiting_degraded),
 };
 #define N_WIN_COLS ((int)(sizeof(win_cols) / sizeof(win_cols[0])))
-#define N_WIN_COLS_V2 (N_WIN_COLS - 4)
+#define N_WIN_COLS_V4 (N_WIN_COLS - 1)    /* the columns of schema 3 and 4 */
+#define N_WIN_COLS_V2 (N_WIN_COLS_V4 - 4) /* the columns of schema 1 and 2 */
 
 struct pctl_row {
     char metric[24];
@@ -328,6 +333,14 @@ static int read_margins(struct k25_h5 *h, size_t total, float **out, struct k25_
     return rc;
 }
 
+/* Hits / reads; with tiers on a request that read no block waited for none (1); tiers off: NaN. */
+double k25_bench_req_kv_hit_rate(const struct k25_bench_req *r, bool kv_tiers)
+{
+    if (r->kv_block_reads > 0)
+        return (double)r->kv_block_hits / (double)r->kv_block_reads;
+    return kv_tiers ? 1.0 : NAN;
+}
+
 int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const struct k25_bench_summary *s,
                     const char *provenance_json, const char *config_json, const char *workload_json,
                     const char *summary_json, struct k25_error *err)
@@ -384,9 +397,7 @@ int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const str
         r->cached_tokens = q->cached_tokens;
         r->kv_block_reads = q->kv_block_reads;
         r->kv_block_hits = q->kv_block_hits;
-        r->kv_cache_hit_rate = q->kv_block_reads > 0 ? (double)q->kv_block_hits / (double)q->kv_block_reads
-                             : run->eng.kv_tiers     ? 1.0 /* no block read: nothing waited */
-                                                     : NAN;
+        r->kv_cache_hit_rate = k25_bench_req_kv_hit_rate(q, run->eng.kv_tiers);
         r->kv_tier_wait_ns = q->kv_tier_wait_ns;
         r->kv_tier_bytes_moved = q->kv_tier_bytes_moved;
         for (int t = 0; t < q->n_output; t++, kt++) {
@@ -406,7 +417,7 @@ int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const str
         wrows[w] = (struct win_row){x->t_ns, x->len_ns, x->rep, x->len_ns > 0 ? x->busy_ns / (double)x->len_ns : NAN,
                                     x->busy_ns, x->n_waiting, x->n_running, x->kv_blocks, x->mem_bytes,
                                     x->n_waiting_memory, x->n_waiting_spill, x->breaker_open,
-                                    x->breaker_busy_fraction};
+                                    x->breaker_busy_fraction, x->n_waiting_degraded};
     }
 
     if ((rc = k25_h5_attr_str(h->meta, "provenance", provenance_json, err)) != K25_OK ||
@@ -552,6 +563,7 @@ static int read_cols(struct k25_h5 *h, struct trace_cols *c, struct k25_error *e
 {
     bool v3 = h->schema_version >= 3; /* the elastic queue's columns */
     bool v4 = h->schema_version >= 4; /* prefix caching and the KV tiers */
+    bool v5 = h->schema_version >= 5; /* the degraded queue's depth */
     int rc;
     if ((rc = k25_h5_read_table(h->file, "/requests", req_cols, v4 ? N_REQ_COLS : v3 ? N_REQ_COLS_V3 : N_REQ_COLS_V2,
                                 sizeof(struct req_row), K25_H5_ANY_COUNT, (void **)&c->rows, &c->n, err)) != K25_OK ||
@@ -560,7 +572,8 @@ static int read_cols(struct k25_h5 *h, struct trace_cols *c, struct k25_error *e
         (rc = read_margins(h, (size_t)c->toff[c->n], &c->tmg, err)) != K25_OK ||
         (rc = read_ragged(h, "/prefill", "start_ns", K25_H5_I64, (void **)&c->cs, "end_ns", K25_H5_I64,
                           (void **)&c->ce, &c->coff, c->n, err)) != K25_OK ||
-        (rc = k25_h5_read_table(h->file, "/timeline", win_cols, v3 ? N_WIN_COLS : N_WIN_COLS_V2,
+        (rc = k25_h5_read_table(h->file, "/timeline", win_cols,
+                                v5 ? N_WIN_COLS : v3 ? N_WIN_COLS_V4 : N_WIN_COLS_V2,
                                 sizeof(struct win_row), K25_H5_ANY_COUNT, (void **)&c->wrows, &c->nw, err)) != K25_OK)
         return rc;
     return K25_OK;
@@ -711,13 +724,14 @@ static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t,
             goto out;
         run->output_tokens += c.rows[i].n_output;
     }
-    bool v3 = h.schema_version >= 3;
+    bool v3 = h.schema_version >= 3, v5 = h.schema_version >= 5;
     for (size_t w = 0; w < c.nw; w++) {
         const struct win_row *x = &c.wrows[w];
         run->win[w] = (struct k25_bench_window){x->t_ns, x->len_ns, x->busy_ns, x->rep, x->n_waiting,
                                                 x->n_running, x->kv_blocks, x->mem_bytes,
                                                 v3 ? x->n_waiting_memory : -1, v3 ? x->n_waiting_spill : -1,
-                                                v3 ? x->breaker_open : -1, v3 ? x->breaker_busy_fraction : NAN};
+                                                v3 ? x->breaker_open : -1, v3 ? x->breaker_busy_fraction : NAN,
+                                                v5 ? x->n_waiting_degraded : -1};
     }
     run->n_win = c.nw;
 out:
@@ -769,7 +783,10 @@ static int write_fidelity_group(struct k25_h5 *h, const char *group, const struc
 
 int k25_trace_write_fidelity(struct k25_h5 *h, const struct k25_fidelity *f, struct k25_error *err)
 {
-    int rc = write_fidelity_group(h, "/fidelity", f, err);
+    int rc = K25_OK;
+    /* the exact comparison ran (tokens set by k25_fidelity_measure); not with --fidelity-degraded alone */
+    if (f->tokens > 0)
+        rc = write_fidelity_group(h, "/fidelity", f, err);
     if (rc == K25_OK && f->degraded) /* schema 4: the degraded model against the full one */
         rc = write_fidelity_group(h, "/fidelity_degraded", f->degraded, err);
     return rc;

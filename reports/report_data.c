@@ -695,14 +695,17 @@ static int data_timeline(const struct k25_bench_run *r, const char *plot_dir, co
         fclose(f);
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     }
-    bool queue = false; /* schema 3: the elastic queue was sampled */
+    bool queue = false;    /* schema 3: the elastic queue was sampled */
+    bool degraded = false; /* schema 5: so was the degraded queue's depth */
     for (size_t i = 0; i < r->n_reqs; i++) {
         int64_t a = r->reqs[i].arrival_ns;
         if (a >= 0 && (size_t)(a / K25_BENCH_WINDOW_NS) < r->n_win)
             arr[a / K25_BENCH_WINDOW_NS]++;
     }
-    for (size_t w = 0; w < r->n_win; w++)
+    for (size_t w = 0; w < r->n_win; w++) {
         queue = queue || r->win[w].n_waiting_memory >= 0;
+        degraded = degraded || r->win[w].n_waiting_degraded >= 0;
+    }
     for (size_t w = 0; w < r->n_win; w++) {
         const struct k25_bench_window *x = &r->win[w];
         bool st = x->n_waiting >= 0, qs = x->n_waiting_memory >= 0;
@@ -726,6 +729,8 @@ static int data_timeline(const struct k25_bench_run *r, const char *plot_dir, co
         num(f, qs ? x->n_waiting_spill : NAN);
         fputc('\t', f);
         num(f, qs ? x->breaker_open : NAN);
+        fputc('\t', f);
+        num(f, st && x->n_waiting_degraded >= 0 ? x->n_waiting_degraded : NAN);
         fputc('\n', f);
     }
     free(arr);
@@ -736,10 +741,11 @@ static int data_timeline(const struct k25_bench_run *r, const char *plot_dir, co
     struct k25_plot_job *j = add(pl, "run_timeline", stem, "run", title,
                                  "Requests waiting and running, KV blocks in use with tracked memory, the "
                                  "engine's busy fraction (the shaded band is the healthy 0.75-0.85), and the "
-                                 "request rate against the elastic queue: memory and spill queue depths and "
-                                 "the circuit breaker (shaded while open).");
+                                 "request rate against the elastic queue: memory, spill and degraded queue "
+                                 "depths and the circuit breaker (shaded while open).");
     k25_plot_set(j, "DATA", "'data/%s'", name);
     k25_plot_set(j, "QUEUE", "%d", queue ? 1 : 0);
+    k25_plot_set(j, "DEGRADED", "%d", queue && degraded ? 1 : 0);
     k25_plot_set(j, "WIDTH", "1040");
     k25_plot_set(j, "HEIGHT", "960");
     return K25_OK;

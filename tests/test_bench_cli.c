@@ -5,8 +5,9 @@
  * percentiles of the same samples as a reference computed here from the
  * run's own CSV (and differ where they must); --csv writes one row per
  * request, checked up front, never left without its trace; the chosen
- * percentile table (--metric-percentiles, --percentile-metrics); every
- * bad value names its option.
+ * percentile table (--metric-percentiles, --percentile-metrics); the
+ * degraded model's fidelity with the breaker off (--fidelity-degraded);
+ * every bad value names its option.
  */
 #include "testutil.h"
 
@@ -290,6 +291,95 @@ static void test_bad_values_and_help(void **state)
     free(out);
 }
 
+/* Runs `k25 bench` on the tiny model with the two 512-token requests of ci-small (DIR/tiny2.jsonl),
+ * 4 tokens each, the breaker off (the bench default), plus extra; asserts exit 0, returns the output. */
+static char *run_tiny2(const char *name, const char *extra)
+{
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "grep -e '-512-' datasets/gold/ci-small.jsonl > %s/tiny2.jsonl", tu_dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof(cmd),
+             "bench --dataset %s/tiny2.jsonl --model tiny --decode-max-tokens 4 --threads 1 --seed 5 --quiet "
+             "--requests 2 --fidelity-tokens 4 --out %s/%s.h5 --json %s/%s.json %s",
+             tu_dir, tu_dir, name, tu_dir, name, extra);
+    int st = k25(cmd, &out);
+    if (st != 0)
+        fail_msg("k25 %s\n  exit %d:\n%s", cmd, st, out);
+    return out;
+}
+
+/* The names of the fidelity groups of DIR/name.h5 that h5ls lists. */
+static bool has_group(const char *name, const char *group)
+{
+    char cmd[1200], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "h5ls %s/%s.h5", tu_dir, name);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    bool has = false;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"))
+        has = has || (!strncmp(line, group, strlen(group)) && line[strlen(group)] == ' ');
+    free(out);
+    return has;
+}
+
+/*
+ * The degraded model's fidelity without the breaker: --fidelity alone measures it only when the
+ * run degraded requests or had the breaker on (a bench run has it off); --fidelity-degraded
+ * measures it whatever the breaker, alone or beside --fidelity.
+ */
+static void test_fidelity_degraded(void **state)
+{
+    (void)state;
+    /* --fidelity, breaker off, nothing degraded: the exact comparison only */
+    free(run_tiny2("fa", "--fidelity"));
+    json_t *j = load("fa.json");
+    assert_true(json_is_number(k25_json_path(j, "summary.fidelity.kl_mean")));
+    assert_null(k25_json_path(j, "summary.fidelity.degraded"));
+    assert_int_equal(json_integer_value(k25_json_path(j, "summary.requests.degraded")), 0);
+    json_decref(j);
+    assert_true(has_group("fa", "fidelity"));
+    assert_false(has_group("fa", "fidelity_degraded"));
+
+    /* --fidelity-degraded alone: the degraded model against the full one, nothing else */
+    char *out = run_tiny2("fd", "--fidelity-degraded");
+    assert_non_null(strstr(out, "degraded-model fidelity ("));
+    assert_null(strstr(out, "vs exact fp32"));
+    free(out);
+    j = load("fd.json");
+    assert_int_equal(json_integer_value(k25_json_path(j, "summary.requests.degraded")), 0); /* the run itself */
+    const json_t *d = k25_json_path(j, "summary.fidelity.degraded");
+    assert_true(json_is_object(d));
+    assert_int_equal(json_integer_value(json_object_get(d, "n_requests")), 2);
+    assert_int_equal(json_integer_value(json_object_get(d, "tokens")), 4);
+    assert_int_equal(json_integer_value(json_object_get(d, "layers")), 2); /* ceil(0.30 x 4 layers of tiny) */
+    double kl = json_number_value(json_object_get(d, "kl_mean")),
+           agree = json_number_value(json_object_get(d, "top1_agreement"));
+    assert_true(kl >= 0 && isfinite(kl));
+    assert_true(agree >= 0 && agree <= 1);
+    assert_null(k25_json_path(j, "summary.fidelity.kl_mean")); /* the exact comparison did not run */
+    json_decref(j);
+    assert_false(has_group("fd", "fidelity"));
+    assert_true(has_group("fd", "fidelity_degraded"));
+
+    /* both: both groups, and the degraded figures are those of the run without --fidelity */
+    free(run_tiny2("fb", "--fidelity --fidelity-degraded"));
+    j = load("fb.json");
+    assert_true(json_is_number(k25_json_path(j, "summary.fidelity.kl_mean")));
+    assert_true(json_number_value(k25_json_path(j, "summary.fidelity.degraded.kl_mean")) == kl);
+    json_decref(j);
+    assert_true(has_group("fb", "fidelity"));
+    assert_true(has_group("fb", "fidelity_degraded"));
+
+    char args[2048];
+    snprintf(args, sizeof(args),
+             "bench --endpoint http://127.0.0.1:1 --dataset %s/tiny2.jsonl --out %s/fe.h5 --fidelity-degraded",
+             tu_dir, tu_dir);
+    expect_fail(args, 2, "--fidelity-degraded");
+    out = NULL;
+    assert_int_equal(k25("bench --help", &out), 0);
+    assert_non_null(strstr(out, "--fidelity-degraded"));
+    free(out);
+}
+
 /* k25 serve on the table: ranges, typos, --key=value, help. */
 static void test_serve_options(void **state)
 {
@@ -326,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_csv),
         cmocka_unit_test(test_percentile_table),
         cmocka_unit_test(test_bad_values_and_help),
+        cmocka_unit_test(test_fidelity_degraded),
         cmocka_unit_test(test_serve_options),
     };
     return cmocka_run_group_tests_name("bench_cli", tests, tu_group_setup, tu_group_teardown);

@@ -1,6 +1,7 @@
 /*
  * test_csv.c - the per-request CSV of a run (harness/csv.c, `k25 bench
- * --csv`): header, one row per request with the trace's figures, empty
+ * --csv`): header (later columns appended: the elastic queue's and the
+ * KV tiers'), one row per request with the trace's figures, empty
  * fields for values that do not exist, RFC 4180 quoting read back by an
  * independent parser, and the atomic write (nothing left on failure).
  */
@@ -64,10 +65,25 @@ static void make_run(struct k25_bench_run *run)
     c->admit_ns = -1;
     c->first_ns = -1;
     c->finish_ns = c->arrival_ns + MS;
+
+    /* the elastic queue and the KV tiers (the run had tiers on) */
+    run->eng.kv_tiers = true;
+    a->priority = K25_PRIORITY_HIGH;
+    a->degraded = true;
+    a->ttft_sla_ms = 1200;
+    a->cached_tokens = 32;
+    a->kv_block_reads = 40;
+    a->kv_block_hits = 30;
+    a->kv_tier_wait_ns = 1234567;
+    a->kv_tier_bytes_moved = 65536;
+    b->priority = K25_PRIORITY_LOW;
+    b->spilled = b->replayed = true;
+    b->ttft_sla_ms = 1500;
+    c->priority = K25_PRIORITY_STANDARD;
 }
 
 /* An RFC 4180 reader: splits text into rows of fields (quotes undone).  Returns the row count. */
-#define MAXF 32
+#define MAXF 48
 static int read_csv(const char *text, char rows[][MAXF][128], int max_rows, int nfields[])
 {
     int r = 0, f = 0;
@@ -130,7 +146,9 @@ static void test_rows_and_quoting(void **state)
     assert_int_equal(tu_run(cmd, &text), 0);
     const char *header = "id,rep,seq,user,line,state,reason,input_tokens,output_tokens,max_new_tokens,"
                          "prefill_chunks,arrival_ms,submit_ms,admit_ms,first_token_ms,finish_ms,queue_ms,"
-                         "ttft_ms,tpot_ms,itl_mean_ms,itl_max_ms,e2e_ms,sched_lag_ms,output_tok_s,meets_slo\r\n";
+                         "ttft_ms,tpot_ms,itl_mean_ms,itl_max_ms,e2e_ms,sched_lag_ms,output_tok_s,meets_slo,"
+                         "priority,degraded,spilled,replayed,timed_out,ttft_sla_ms,cached_tokens,kv_block_reads,"
+                         "kv_block_hits,kv_cache_hit_rate,kv_tier_wait_ns,kv_tier_bytes_moved\r\n";
     assert_true(!strncmp(text, header, strlen(header)));
     assert_non_null(strstr(text, "\r\n\"a,\"\"b\"\"\",")); /* quoted, quotes doubled */
     static char rows[8][MAXF][128];
@@ -138,8 +156,9 @@ static void test_rows_and_quoting(void **state)
     int n = read_csv(text, rows, 8, nf);
     assert_int_equal(n, 4); /* header + 3 requests */
     for (int i = 0; i < n; i++)
-        assert_int_equal(nf[i], 25);
+        assert_int_equal(nf[i], 37);
     int w = nf[0];
+    assert_int_equal(col(rows, w, "meets_slo"), 24); /* the columns that came later are appended after it */
     /* the plain request: the trace's figures */
     assert_string_equal(rows[1][col(rows, w, "id")], "plain");
     assert_string_equal(rows[1][col(rows, w, "state")], k25_req_state_name(K25_REQ_COMPLETED));
@@ -165,12 +184,46 @@ static void test_rows_and_quoting(void **state)
     assert_string_equal(rows[3][col(rows, w, "ttft_ms")], "");
     assert_string_equal(rows[3][col(rows, w, "output_tok_s")], "");
     assert_string_equal(rows[3][col(rows, w, "reason")], "queue full");
+    /* the elastic queue's columns, as the trace's /requests holds them */
+    assert_string_equal(rows[1][col(rows, w, "priority")], "high");
+    assert_string_equal(rows[1][col(rows, w, "degraded")], "true");
+    assert_string_equal(rows[1][col(rows, w, "spilled")], "false");
+    assert_string_equal(rows[1][col(rows, w, "ttft_sla_ms")], "1200");
+    assert_string_equal(rows[2][col(rows, w, "priority")], "low");
+    assert_string_equal(rows[2][col(rows, w, "degraded")], "false");
+    assert_string_equal(rows[2][col(rows, w, "spilled")], "true");
+    assert_string_equal(rows[2][col(rows, w, "replayed")], "true");
+    assert_string_equal(rows[2][col(rows, w, "ttft_sla_ms")], "1500");
+    assert_string_equal(rows[3][col(rows, w, "priority")], "standard");
+    assert_string_equal(rows[3][col(rows, w, "timed_out")], "false");
+    assert_string_equal(rows[3][col(rows, w, "ttft_sla_ms")], "0");
+    /* prefix caching and the KV tiers: hit rate = hits / reads, 1 for a request that read no block */
+    assert_string_equal(rows[1][col(rows, w, "cached_tokens")], "32");
+    assert_string_equal(rows[1][col(rows, w, "kv_block_reads")], "40");
+    assert_string_equal(rows[1][col(rows, w, "kv_block_hits")], "30");
+    assert_float_equal(strtod(rows[1][col(rows, w, "kv_cache_hit_rate")], NULL), 0.75, 1e-15);
+    assert_string_equal(rows[1][col(rows, w, "kv_tier_wait_ns")], "1234567");
+    assert_string_equal(rows[1][col(rows, w, "kv_tier_bytes_moved")], "65536");
+    assert_string_equal(rows[2][col(rows, w, "kv_cache_hit_rate")], "1");
+    assert_string_equal(rows[2][col(rows, w, "kv_block_reads")], "0");
     free(text);
     /* without an SLO the column is empty */
     assert_int_equal(k25_bench_csv_write(path, &run, NULL, &err), 0);
     assert_int_equal(tu_run(cmd, &text), 0);
     n = read_csv(text, rows, 8, nf);
     assert_string_equal(rows[1][24], "");
+    free(text);
+    /* a timed-out request says so; with the tiers off the hit rate does not exist (empty) */
+    run.reqs[2].state = K25_REQ_TIMED_OUT;
+    run.eng.kv_tiers = false;
+    assert_int_equal(k25_bench_csv_write(path, &run, NULL, &err), 0);
+    assert_int_equal(tu_run(cmd, &text), 0);
+    n = read_csv(text, rows, 8, nf);
+    w = nf[0];
+    assert_string_equal(rows[3][col(rows, w, "timed_out")], "true");
+    assert_string_equal(rows[3][col(rows, w, "state")], "timed_out");
+    assert_string_equal(rows[2][col(rows, w, "kv_cache_hit_rate")], "");
+    assert_float_equal(strtod(rows[1][col(rows, w, "kv_cache_hit_rate")], NULL), 0.75, 1e-15);
     free(text);
     k25_bench_run_free(&run);
 }

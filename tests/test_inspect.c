@@ -7,7 +7,8 @@
  * pattern (a request is admitted a few hundred nanoseconds after the step
  * that runs its first chunk started; a first token stamped just before
  * that step's end; times whose microsecond rounding used to collide), and
- * on a run measured by `k25 bench`.
+ * on a run measured by `k25 bench`; the timeline counters carry the elastic
+ * queue's depths (the degraded queue's from schema 5).
  */
 #include "testutil.h"
 
@@ -174,6 +175,56 @@ static void test_chrome_tracks_handmade(void **state)
     k25_trace_free(&t);
 }
 
+/*
+ * The timeline's counters carry the elastic queue where the trace holds it: the memory and spill
+ * depths and the breaker (schema 3), the degraded queue's depth (schema 5); none of them for a
+ * window of an older trace (-1).
+ */
+static void test_chrome_queue_counters(void **state)
+{
+    (void)state;
+    struct k25_trace t;
+    memset(&t, 0, sizeof(t));
+    t.run.n_win = 2;
+    t.run.win = calloc(2, sizeof(*t.run.win));
+    assert_non_null(t.run.win);
+    t.run.win[0] = (struct k25_bench_window){.t_ns = 0, .len_ns = K25_BENCH_WINDOW_NS, .n_waiting = 9,
+                                             .n_waiting_memory = 4, .n_waiting_spill = 2, .breaker_open = 1,
+                                             .breaker_busy_fraction = 0.97, .n_waiting_degraded = 3};
+    t.run.win[1] = (struct k25_bench_window){.t_ns = K25_BENCH_WINDOW_NS, .len_ns = K25_BENCH_WINDOW_NS,
+                                             .n_waiting = 1, .n_waiting_memory = -1, .n_waiting_spill = -1,
+                                             .breaker_open = -1, .breaker_busy_fraction = NAN,
+                                             .n_waiting_degraded = -1};
+    char path[600];
+    snprintf(path, sizeof(path), "%s/counters.json", tu_dir);
+    struct k25_error err;
+    assert_int_equal(k25_trace_export_chrome(&t, path, &err), K25_OK);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j)
+        fail_msg("%s: %s", path, je.text);
+    const json_t *ev = json_object_get(j, "traceEvents");
+    int seen = 0;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        const json_t *e = json_array_get(ev, i), *a = json_object_get(e, "args");
+        if (strcmp(json_string_value(json_object_get(e, "ph")), "C") != 0)
+            continue;
+        if (json_integer_value(json_object_get(a, "waiting")) == 9) {
+            assert_int_equal(json_integer_value(json_object_get(a, "waiting_memory")), 4);
+            assert_int_equal(json_integer_value(json_object_get(a, "waiting_spill")), 2);
+            assert_int_equal(json_integer_value(json_object_get(a, "breaker_open")), 1);
+            assert_int_equal(json_integer_value(json_object_get(a, "waiting_degraded")), 3);
+        } else {
+            assert_null(json_object_get(a, "waiting_memory"));
+            assert_null(json_object_get(a, "waiting_degraded"));
+        }
+        seen++;
+    }
+    assert_int_equal(seen, 2);
+    json_decref(j);
+    k25_trace_free(&t);
+}
+
 /* A measured run: every track of its Chrome export is well nested. */
 static void test_chrome_tracks_measured(void **state)
 {
@@ -210,6 +261,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chrome_tracks_handmade),
+        cmocka_unit_test(test_chrome_queue_counters),
         cmocka_unit_test(test_chrome_tracks_measured),
     };
     return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);

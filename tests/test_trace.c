@@ -4,7 +4,11 @@
  * after a failure), refusal of files that are not run traces or have an
  * unknown schema version, the Chrome trace export, provenance fields, and
  * the token margins: stored beside the tokens, absent from schema-1
- * traces, and used by `k25 gate`'s token check (the token-identity rule).
+ * traces, and used by `k25 gate`'s token check (the token-identity rule);
+ * the elastic queue's columns (schema 3, the degraded queue's depth schema
+ * 5: in `k25 inspect --json` and the report's queue plot) and the KV tiers'
+ * (schema 4), with older versions read as absent, among them a stored
+ * trace of the schema-4 writer (tests/data/trace-v4.h5).
  */
 #include "testutil.h"
 
@@ -70,7 +74,7 @@ static void make_run(struct k25_bench_run *run)
     for (int w = 0; w < 3; w++)
         run->win[w] = (struct k25_bench_window){w * K25_BENCH_WINDOW_NS, w == 2 ? 7000 : K25_BENCH_WINDOW_NS,
                                                 0.25 * w * K25_BENCH_WINDOW_NS, w >= 1, w, 2 - w, 10 + w, 1 << 20,
-                                                0, 0, 0, 0.0};
+                                                0, 0, 0, 0.0, 0};
 }
 
 static int write_run(const char *path, struct k25_bench_run *run, struct k25_error *err)
@@ -422,6 +426,7 @@ static void test_elastic_queue_fields(void **state)
         run.win[w].n_waiting_spill = 3 * (int)w;
         run.win[w].breaker_open = w == 1;
         run.win[w].breaker_busy_fraction = 0.5 + 0.25 * (double)w;
+        run.win[w].n_waiting_degraded = 7 * (int)w + 1; /* schema 5 */
     }
     struct k25_bench_summary s;
     struct k25_bench_slo slo = {0};
@@ -460,7 +465,18 @@ static void test_elastic_queue_fields(void **state)
         assert_int_equal(t.run.win[w].n_waiting_spill, run.win[w].n_waiting_spill);
         assert_int_equal(t.run.win[w].breaker_open, run.win[w].breaker_open);
         assert_true(t.run.win[w].breaker_busy_fraction == run.win[w].breaker_busy_fraction);
+        assert_int_equal(t.run.win[w].n_waiting_degraded, run.win[w].n_waiting_degraded);
     }
+    /* k25 inspect's condensed queue: the depths' maxima and means over the sampled windows */
+    json_t *qj = k25_trace_queue_json(&t);
+    assert_int_equal(json_integer_value(json_object_get(qj, "windows")), 3);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(qj, "waiting_degraded"), "max")), 15);
+    assert_true(fabs(json_real_value(json_object_get(json_object_get(qj, "waiting_degraded"), "mean")) - 8.0) <
+                1e-12);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(qj, "waiting_memory"), "max")), 128);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(qj, "waiting_spill"), "max")), 6);
+    assert_int_equal(json_integer_value(json_object_get(qj, "breaker_open_windows")), 1);
+    json_decref(qj);
     k25_trace_free(&t);
     /* the summary attributes h5dump readers see */
     char cmd[1400], *out;
@@ -469,6 +485,26 @@ static void test_elastic_queue_fields(void **state)
     if (st != 0 || !strstr(out, "timed_out_requests") || !strstr(out, "0.16666"))
         fail_msg("%s: exit %d\n%s", cmd, st, out);
     free(out);
+    /* the report's timeline data carries the degraded queue's depth (column 11) for its queue plot */
+    if (tu_run("command -v gnuplot >/dev/null", NULL) == 0) {
+        snprintf(cmd, sizeof(cmd), "%s report %s --out %s/rep --quiet", tu_k25(), path, dir);
+        st = tu_run(cmd, &out);
+        if (st != 0)
+            fail_msg("%s: exit %d\n%s", cmd, st, out);
+        free(out);
+        snprintf(cmd, sizeof(cmd), "cut -f 10,11 %s/rep/plots/data/timeline.tsv", dir);
+        assert_int_equal(tu_run(cmd, &out), 0);
+        char want[256] = "";
+        for (size_t w = 0; w < run.n_win; w++)
+            snprintf(want + strlen(want), sizeof(want) - strlen(want), "%d\t%d\n", run.win[w].breaker_open,
+                     run.win[w].n_waiting_degraded);
+        assert_string_equal(out, want);
+        free(out);
+        snprintf(cmd, sizeof(cmd), "test -s %s/rep/plots/run_timeline.png", dir);
+        assert_int_equal(tu_run(cmd, NULL), 0);
+    } else {
+        print_message("gnuplot not installed: the report's queue plot is not checked\n");
+    }
 
     /* a schema-2 trace: the queue's columns are not read (an older writer had none) */
     write_as(dir, "v2", &run, 2);
@@ -480,12 +516,79 @@ static void test_elastic_queue_fields(void **state)
     assert_int_equal(t.run.reqs[1].priority, K25_PRIORITY_STANDARD);
     assert_false(t.run.reqs[4].degraded);
     assert_int_equal(t.run.win[0].n_waiting_memory, -1);
+    assert_int_equal(t.run.win[0].n_waiting_degraded, -1);
     assert_true(isnan(t.run.win[0].breaker_busy_fraction));
+    qj = k25_trace_queue_json(&t); /* nothing of the queue sampled */
+    assert_true(json_is_null(json_object_get(qj, "waiting_memory")));
+    assert_true(json_is_null(json_object_get(qj, "waiting_degraded")));
+    assert_true(json_is_null(json_object_get(qj, "breaker_open_windows")));
+    json_decref(qj);
+    k25_trace_free(&t);
+
+    /* a schema-4 trace: the queue's columns read, the degraded queue's depth not (-1) */
+    write_as(dir, "v4", &run, 4);
+    snprintf(path, sizeof(path), "%s/v4.h5", dir);
+    if (k25_trace_read(path, &t, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(t.schema_version, 4);
+    for (size_t w = 0; w < run.n_win; w++) {
+        assert_int_equal(t.run.win[w].n_waiting_memory, run.win[w].n_waiting_memory);
+        assert_int_equal(t.run.win[w].n_waiting_degraded, -1);
+    }
     k25_trace_free(&t);
     k25_bench_run_free(&run);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
     free(dir);
+}
+
+/*
+ * A trace the schema-4 writer made (`k25 bench` on tiny with --breaker-enabled,
+ * tests/data/trace-v4.h5): its /timeline has no n_waiting_degraded column at
+ * all; it reads as -1 beside the schema-3 columns it does hold, and `k25
+ * inspect --json` shows the depth as null; the report plots it without the
+ * degraded queue.
+ */
+static void test_stored_v4_trace(void **state)
+{
+    (void)state;
+    const char *path = "tests/data/trace-v4.h5";
+    struct k25_trace t;
+    struct k25_error err;
+    if (k25_trace_read(path, &t, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(t.schema_version, 4);
+    assert_true(t.run.n_win > 0);
+    size_t sampled = 0;
+    for (size_t w = 0; w < t.run.n_win; w++) {
+        assert_int_equal(t.run.win[w].n_waiting_degraded, -1);
+        if (t.run.win[w].n_waiting >= 0) {
+            sampled++;
+            assert_true(t.run.win[w].n_waiting_memory >= 0);
+            assert_true(t.run.win[w].breaker_open == 0 || t.run.win[w].breaker_open == 1);
+            assert_false(isnan(t.run.win[w].breaker_busy_fraction)); /* the breaker was on */
+        }
+    }
+    assert_true(sampled > 0);
+    k25_trace_free(&t);
+
+    char cmd[600], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "%s inspect %s --json", tu_k25(), path);
+    int st = tu_run(cmd, &out);
+    if (st != 0)
+        fail_msg("%s: exit %d\n%s", cmd, st, out);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    if (!j)
+        fail_msg("%s: %s\n%s", cmd, je.text, out);
+    const json_t *q = json_object_get(j, "queue");
+    assert_true(json_is_object(q));
+    assert_int_equal(json_integer_value(json_object_get(q, "windows")), (json_int_t)sampled);
+    assert_true(json_is_null(json_object_get(q, "waiting_degraded")));
+    assert_true(json_is_integer(json_object_get(json_object_get(q, "waiting_memory"), "max")));
+    assert_true(json_is_integer(json_object_get(q, "breaker_open_windows")));
+    json_decref(j);
+    free(out);
 }
 
 /*
@@ -715,6 +818,7 @@ int main(void)
         cmocka_unit_test(test_token_margins_and_gate_rule),
         cmocka_unit_test(test_elastic_queue_fields),
         cmocka_unit_test(test_kv_tier_fields),
+        cmocka_unit_test(test_stored_v4_trace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -167,11 +167,13 @@ int k25_write_json_atomic(const char *path, const json_t *j, struct k25_error *e
  * (/requests priority, spilled, replayed, degraded, timed_out,
  * ttft_sla_ms; /timeline queue depths and breaker state).  4: run traces
  * carry cached_tokens and the KV tiers' per-request columns in /requests and
- * the engine's run totals in /summary attributes.  Readers accept
+ * the engine's run totals in /summary attributes.  5: run traces carry
+ * /timeline n_waiting_degraded (the degraded queue's depth).  Readers accept
  * every version from K25_H5_SCHEMA_MIN_VERSION up; what a version lacks
- * (margins in 1, the queue's columns before 3, the tiers' before 4) reads as absent.
+ * (margins in 1, the queue's columns before 3, the tiers' before 4, the
+ * degraded queue's depth before 5) reads as absent.
  */
-#define K25_H5_SCHEMA_VERSION 4
+#define K25_H5_SCHEMA_VERSION 5
 #define K25_H5_SCHEMA_MIN_VERSION 1
 
 /* The count argument of the readers when the caller cannot know it. */

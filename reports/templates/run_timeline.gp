@@ -1,8 +1,10 @@
 # run_timeline.gp - the engine over time, one row per 100 ms window.
 # @DATA@ columns: t (s), waiting, running, KV blocks, busy fraction, memory (MiB),
-# arrivals (requests/s), memory-queue depth, spill-queue depth, breaker open (0/1).
+# arrivals (requests/s), memory-queue depth, spill-queue depth, breaker open (0/1),
+# degraded-queue depth.
 # @QUEUE@ is 1 when the trace sampled the elastic queue (schema 3), else the
-# last panel shows the request rate alone.
+# last panel shows the request rate alone; @DEGRADED@ is 1 when it also
+# sampled the degraded queue's depth (schema 5).
 # Four panels share the time axis; each panel's key sits to its right,
 # outside the plot area (screen coordinates from the fixed margins below),
 # so no key hides a line.
@@ -47,10 +49,20 @@ set y2range [0:*]
 if (@QUEUE@) {
     stats @DATA@ using ($8 > $9 ? $8 : $9) name 'QD' nooutput
     QMAX = QD_max > 1 ? QD_max : 1
-    plot @DATA@ using 1:($10 > 0 ? QMAX : 1/0) with filledcurves y1=0 fc rgb '#d62728' fs solid 0.15 noborder title 'breaker open (shaded)', \
-         '' using 1:8 with steps ls 2 title 'memory queue', \
-         '' using 1:9 with steps ls 3 title 'spill queue (disk)', \
-         '' using 1:7 axes x1y2 with steps ls 5 title 'arrivals (req/s, right axis)'
+    if (@DEGRADED@) {
+        stats @DATA@ using 11 name 'DQ' nooutput
+        QMAX = DQ_max > QMAX ? DQ_max : QMAX
+        plot @DATA@ using 1:($10 > 0 ? QMAX : 1/0) with filledcurves y1=0 fc rgb '#d62728' fs solid 0.15 noborder title 'breaker open (shaded)', \
+             '' using 1:8 with steps ls 2 title 'memory queue', \
+             '' using 1:9 with steps ls 3 title 'spill queue (disk)', \
+             '' using 1:11 with steps ls 4 title 'degraded queue', \
+             '' using 1:7 axes x1y2 with steps ls 5 title 'arrivals (req/s, right axis)'
+    } else {
+        plot @DATA@ using 1:($10 > 0 ? QMAX : 1/0) with filledcurves y1=0 fc rgb '#d62728' fs solid 0.15 noborder title 'breaker open (shaded)', \
+             '' using 1:8 with steps ls 2 title 'memory queue', \
+             '' using 1:9 with steps ls 3 title 'spill queue (disk)', \
+             '' using 1:7 axes x1y2 with steps ls 5 title 'arrivals (req/s, right axis)'
+    }
 } else {
     unset y2tics
     unset y2label
