@@ -363,9 +363,14 @@ static void decode_tile_avx512(const void *kb, const void *vb, bool half, int nk
  *    the output per value row).
  * int4 keys with head_dim a multiple of 64 are the exception: they are
  * scored on their codes, never dequantized (qk4_tile_avx2 below; int8 keys
- * would overflow maddubs' 16-bit sums, head_dim 32 fills half a register).
- * Per row every operation and its order are fixed by head_dim alone: which
- * other rows or keys share a tile never changes a row's value.
+ * would overflow maddubs' 16-bit sums, head_dim 32 fills half a register);
+ * so are int4 values in groups of a multiple of 16 channels, a power-of-two
+ * number of groups per row (pv4_tile_avx2: the scale folded into the
+ * probability, the zero into one sum per group).  The online softmax of a
+ * tile's rows runs in registers (softmax_row_avx2, an FMA exp).
+ * Per row every operation and its order are fixed by head_dim (and the
+ * value grouping) alone: which other rows or keys share a tile never
+ * changes a row's value.
  */
 
 /* Channels [d0, d0+16) of a quantized row (int8, or int4 with the even
@@ -675,6 +680,228 @@ pv_tile_avx2(const float *p, const float *V, int rows, int nk, float *acc, const
 }
 
 /*
+ * int4 values on their codes (issue 16).  A value is x_tc = s_tk code_tc +
+ * z_tk (per token t a scale and zero per group k of vgroup channels), so a
+ * row's sum over a tile is
+ *   sum_t p_t x_tc = sum_t w_tk code_tc + Z_k,  w_tk = p_t s_tk,  Z_k = sum_t p_t z_tk:
+ * the scale folds into the probability (once per row, token and group) and
+ * the zero into one scalar per row and group, so no dequantized value row is
+ * written or read back.  The codes are made floats once per token and
+ * shared by up to four rows: the 8 bytes of 16 channels zero-extended to
+ * 32-bit lanes give the even channels (low nibbles, after a mask) and the
+ * odd ones (high nibbles, after a shift), so the accumulators hold even and
+ * odd channels apart and are interleaved back once per tile.  Per row and
+ * channel the tile adds (Z_k + w_0k code_0c + w_1k code_1c + ...) to acc,
+ * in that order: fixed by head_dim and vgroup alone.  vgroup is a multiple
+ * of 16 (16 channels never straddle two groups).
+ */
+
+/* The tile's (scale, zero) pairs as floats, token-major: F[t][k][2] for
+ * t < nk, zeros on to the end of the last 8 tokens (8 w floats per 8
+ * tokens, w = 2 nvg).  The pairs of the tile's tokens lie together (token
+ * t at w t halves from the first). */
+static inline void pv4_pairs(const uint16_t *sz, int nk, int w, float *F)
+{
+    const int n = nk * w, n8 = (nk + 7) / 8 * 8 * w;
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(F + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sz + i))));
+    if (i < n) {
+        uint16_t tail[8] = {0};
+        memcpy(tail, sz + i, sizeof(uint16_t) * (size_t)(n - i));
+        _mm256_storeu_ps(F + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tail)));
+        i += 8;
+    }
+    for (; i < n8; i += 8)
+        _mm256_storeu_ps(F + i, _mm256_setzero_ps());
+}
+
+/* For rr rows of probabilities p (rows DT apart, zero from nk on to the end
+ * of the last 8 tokens): the products W[j][t][k][2] = p_jt (s_tk, z_tk)
+ * (token-major as F; w = 2 nvg a power of two), and Zs[j][k] = sum_t p_jt
+ * z_tk: per lane in token order, then the lanes of group k in lane order.
+ * The probabilities are read as the softmax stored them, 8 tokens to a
+ * vector, each spread over w vectors (lane i of the m-th: token (8 m + i) / w). */
+static inline __attribute__((always_inline)) void
+pv4_weights(const float *p, int rr, int nk, int nvg, const float *F, float *W, float *Zs)
+{
+    const int w = 2 * nvg, nc = (nk + 7) / 8, nz = w > 8 ? 2 : 1;
+    const __m128i lw = _mm_cvtsi32_si128(__builtin_ctz((unsigned)w));
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int j = 0; j < rr; j++) {
+        const float *pj = p + (size_t)j * DT;
+        float *Wj = W + (size_t)j * DT * w;
+        __m256 za0 = _mm256_setzero_ps(), za1 = _mm256_setzero_ps(); /* even and odd vectors when w = 16 */
+        for (int c = 0; c < nc; c++) {
+            const __m256 pv = _mm256_loadu_ps(pj + 8 * c);
+            for (int m = 0; m < w; m += nz) {
+                const __m256i idx = _mm256_srl_epi32(_mm256_add_epi32(iota, _mm256_set1_epi32(8 * m)), lw);
+                const __m256 q = _mm256_mul_ps(_mm256_permutevar8x32_ps(pv, idx), _mm256_loadu_ps(F + 8 * (c * w + m)));
+                _mm256_storeu_ps(Wj + 8 * (c * w + m), q);
+                za0 = _mm256_add_ps(za0, q);
+                if (nz == 2) { /* the same token's second vector */
+                    const __m256 q1 = _mm256_mul_ps(_mm256_permutevar8x32_ps(pv, idx), _mm256_loadu_ps(F + 8 * (c * w + m + 1)));
+                    _mm256_storeu_ps(Wj + 8 * (c * w + m + 1), q1);
+                    za1 = _mm256_add_ps(za1, q1);
+                }
+            }
+        }
+        float zl[16];
+        _mm256_storeu_ps(zl, za0);
+        _mm256_storeu_ps(zl + 8, za1);
+        for (int k = 0; k < nvg; k++) {
+            float z = 0.0f;
+            for (int i = 2 * k + 1; i < 8 * nz; i += w)
+                z += zl[i];
+            Zs[j * nvg + k] = z;
+        }
+    }
+}
+
+/* acc[j][16 b + c] += Zs[j][k] + sum_t W[j][t][k][0] code_t,16b+c for rr
+ * (<= 4) rows (acc rows hd apart), channels [16 b, 16 b + 16) of group k. */
+static inline __attribute__((always_inline)) void
+pv4_rows_avx2(const uint8_t *vq, size_t rb, int nk, int nvg, const float *W, const float *Zs, float *acc,
+              int hd, int b, int k, const int rr)
+{
+    const int w = 2 * nvg;
+    const __m256i nib = _mm256_set1_epi32(15);
+    __m256 ae[4], ao[4];
+    for (int j = 0; j < rr; j++)
+        ae[j] = ao[j] = _mm256_set1_ps(Zs[j * nvg + k]);
+    for (int t = 0; t < nk; t++) {
+        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(vq + (size_t)t * rb + 8 * b)));
+        const __m256 e = _mm256_cvtepi32_ps(_mm256_and_si256(x, nib)), o = _mm256_cvtepi32_ps(_mm256_srli_epi32(x, 4));
+        for (int j = 0; j < rr; j++) {
+            const __m256 wb = _mm256_broadcast_ss(W + (size_t)j * DT * w + (size_t)t * w + 2 * k);
+            ae[j] = _mm256_fmadd_ps(wb, e, ae[j]);
+            ao[j] = _mm256_fmadd_ps(wb, o, ao[j]);
+        }
+    }
+    for (int j = 0; j < rr; j++) {
+        /* even lanes e_i = channel 2i, odd o_i = 2i + 1: unpack gives channels 0-3 | 8-11 and 4-7 | 12-15 */
+        const __m256 l = _mm256_unpacklo_ps(ae[j], ao[j]), h = _mm256_unpackhi_ps(ae[j], ao[j]);
+        float *a = acc + (size_t)j * hd + 16 * b;
+        _mm256_storeu_ps(a, _mm256_add_ps(_mm256_loadu_ps(a), _mm256_permute2f128_ps(l, h, 0x20)));
+        _mm256_storeu_ps(a + 8, _mm256_add_ps(_mm256_loadu_ps(a + 8), _mm256_permute2f128_ps(l, h, 0x31)));
+    }
+}
+
+/* Whether pv4_tile_avx2 takes the view's values: 16 channels in one group, a power-of-two number of groups. */
+static inline bool pv4_fits(const struct k25_kv_view *kv)
+{
+    const int nvg = kv->head_dim / kv->vgroup;
+    return kv->vgroup % 16 == 0 && (nvg & (nvg - 1)) == 0;
+}
+
+/* P V of int4 values [k0, k0+nk) of KV head g (one block, below n_quant) on
+ * their codes for every row (p rows DT apart, acc rows hd apart); buf holds
+ * DT * 2 nvg * 5 floats of scratch. */
+static inline __attribute__((always_inline)) void
+pv4_tile_avx2(const struct k25_kv_view *kv, int g, int k0, int nk, float *p, int rows, float *acc, float *buf,
+              const int nv)
+{
+    const int bs = kv->block_size, hd = nv * 8, nvg = hd / kv->vgroup, o = k0 % bs;
+    const size_t rb = (size_t)hd / 2;
+    const uint8_t *vq = (const uint8_t *)kv->v_blocks[k0 / bs] + ((size_t)g * bs + o) * rb;
+    const uint16_t *sz = (const uint16_t *)((const unsigned char *)kv->k_blocks[k0 / bs] + kv->vs_off) +
+                         ((size_t)g * bs + o) * nvg * 2;
+    float *F = buf, *W = buf + DT * 2 * nvg, Zs[4 * 16];
+    pv4_pairs(sz, nk, 2 * nvg, F);
+    if (nk % 8) /* the weights read whole vectors of probabilities */
+        for (int r = 0; r < rows; r++)
+            memset(p + (size_t)r * DT + nk, 0, sizeof(float) * (size_t)(8 - nk % 8));
+    for (int r0 = 0; r0 < rows; r0 += 4) {
+        const int rr = rows - r0 < 4 ? rows - r0 : 4;
+        float *ar = acc + (size_t)r0 * hd;
+        pv4_weights(p + (size_t)r0 * DT, rr, nk, nvg, F, W, Zs);
+        for (int b = 0; b < hd / 16; b++) {
+            const int k = 16 * b / kv->vgroup;
+            switch (rr) {
+            case 1: pv4_rows_avx2(vq, rb, nk, nvg, W, Zs, ar, hd, b, k, 1); break;
+            case 2: pv4_rows_avx2(vq, rb, nk, nvg, W, Zs, ar, hd, b, k, 2); break;
+            case 3: pv4_rows_avx2(vq, rb, nk, nvg, W, Zs, ar, hd, b, k, 3); break;
+            default: pv4_rows_avx2(vq, rb, nk, nvg, W, Zs, ar, hd, b, k, 4); break;
+            }
+        }
+    }
+}
+
+/* exp(x) for x <= 0 on 8 lanes for the decode softmax: k25_fast_expf's
+ * range reduction and degree-7 polynomial with fused multiply-adds (so
+ * half the operations, and no less accurate: relative error < 2e-7; not
+ * bit-identical to k25_fast_expf, and never mixed with it in one row). */
+static inline __m256 exp8_fma(__m256 x)
+{
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f)); /* 2^n stays a normal number */
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/*
+ * k25_softmax_tile_row for a decode tile (s: one row of DT floats, nk <= DT)
+ * in registers: the at most four vectors of scores are loaded once (lanes
+ * from lim on masked), their max taken by a fixed tree, acc rescaled only
+ * when the max grows, the exps (exp8_fma) summed by a fixed tree and
+ * stored, zero from lim on.
+ */
+static inline __attribute__((always_inline)) void
+softmax_row_avx2(float *s, int nk, int lim, float *m, float *l, float *acc, int hd)
+{
+    if (lim > nk)
+        lim = nk;
+    if (lim <= 0) {
+        memset(s, 0, sizeof(float) * (size_t)nk);
+        return;
+    }
+    const int nvec = (nk + 7) / 8;
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lv = _mm256_set1_epi32(lim);
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 x[4], mk[4], mv = ninf;
+    for (int i = 0; i < 4; i++) {
+        if (i < nvec) {
+            mk[i] = _mm256_castsi256_ps(_mm256_cmpgt_epi32(lv, _mm256_add_epi32(iota, _mm256_set1_epi32(8 * i))));
+            x[i] = _mm256_blendv_ps(ninf, _mm256_loadu_ps(s + 8 * i), mk[i]);
+        } else {
+            mk[i] = _mm256_setzero_ps();
+            x[i] = ninf;
+        }
+    }
+    mv = _mm256_max_ps(_mm256_max_ps(x[0], x[1]), _mm256_max_ps(x[2], x[3]));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+    if (mx > *m) {
+        const float alpha = (*m == -INFINITY) ? 0.0f : k25_fast_expf(*m - mx);
+        const __m256 av = _mm256_set1_ps(alpha);
+        *l *= alpha;
+        for (int d = 0; d < hd; d += 8)
+            _mm256_storeu_ps(acc + d, _mm256_mul_ps(_mm256_loadu_ps(acc + d), av));
+        *m = mx;
+    }
+    const __m256 mm = _mm256_set1_ps(*m);
+    __m256 e[4];
+    for (int i = 0; i < 4; i++) {
+        e[i] = i < nvec ? _mm256_and_ps(exp8_fma(_mm256_sub_ps(x[i], mm)), mk[i]) : _mm256_setzero_ps();
+        if (i < nvec)
+            _mm256_storeu_ps(s + 8 * i, e[i]);
+    }
+    *l += hsum8(_mm256_add_ps(_mm256_add_ps(e[0], e[1]), _mm256_add_ps(e[2], e[3])));
+}
+
+/*
  * One decode tile of nk keys from k0 (inside one block; for int8/int4
  * below n_quant, inside one key group), every row: scores, ln-count
  * offsets, raw logits for scoring, online softmax, then P V.
@@ -687,6 +914,17 @@ decode_tile_avx2_nv(const struct k25_kv_view *kv, int g, int k0, int nk, int row
     const bool quant = (kv->dtype == K25_DTYPE_INT8 || kv->dtype == K25_DTYPE_INT4) && k0 < kv->n_quant;
     const float *V;
     K25_ASSERT(!quant || sc->kt != NULL); /* the tile buffer: int4 query rows, or dequantized keys */
+    if (quant && kv->dtype == K25_DTYPE_INT4) {
+        /* ask for the next tile's codes now: the tile computes between loads and alone keeps too few
+         * misses in flight (past the block's end this fetches other rows; a prefetch never faults) */
+        const int bs = kv->block_size;
+        const size_t bytes = (size_t)nk * hd / 2, off = ((size_t)g * bs + k0 % bs) * hd / 2 + bytes;
+        const char *kn = (const char *)kv->k_blocks[k0 / bs] + off, *vn = (const char *)kv->v_blocks[k0 / bs] + off;
+        for (size_t i = 0; i < bytes; i += 64) {
+            _mm_prefetch(kn + i, _MM_HINT_T0);
+            _mm_prefetch(vn + i, _MM_HINT_T0);
+        }
+    }
     if (quant && kv->dtype == K25_DTYPE_INT4 && nv % 8 == 0) { /* int4, head_dim a multiple of 64: on the codes */
         qk4_tile_avx2(kv, g, k0, nk, sc->q, rows, (int8_t *)sc->kt, sc->s, nv);
     } else {
@@ -702,8 +940,12 @@ decode_tile_avx2_nv(const struct k25_kv_view *kv, int g, int k0, int nk, int row
     add_logc(kv, g, k0, nk, sc->s, rows, DT, sc->lc);
     raw_store(kv, raw, raw_ld, k0, nk, sc->s, rows);
     for (int r = 0; r < rows; r++)
-        k25_softmax_tile_row(sc->s + (size_t)r * DT, nk, lim0 + r / group + 1, &sc->m[r], &sc->l[r],
-                             sc->acc + (size_t)r * hd, hd);
+        softmax_row_avx2(sc->s + (size_t)r * DT, nk, lim0 + r / group + 1, &sc->m[r], &sc->l[r],
+                         sc->acc + (size_t)r * hd, hd);
+    if (quant && kv->dtype == K25_DTYPE_INT4 && pv4_fits(kv)) { /* int4 values: on the codes */
+        pv4_tile_avx2(kv, g, k0, nk, sc->s, rows, sc->acc, sc->vt, nv);
+        return;
+    }
     if (quant) {
         dequant_values_avx2(kv, g, k0, nk, sc->vt, nv);
         V = sc->vt;

@@ -12,9 +12,11 @@
  * aligned bottom-right (its last query sees every key).  Also: the decode
  * split path (contexts past one split), bit-identical results on 1 and 2
  * threads, the tracking allocator, and attn-bench's skip-with-reason path
- * and output files.  int4 KV: decode scoring the keys on their codes
- * against the dequantize-then-fp32 path, within a bound derived from the
- * int8 rounding of the scaled queries (check_int4_codes).
+ * and output files.  int4 KV: decode scoring the keys and weighting the
+ * values on their codes against the dequantize-then-fp32 path, within a
+ * bound derived from the int8 rounding of the scaled queries, and with
+ * keys flat over each key group (scored exactly) within fp32 rounding: the
+ * values path alone (check_int4_codes).
  */
 #include "testutil.h"
 
@@ -373,11 +375,20 @@ static void attend_pool(const struct k25_kv_pool *p, const struct k25_kv_seq *se
  * at most 1.1x the reference's: it adds ~20% in quadrature, ~2%; swapping the even and
  * odd channels fails it 14-fold, while it stays inside the loose worst-case bound).
  * Slots carry merged counts 1..4 (ln count on the logit), lengths cross
- * blocks (64), key groups (32), the fp32 residual (128) and a split (2048).
+ * blocks (64), key groups (G), the fp32 residual (128) and a split (2048).
+ * The values are weighted on their codes too (scale folded into the
+ * probability, zero summed per group): the same values, so only fp32
+ * rounding differs.  With flat (each key group's keys equal and
+ * fp16-exact, so scale 0 and the keys scored exactly) that is all that
+ * differs, and the RMS difference from the fp32 path must stay under 1e-5
+ * of its outputs' RMS (~1e-6 measured).  Swapping the even and odd value
+ * channels, halving the zero term or taking the previous group's scale
+ * fails the RMS check above 12-, 17- and 4-fold; scaling the zero sums by
+ * 1 + 1e-5 fails this one.
  */
-static void check_int4_codes(int hd, int N, int n_q, uint64_t seed, double *worst)
+static void check_int4_codes(int hd, int N, int n_q, int H, int G, bool flat, uint64_t seed, double *worst)
 {
-    const int kvh = 2, H = 8, G = 32;
+    const int kvh = 2;
     g_rng = seed;
     struct k25_model_shape s = {0};
     snprintf(s.name, sizeof(s.name), "t");
@@ -401,6 +412,12 @@ static void check_int4_codes(int hd, int N, int n_q, uint64_t seed, double *wors
     for (int t = 0; t < N; t++)
         for (int i = 0; i < w; i++) /* channel offsets: zero points far from 0 */
             kv[(size_t)t * w + i] = draw() + (i < kvh * hd ? (float)(i % 7) - 3.0f : 0.0f);
+    if (flat) /* each key group's keys all equal, fp16-exact (multiples of 1/64 within +-30) */
+        for (int t = 0; t < N; t++)
+            for (int i = 0; i < kvh * hd; i++) {
+                float *x = &kv[(size_t)t * w + i];
+                *x = t % G ? kv[(size_t)(t - t % G) * w + i] : roundf(fminf(fmaxf(*x, -30.0f), 30.0f) * 64.0f) / 64.0f;
+            }
     assert_int_equal(k25_kv_seq_reserve(&p4, &s4, N, &err), 0);
     assert_int_equal(k25_kv_seq_reserve(&pf, &sf, N, &err), 0);
     assert_int_equal(k25_kv_seq_reserve(&po, &so, N, &err), 0);
@@ -432,7 +449,7 @@ static void check_int4_codes(int hd, int N, int n_q, uint64_t seed, double *wors
     attend_pool(&po, &so, q, n_q, H, oo);
 
     bool moved = false;
-    double e4 = 0, ef = 0;
+    double e4 = 0, ef = 0, d4 = 0, rf = 0;
     const float sc = 1.0f / sqrtf((float)hd);
     for (int i = 0; i < n_q; i++)
         for (int h = 0; h < H; h++) {
@@ -467,20 +484,27 @@ static void check_int4_codes(int hd, int N, int n_q, uint64_t seed, double *wors
                 size_t k = ((size_t)i * H + h) * hd + d;
                 double diff = fabs((double)o4[k] - of[k]), bound = expm1(2 * eps) * vmax + 1e-6 * (1 + fabs(of[k]));
                 if (diff > bound)
-                    fail_msg("int4 hd=%d N=%d n_q=%d query %d head %d channel %d: %g vs reference %g, bound %g "
-                             "(eps %g)", hd, N, n_q, i, h, d, o4[k], of[k], bound, eps);
+                    fail_msg("int4 hd=%d N=%d n_q=%d H=%d G=%d query %d head %d channel %d: %g vs reference %g, "
+                             "bound %g (eps %g)", hd, N, n_q, H, G, i, h, d, o4[k], of[k], bound, eps);
                 *worst = fmax(*worst, diff / bound);
                 moved |= diff > 0;
                 e4 += ((double)o4[k] - oo[k]) * ((double)o4[k] - oo[k]);
+                d4 += diff * diff;
+                rf += (double)of[k] * of[k];
                 ef += ((double)of[k] - oo[k]) * ((double)of[k] - oo[k]);
             }
         }
-    e4 = sqrt(e4 / cnt), ef = sqrt(ef / cnt);
+    e4 = sqrt(e4 / cnt), ef = sqrt(ef / cnt), d4 = sqrt(d4 / cnt), rf = sqrt(rf / cnt);
     if (getenv("K25_TEST_VERBOSE"))
-        fprintf(stderr, "int4 hd=%d N=%d n_q=%d: RMS vs original %.3g (dequantized fp32 path %.3g)\n", hd, N, n_q,
-                e4, ef);
+        fprintf(stderr, "int4 hd=%d N=%d n_q=%d H=%d G=%d%s: RMS vs original %.3g (dequantized fp32 path %.3g), "
+                "vs the fp32 path %.3g (RMS of its outputs %.3g)\n", hd, N, n_q, H, G, flat ? " flat keys" : "", e4,
+                ef, d4, rf);
+    if (flat && d4 > 1e-5 * rf) /* values alone: only fp32 rounding differs (~1e-6 measured) */
+        fail_msg("int4 hd=%d N=%d n_q=%d H=%d G=%d flat keys: RMS difference from the fp32 path %.3g > 1e-5 x %.3g",
+                 hd, N, n_q, H, G, d4, rf);
     if (e4 > 1.1 * ef)
-        fail_msg("int4 hd=%d N=%d n_q=%d: RMS error vs the original values %.3g > 1.1 x %.3g", hd, N, n_q, e4, ef);
+        fail_msg("int4 hd=%d N=%d n_q=%d H=%d G=%d: RMS error vs the original values %.3g > 1.1 x %.3g", hd, N, n_q,
+                 H, G, e4, ef);
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
     assert_true(moved); /* the codes path ran: it rounds differently from the fp32 one */
 #endif
@@ -498,11 +522,21 @@ static void test_int4_codes(void **state)
     (void)state;
     k25_set_threads(2);
     double worst = 0;
-    const int hds[] = {64, 128}, ns[] = {200, 700, 2300}, nqs[] = {1, 3};
+    /* keys and values on their codes: key groups of 32 tokens, 8 heads over 2 KV heads */
+    const int hds[] = {64, 128}, ns[] = {200, 700, 2300}, nqs[] = {1, 3}, Hs[] = {8, 6}, Gs[] = {32, 16, 64};
     for (int seed = 1; seed <= 3; seed++)
         for (int a = 0; a < 2; a++)
             for (int b = 0; b < 3; b++)
-                check_int4_codes(hds[a], ns[b], nqs[(seed + b) % 2], 0x9E3779B97F4A7C15ULL * (uint64_t)seed, &worst);
+                check_int4_codes(hds[a], ns[b], nqs[(seed + b) % 2], 8, 32, false,
+                                 0x9E3779B97F4A7C15ULL * (uint64_t)seed, &worst);
+    /* the values alone (keys flat over each key group, so scored exactly): value groups of min(G, hd)
+     * channels, 1, 2, 4 or 8 per row (a (scale, zero) record of 2 to 16 floats per token); 8 or 6 heads
+     * over 2 KV heads (row blocks of 4, or of 3 and, with 3 queries, 4 + 4 + 1) */
+    for (int seed = 4; seed <= 6; seed++)
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 3; b++)
+                check_int4_codes(hds[a], ns[b], nqs[(seed + b) % 2], Hs[(seed + a) % 2], Gs[(seed + a + b) % 3], true,
+                                 0x9E3779B97F4A7C15ULL * (uint64_t)seed, &worst);
     print_message("int4 codes path: largest error / bound %.3g\n", worst);
 }
 
