@@ -445,6 +445,19 @@ dequant_values_avx2(const struct k25_kv_view *kv, int g, int k0, int nk, float *
     }
 }
 
+/* Stores the scores of keys t..t+3 (r4) into sr, only those below nk. */
+static inline void store_scores4(float *sr, int t, int nk, __m128 r4)
+{
+    if (t + 4 <= nk) {
+        _mm_storeu_ps(sr + t, r4);
+    } else {
+        float tmp[4];
+        _mm_storeu_ps(tmp, r4);
+        for (int j = 0; t + j < nk; j++)
+            sr[t + j] = tmp[j];
+    }
+}
+
 /* The four dot products in a0..a3 (8 lanes each) as [sum a0, sum a1, sum a2, sum a3]. */
 static inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
 {
@@ -475,14 +488,7 @@ qk_tile_avx2(const float *q, const float *K, int rows, int nk, float *s, const i
                 }
             }
             __m128 r4 = reduce4(a[0], a[1], a[2], a[3]);
-            if (t + 4 <= nk) {
-                _mm_storeu_ps(sr + t, r4);
-            } else {
-                float tmp[4];
-                _mm_storeu_ps(tmp, r4);
-                for (int j = 0; t + j < nk; j++)
-                    sr[t + j] = tmp[j];
-            }
+            store_scores4(sr, t, nk, r4);
         }
     }
 }
@@ -624,14 +630,7 @@ qk4_tile_avx2(const struct k25_kv_view *kv, int g, int k0, int nk, const float *
             __m128i d4 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
             __m128 r4 = _mm_fmadd_ps(_mm_set1_ps(ac[2 * r]), _mm_cvtepi32_ps(d4), _mm_set1_ps(ac[2 * r + 1]));
             float *sr = s + (size_t)r * DT;
-            if (t + 4 <= nk) {
-                _mm_storeu_ps(sr + t, r4);
-            } else {
-                float tmp[4];
-                _mm_storeu_ps(tmp, r4);
-                for (int j = 0; t + j < nk; j++)
-                    sr[t + j] = tmp[j];
-            }
+            store_scores4(sr, t, nk, r4);
         }
     }
 }
