@@ -493,6 +493,60 @@ qk_tile_avx2(const float *q, const float *K, int rows, int nk, float *s, const i
     }
 }
 
+/* Eight channels of an fp16 row as floats. */
+static inline __m256 ld8h(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* qk_tile_avx2 for rr (<= 4) rows against fp16 keys read in place (K rows
+ * hd apart): each key vector is converted once and used by every row,
+ * instead of a converted copy of the tile written and read back.  Per
+ * (row, key) the products and sums are those of qk_tile_avx2 in the same
+ * order (reduce4 reduces each lane's vector alike, whichever lane it
+ * holds), so the scores equal those of the converted rows bit for bit. */
+static inline __attribute__((always_inline)) void
+qk_rows_f16_avx2(const float *q, const uint16_t *K, int nk, float *s, const int nv, const int rr)
+{
+    const int hd = nv * 8;
+    for (int t = 0; t < nk; t += 4) {
+        __m128 by_key[4]; /* [key j] lanes = rows */
+        for (int j = 0; j < 4; j++) {
+            __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+            if (t + j < nk) {
+                const uint16_t *kr = K + (size_t)(t + j) * hd;
+                __m256 k = ld8h(kr);
+                for (int r = 0; r < rr; r++)
+                    a[r] = _mm256_mul_ps(_mm256_loadu_ps(q + (size_t)r * hd), k);
+                for (int v = 1; v < nv; v++) {
+                    k = ld8h(kr + 8 * v);
+                    for (int r = 0; r < rr; r++)
+                        a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)r * hd + 8 * v), k, a[r]);
+                }
+            }
+            by_key[j] = reduce4(a[0], a[1], a[2], a[3]);
+        }
+        _MM_TRANSPOSE4_PS(by_key[0], by_key[1], by_key[2], by_key[3]); /* now [row] lanes = keys */
+        for (int r = 0; r < rr; r++)
+            store_scores4(s + (size_t)r * DT, t, nk, by_key[r]);
+    }
+}
+
+static inline __attribute__((always_inline)) void
+qk_tile_f16_avx2(const float *q, const uint16_t *K, int rows, int nk, float *s, const int nv)
+{
+    for (int r0 = 0; r0 < rows; r0 += 4) {
+        const float *qr = q + (size_t)r0 * nv * 8;
+        float *sr = s + (size_t)r0 * DT;
+        switch (rows - r0 < 4 ? rows - r0 : 4) {
+        case 1: qk_rows_f16_avx2(qr, K, nk, sr, nv, 1); break;
+        case 2: qk_rows_f16_avx2(qr, K, nk, sr, nv, 2); break;
+        case 3: qk_rows_f16_avx2(qr, K, nk, sr, nv, 3); break;
+        default: qk_rows_f16_avx2(qr, K, nk, sr, nv, 4); break;
+        }
+    }
+}
+
 /*
  * int4 keys scored on their codes (issue 16).  With x_tc = scale_c code_tc
  * + zero_c (one scale and zero row per key group),
@@ -635,45 +689,40 @@ qk4_tile_avx2(const struct k25_kv_view *kv, int g, int k0, int nk, const float *
     }
 }
 
-/* acc[r] += sum_t p[r][t] V_t for rr (<= 4) rows starting at acc (rows hd
- * apart) and p (rows DT apart), channels [8 v0, 8 v0 + 16): the 2 rr
- * accumulators stay in registers over the nk value rows. */
+/*
+ * acc[r] += sum_t p[r][t] V_t for every row (p rows DT apart, acc rows hd
+ * apart), V the tile's nk value rows (fp32, or fp16 converted as read).
+ * Row by row, up to 64 channels a pass with their accumulators in
+ * registers, each pass reading the value rows in order: the first row's
+ * pass streams the tile from memory with many misses in flight and the
+ * other rows find it in L1.  (Four rows by 16 channels, stepping over the
+ * value rows once per channel block, kept too few misses in flight: that
+ * order spent more time waiting for the value tile than computing.)  Per
+ * row and channel the sum runs over t in order, from acc.
+ */
 static inline __attribute__((always_inline)) void
-pv_rows_avx2(const float *p, const float *V, int nk, int hd, float *acc, int v0, const int rr)
-{
-    __m256 a[4][2];
-    for (int j = 0; j < rr; j++) {
-        a[j][0] = _mm256_loadu_ps(acc + (size_t)j * hd + 8 * v0);
-        a[j][1] = _mm256_loadu_ps(acc + (size_t)j * hd + 8 * v0 + 8);
-    }
-    for (int t = 0; t < nk; t++) {
-        const __m256 x0 = _mm256_loadu_ps(V + (size_t)t * hd + 8 * v0), x1 = _mm256_loadu_ps(V + (size_t)t * hd + 8 * v0 + 8);
-        for (int j = 0; j < rr; j++) {
-            const __m256 pb = _mm256_broadcast_ss(p + (size_t)j * DT + t);
-            a[j][0] = _mm256_fmadd_ps(pb, x0, a[j][0]);
-            a[j][1] = _mm256_fmadd_ps(pb, x1, a[j][1]);
-        }
-    }
-    for (int j = 0; j < rr; j++) {
-        _mm256_storeu_ps(acc + (size_t)j * hd + 8 * v0, a[j][0]);
-        _mm256_storeu_ps(acc + (size_t)j * hd + 8 * v0 + 8, a[j][1]);
-    }
-}
-
-static inline __attribute__((always_inline)) void
-pv_tile_avx2(const float *p, const float *V, int rows, int nk, float *acc, const int nv)
+pv_tile_avx2(const float *p, const void *V, int rows, int nk, float *acc, const int nv, const bool f16)
 {
     const int hd = nv * 8;
-    for (int r0 = 0; r0 < rows; r0 += 4) {
-        const float *pr = p + (size_t)r0 * DT;
-        float *ar = acc + (size_t)r0 * hd;
-        for (int v0 = 0; v0 < nv; v0 += 2) {
-            switch (rows - r0 < 4 ? rows - r0 : 4) {
-            case 1: pv_rows_avx2(pr, V, nk, hd, ar, v0, 1); break;
-            case 2: pv_rows_avx2(pr, V, nk, hd, ar, v0, 2); break;
-            case 3: pv_rows_avx2(pr, V, nk, hd, ar, v0, 3); break;
-            default: pv_rows_avx2(pr, V, nk, hd, ar, v0, 4); break;
+    for (int r = 0; r < rows; r++) {
+        const float *pr = p + (size_t)r * DT;
+        float *ar = acc + (size_t)r * hd;
+        for (int c0 = 0; c0 < nv; c0 += 8) {
+            const int nc = nv - c0 < 8 ? nv - c0 : 8;
+            __m256 a[8];
+            for (int c = 0; c < nc; c++)
+                a[c] = _mm256_loadu_ps(ar + 8 * (c0 + c));
+            for (int t = 0; t < nk; t++) {
+                const __m256 pb = _mm256_broadcast_ss(pr + t);
+                const size_t i = (size_t)t * hd + 8 * (size_t)c0;
+                for (int c = 0; c < nc; c++)
+                    a[c] = _mm256_fmadd_ps(pb,
+                                           f16 ? ld8h((const uint16_t *)V + i + 8 * c)
+                                               : _mm256_loadu_ps((const float *)V + i + 8 * c),
+                                           a[c]);
             }
+            for (int c = 0; c < nc; c++)
+                _mm256_storeu_ps(ar + 8 * (c0 + c), a[c]);
         }
     }
 }
@@ -901,6 +950,33 @@ softmax_row_avx2(float *s, int nk, int lim, float *m, float *l, float *acc, int 
 }
 
 /*
+ * Asks for the key and value rows of the decode tile starting at k1 (up to
+ * DT slots, inside k1's block; the next block's first tile at a block's
+ * end) now.  An int4 tile computes long between its loads and alone keeps
+ * too few misses in flight: this prefetch paid there (issue 16's int4
+ * figures).  For fp32 and fp16 it measured neutral (k25 attn-bench
+ * --decode), where the value pass's order was what mattered
+ * (pv_tile_avx2).  Stored rows only: the fp32 residual of int8/int4 is
+ * small and recent.  A prefetch never faults; nothing past the sequence's
+ * last slot is asked for.
+ */
+static inline void prefetch_next_tile(const struct k25_kv_view *kv, int g, int k1)
+{
+    const bool quant = kv->dtype == K25_DTYPE_INT8 || kv->dtype == K25_DTYPE_INT4;
+    const int end = quant ? kv->n_quant : kv->n_tokens, bs = kv->block_size;
+    if (k1 >= end)
+        return;
+    const int n = end - k1 < DT ? end - k1 : DT, o = k1 % bs, take = bs - o < n ? bs - o : n;
+    const size_t bits = kv->dtype == K25_DTYPE_FP32 ? 32 : kv->dtype == K25_DTYPE_FP16 ? 16 : kv->dtype == K25_DTYPE_INT8 ? 8 : 4;
+    const size_t row = (size_t)kv->head_dim * bits / 8, off = ((size_t)g * bs + o) * row, bytes = (size_t)take * row;
+    const char *kn = (const char *)kv->k_blocks[k1 / bs] + off, *vn = (const char *)kv->v_blocks[k1 / bs] + off;
+    for (size_t i = 0; i < bytes; i += 64) {
+        _mm_prefetch(kn + i, _MM_HINT_T0);
+        _mm_prefetch(vn + i, _MM_HINT_T0);
+    }
+}
+
+/*
  * One decode tile of nk keys from k0 (inside one block; for int8/int4
  * below n_quant, inside one key group), every row: scores, ln-count
  * offsets, raw logits for scoring, online softmax, then P V.
@@ -911,21 +987,16 @@ decode_tile_avx2_nv(const struct k25_kv_view *kv, int g, int k0, int nk, int row
 {
     const int hd = nv * 8;
     const bool quant = (kv->dtype == K25_DTYPE_INT8 || kv->dtype == K25_DTYPE_INT4) && k0 < kv->n_quant;
-    const float *V;
+    /* fp16 slots (a plain fp16 view; int8/int4's residual is fp32): read in place, converted in the kernels */
+    const bool f16 = kv->dtype == K25_DTYPE_FP16;
+    const size_t in_block = ((size_t)g * kv->block_size + k0 % kv->block_size) * hd;
+    const void *V;
     K25_ASSERT(!quant || sc->kt != NULL); /* the tile buffer: int4 query rows, or dequantized keys */
-    if (quant && kv->dtype == K25_DTYPE_INT4) {
-        /* ask for the next tile's codes now: the tile computes between loads and alone keeps too few
-         * misses in flight (past the block's end this fetches other rows; a prefetch never faults) */
-        const int bs = kv->block_size;
-        const size_t bytes = (size_t)nk * hd / 2, off = ((size_t)g * bs + k0 % bs) * hd / 2 + bytes;
-        const char *kn = (const char *)kv->k_blocks[k0 / bs] + off, *vn = (const char *)kv->v_blocks[k0 / bs] + off;
-        for (size_t i = 0; i < bytes; i += 64) {
-            _mm_prefetch(kn + i, _MM_HINT_T0);
-            _mm_prefetch(vn + i, _MM_HINT_T0);
-        }
-    }
+    prefetch_next_tile(kv, g, k0 + nk);
     if (quant && kv->dtype == K25_DTYPE_INT4 && nv % 8 == 0) { /* int4, head_dim a multiple of 64: on the codes */
         qk4_tile_avx2(kv, g, k0, nk, sc->q, rows, (int8_t *)sc->kt, sc->s, nv);
+    } else if (f16) {
+        qk_tile_f16_avx2(sc->q, (const uint16_t *)kv->k_blocks[k0 / kv->block_size] + in_block, rows, nk, sc->s, nv);
     } else {
         const float *K;
         if (quant) {
@@ -948,10 +1019,12 @@ decode_tile_avx2_nv(const struct k25_kv_view *kv, int g, int k0, int nk, int row
     if (quant) {
         dequant_values_avx2(kv, g, k0, nk, sc->vt, nv);
         V = sc->vt;
+    } else if (f16) {
+        V = (const uint16_t *)kv->v_blocks[k0 / kv->block_size] + in_block;
     } else {
         V = k25_kv_rows(kv, kv->v_blocks, g, k0, nk, sc->vt);
     }
-    pv_tile_avx2(sc->s, V, rows, nk, sc->acc, nv);
+    pv_tile_avx2(sc->s, V, rows, nk, sc->acc, nv, f16);
 }
 
 /* decode_tile_avx2_nv with head_dim / 8 a constant for the common head sizes, so the channel
