@@ -4,7 +4,8 @@
 # KV-format and compression bars of docs/engine.md ("Decode speed" and "Compression that pays"):
 # e.g. int4 KV against fp32 KV at 32K, or r = 0.85 against r = 1.
 #
-# Reports per variant the median [range] of decode tok/s, prefill tok/s, TTFT and the bytes one
+# Reports per variant the median [range] of decode tok/s (mean over the run, and from the median
+# inter-token latency, which one stalled step cannot move), prefill tok/s, TTFT and the bytes one
 # decode step reads (weights + KV at the end of the run: `k25 run --json` memory.peak_weights_bytes
 # + memory.peak_kv_bytes), and per round the ratios against a reference variant (the first, or
 # the one named by NAME@REF=FLAGS): decode speedup,
@@ -102,22 +103,28 @@ printf '%s\n' "${vs[@]}" | jq -s --arg model "$MODEL" --argjson plen "$PLEN" --a
   def med: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
   def stats: {median: med, min: min, max: max};
   def step_bytes: .memory.peak_weights_bytes + .memory.peak_kv_bytes;
+  def itl_tps: 1000 / .timing.itl_median_ms;
   . as $v | ($v | map({key: .name, value: .runs}) | from_entries) as $by |
   {what: "k25 run variants, interleaved rounds; ratios against the reference variant of each, per round",
    model: $model, prompt_tokens: $plen, decode_tokens: $ntok, threads: $threads, rounds: $rounds,
    k25_version: $k25, cpu: $cpu, date: $date,
    load_average: {before: ($l0 | tonumber), after: ($l1 | tonumber)},
    variants: [$v[] | .runs as $R | $by[.ref] as $ref | {name, flags, ref,
-     decode_tok_s: ([$R[].timing.decode_tok_s] | stats), prefill_tok_s: ([$R[].timing.prefill_tok_s] | stats),
+     decode_tok_s: ([$R[].timing.decode_tok_s] | stats), decode_itl_tok_s: ([$R[] | itl_tps] | stats),
+     prefill_tok_s: ([$R[].timing.prefill_tok_s] | stats),
      ttft_ms: ([$R[].timing.ttft_ms] | stats), kv_bytes: ([$R[].memory.peak_kv_bytes] | stats),
      step_bytes: ([$R[] | step_bytes] | stats),
      vs_ref: {
        decode_speedup: ([range($R | length) as $i | $R[$i].timing.decode_tok_s / $ref[$i].timing.decode_tok_s] | stats),
+       decode_speedup_itl: ([range($R | length) as $i | ($R[$i] | itl_tps) / ($ref[$i] | itl_tps)] | stats),
        ttft_ratio: ([range($R | length) as $i | $R[$i].timing.ttft_ms / $ref[$i].timing.ttft_ms] | stats),
        kv_bytes_ratio: ([range($R | length) as $i | $R[$i].memory.peak_kv_bytes / $ref[$i].memory.peak_kv_bytes] | stats),
        bytes_ratio: ([range($R | length) as $i | ($ref[$i] | step_bytes) / ($R[$i] | step_bytes)] | stats),
        paid: ([range($R | length) as $i | (($ref[$i] | step_bytes) / ($R[$i] | step_bytes)) as $b |
                if $b > 1.0001 then ($R[$i].timing.decode_tok_s / $ref[$i].timing.decode_tok_s - 1) / ($b - 1) else null end]
+              | map(select(. != null)) | if length > 0 then stats else null end),
+       paid_itl: ([range($R | length) as $i | (($ref[$i] | step_bytes) / ($R[$i] | step_bytes)) as $b |
+               if $b > 1.0001 then (($R[$i] | itl_tps) / ($ref[$i] | itl_tps) - 1) / ($b - 1) else null end]
               | map(select(. != null)) | if length > 0 then stats else null end)}}]}' > "$tmp"
 mv "$tmp" "$OUT/summary.json"
 
@@ -127,10 +134,13 @@ jq -r '
   def x: "\(.median * 1000 | round / 1000) [\(.min * 1000 | round / 1000)-\(.max * 1000 | round / 1000)]";
   def pad(n): tostring | . + " " * ([n - length, 1] | max);
   "bench-ab: \(.model), prompt \(.prompt_tokens), \(.decode_tokens) decode tokens, \(.threads) threads, \(.rounds) rounds (median [range])",
-  "  variant        decode tok/s          prefill tok/s         TTFT ms                  KV MB     step MB",
-  (.variants[] | "  \(.name | pad(15))\(.decode_tok_s | r | pad(22))\(.prefill_tok_s | r | pad(22))\(.ttft_ms | r | pad(25))\(.kv_bytes.median / 1048576 | f | pad(10))\(.step_bytes.median / 1048576 | f)"),
+  "  variant        decode tok/s          median-ITL tok/s      prefill tok/s         TTFT ms                  KV MB     step MB",
+  (.variants[] | "  \(.name | pad(15))\(.decode_tok_s | r | pad(22))\(.decode_itl_tok_s | r | pad(22))\(.prefill_tok_s | r | pad(22))\(.ttft_ms | r | pad(25))\(.kv_bytes.median / 1048576 | f | pad(10))\(.step_bytes.median / 1048576 | f)"),
   "  against the reference variant, per round:",
   "  variant        against        decode speedup        TTFT ratio            KV bytes ratio        bytes ratio           paid = (speedup-1)/(bytes ratio-1)",
   (.variants[] | select(.ref != .name) | "  \(.name | pad(15))\(.ref | pad(15))\(.vs_ref.decode_speedup | x | pad(22))\(.vs_ref.ttft_ratio | x | pad(22))\(.vs_ref.kv_bytes_ratio | x | pad(22))\(.vs_ref.bytes_ratio | x | pad(22))\(if .vs_ref.paid then (.vs_ref.paid | x) else "n/a (no byte saving)" end)"),
+  "  the same on the median inter-token latency (a stalled step does not move it):",
+  "  variant        against        decode speedup        paid",
+  (.variants[] | select(.ref != .name) | "  \(.name | pad(15))\(.ref | pad(15))\(.vs_ref.decode_speedup_itl | x | pad(22))\(if .vs_ref.paid_itl then (.vs_ref.paid_itl | x) else "n/a (no byte saving)" end)"),
   "  load average \(.load_average.before) before, \(.load_average.after) after (quiet: well under 1)"' "$OUT/summary.json"
 echo "bench-ab: summary in $OUT/summary.json, every run in $OUT/" >&2

@@ -120,6 +120,31 @@ static void on_event(const struct k25_event *ev, void *user)
     }
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median gap between consecutive generated tokens in ms (0 with fewer than two): unlike the mean
+ * decode rate it ignores the odd stalled step (another process, the kernel's RT throttling under
+ * chrt), so benchmarks compare it. */
+static double itl_median_ms(const struct k25_result *r)
+{
+    if (r->n_output < 2)
+        return 0.0;
+    uint64_t *gap = malloc(sizeof(uint64_t) * (size_t)(r->n_output - 1));
+    if (!gap)
+        return 0.0;
+    for (int i = 1; i < r->n_output; i++)
+        gap[i - 1] = r->token_t_ns[i] - r->token_t_ns[i - 1];
+    qsort(gap, (size_t)(r->n_output - 1), sizeof(uint64_t), cmp_u64);
+    const int n = r->n_output - 1;
+    double med = n % 2 ? (double)gap[n / 2] : ((double)gap[n / 2 - 1] + (double)gap[n / 2]) / 2.0;
+    free(gap);
+    return med / 1e6;
+}
+
 static double peak_rss_mb(void)
 {
     struct rusage ru;
@@ -166,6 +191,7 @@ static int print_json(const struct k25_config *cfg, const k25_model_t *model, co
     json_object_set_new(timing, "decode_ms", json_real((double)(r->finish_t_ns - r->prefill_done_t_ns) / 1e6));
     json_object_set_new(timing, "prefill_tok_s", json_real(prefill_tps));
     json_object_set_new(timing, "decode_tok_s", json_real(decode_tps));
+    json_object_set_new(timing, "itl_median_ms", json_real(itl_median_ms(r)));
     json_object_set_new(timing, "prefill_chunks", json_integer(r->prefill_chunks));
     struct k25_mem_stats ms;
     k25_mem_get(&ms);

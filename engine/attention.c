@@ -956,7 +956,7 @@ softmax_row_avx2(float *s, int nk, int lim, float *m, float *l, float *acc, int 
  * too few misses in flight: this prefetch paid there (issue 16's int4
  * figures).  For fp32 and fp16 it measured neutral (k25 attn-bench
  * --decode), where the value pass's order was what mattered
- * (pv_tile_avx2).  Stored rows only: the fp32 residual of int8/int4 is
+ * (pv_tile_avx2).  Stored rows only: the fp16 residual of int8/int4 is
  * small and recent.  A prefetch never faults; nothing past the sequence's
  * last slot is asked for.
  */

@@ -45,6 +45,8 @@ void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads,
 
 /* dst[i] = half src[i] as float, vectorized (F16C / AVX-512) where built so. */
 void k25_fp16_to_fp32_row(const uint16_t *src, float *dst, size_t n);
+/* n floats as fp16 (k25_fp32_to_fp16 each: round to nearest even). */
+void k25_fp32_to_fp16_row(const float *src, uint16_t *dst, size_t n);
 
 /*
  * Keys (blocks = kv->k_blocks) or values (kv->v_blocks) of slots

@@ -215,14 +215,15 @@ struct k25_backend {
     void (*kv_write)(struct k25_bctx *ctx, struct k25_kv_pool *pool, struct k25_kv_seq *seq, int layer,
                      int slot0, const struct k25_tensor *k, const struct k25_tensor *v);
     void (*attention)(struct k25_bctx *ctx, const struct k25_attn_call *call);
-    /* adds one sequence's scores ([n_kv_heads][q_slot0+n_q] at score) to its slot metadata */
+    /* adds one sequence's scores ([n_kv_heads][q_slot0+n_q] at score) to its slot metadata for layer;
+     * the layer-0 call also counts the queries in the slots' seen (one per slot: kvcache.h) */
     void (*kv_add_scores)(struct k25_bctx *ctx, struct k25_kv_pool *pool, struct k25_kv_seq *seq, int layer,
                           const struct k25_tensor *score, int q_slot0, int n_q, int group);
     /* merges and prunes seq's compressible region to the kept count (kvcompress.c's rules) */
     int (*kv_compact)(struct k25_bctx *ctx, struct k25_kv_pool *pool, struct k25_kv_seq *seq,
                       const struct k25_kv_compress_opts *o, int *removed, struct k25_error *err);
     /* one whole block (pool->block_bytes) to / from host memory: the KV tiers' copies.  For
-     * int8/int4 a sequence's newest slots live in its fp32 residual (seq->res, a buffer of its
+     * int8/int4 a sequence's newest slots live in its fp16 residual (seq->res, a buffer of its
      * own, read with buf_get): a tier move of a whole sequence moves that too */
     void (*kv_block_get)(struct k25_bctx *ctx, const struct k25_kv_pool *pool, int32_t id, void *host);
     void (*kv_block_set)(struct k25_bctx *ctx, struct k25_kv_pool *pool, int32_t id, const void *host);

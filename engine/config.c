@@ -106,7 +106,7 @@ static const struct key_def keys[] = {
       "1..4096"},
      KIND_INT, F(kv_quant_group), 1, 4096, 0, 0, false, false, NULL, 0},
     {{"kv_quant_residual", "int", "128",
-      "int8/int4 KV: most recent tokens kept in full precision until their group closes", ">= 0"},
+      "int8/int4 KV: most recent tokens kept in fp16 until their group closes", ">= 0"},
      KIND_INT, F(kv_quant_residual), 0, 1 << 20, 0, 0, false, false, NULL, 0},
     {{"kv_sink_tokens", "int", "64", "KV compression: first tokens of a sequence never pruned or merged",
       ">= 0"},

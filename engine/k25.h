@@ -693,7 +693,7 @@ int64_t k25_kv_block_bytes(const struct k25_model_shape *shape, int block_size, 
  * KV storage figures of a config (engine/kvcache.c arithmetic): bytes of
  * one block as the engine allocates it (data, int8/int4 scales and zero
  * points, compression slot metadata when kv_compression_ratio < 1), the
- * fp32 residual window one sequence holds (int8/int4), the bits per stored
+ * fp16 residual window one sequence holds (int8/int4), the bits per stored
  * value with the quantization metadata, and the bytes per token (every
  * layer, K and V) with and without the slot metadata.
  */

@@ -37,7 +37,7 @@ struct k25_mem_acct; /* alloc.c: where kernel scratch is charged (NULL: the proc
  *     [token][head_dim/vgroup][scale|zero] IEEE half;
  *   x = q * scale + zero.
  * Quantized views hold slots [0, n_quant) in the blocks and slots
- * [n_quant, n_tokens) in fp32 residual rows res_k/res_v
+ * [n_quant, n_tokens) in fp16 residual rows res_k/res_v
  * ([kv_head][res_cap][head_dim]).
  * A compressed sequence has slot metadata (has_meta): one byte per slot,
  * the tokens it stands for (1 unless merged, at most 255), at k_blocks[b]
@@ -57,7 +57,7 @@ struct k25_kv_view {
     int group, vgroup;
     size_t ks_off, vs_off;
     int n_quant;
-    const float *res_k, *res_v;
+    const uint16_t *res_k, *res_v;
     int res_cap;
     /* compression */
     bool has_meta;

@@ -65,6 +65,8 @@ int k25_kv_pool_init(struct k25_kv_pool *p, const struct k25_model_shape *s, con
 
 void k25_kv_pool_free(struct k25_kv_pool *p)
 {
+    free(p->res_tmp);
+    p->res_tmp = NULL;
     for (int64_t i = 0; i < p->n_alloc; i++)
         p->be->be->buf_free(p->be, p->blocks[i]);
     free(p->blocks);
@@ -186,16 +188,19 @@ static inline void assert_writable(const struct k25_kv_pool *p, int32_t id)
 }
 
 /* Residual rows of (layer, K|V, head g). */
-static float *res_rows(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l, int kv, int g)
+static uint16_t *res_rows(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l, int kv, int g)
 {
-    return (float *)seq->res->data + (((size_t)l * 2 + kv) * p->n_kv_heads + g) * p->res_cap * p->head_dim;
+    return (uint16_t *)seq->res->data + (((size_t)l * 2 + kv) * p->n_kv_heads + g) * p->res_cap * p->head_dim;
 }
 
 int k25_kv_seq_reserve(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n, struct k25_error *err)
 {
+    if (p->quant && !p->res_tmp && /* a closing group's rows as floats, for the quantizers (one writer) */
+        !(p->res_tmp = malloc(sizeof(float) * 2 * (size_t)p->group * p->head_dim)))
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV residual scratch)");
     if (p->quant && !seq->res) {
         seq->n_quant = calloc((size_t)p->n_layers, sizeof(int));
-        size_t rb = sizeof(float) * (size_t)p->n_layers * 2 * p->n_kv_heads * p->res_cap * p->head_dim;
+        size_t rb = sizeof(uint16_t) * (size_t)p->n_layers * 2 * p->n_kv_heads * p->res_cap * p->head_dim;
         if (!seq->n_quant || p->be->be->buf_alloc(p->be, K25_MEM_KV, rb, &seq->res, NULL) != K25_OK) {
             free(seq->n_quant);
             seq->n_quant = NULL;
@@ -204,10 +209,10 @@ int k25_kv_seq_reserve(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n, str
         }
     }
     if (p->compress && seq->n_tokens + n - seq->comp_hi > seq->stat_cap) { /* statistics of the tail */
-        const size_t per = sizeof(float) * 2 * (size_t)p->n_layers * p->n_kv_heads;
-        int have = seq->n_tokens - seq->comp_hi, ncap = seq->stat_cap ? 2 * seq->stat_cap : 64;
-        while (ncap < have + n)
-            ncap *= 2;
+        /* sized to the tail in steps of 64 slots, not doubled: a prefill chunk's tail (chunk + recent)
+         * is the peak, and doubling would hold up to twice that (counted in the KV bytes) */
+        const size_t per = sizeof(float) * k25_kv_stat_floats(p);
+        int have = seq->n_tokens - seq->comp_hi, ncap = (have + n + 63) / 64 * 64;
         struct k25_buf *nb;
         if (p->be->be->buf_alloc(p->be, K25_MEM_KV, per * (size_t)ncap, &nb, NULL) != K25_OK)
             return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV compression statistics)");
@@ -219,8 +224,8 @@ int k25_kv_seq_reserve(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n, str
         seq->stat_cap = ncap;
     }
     if (p->compress) /* the new slots start with nothing received */
-        memset((float *)seq->stats->data + (size_t)(seq->n_tokens - seq->comp_hi) * 2 * p->n_layers * p->n_kv_heads,
-               0, sizeof(float) * 2 * (size_t)p->n_layers * p->n_kv_heads * n);
+        memset((float *)seq->stats->data + (size_t)(seq->n_tokens - seq->comp_hi) * k25_kv_stat_floats(p), 0,
+               sizeof(float) * k25_kv_stat_floats(p) * n);
     int need = (int)k25_kv_blocks_for(p, (int64_t)seq->n_tokens + n);
     if (need > seq->cap) {
         int ncap = seq->cap ? seq->cap : 16;
@@ -252,20 +257,23 @@ static void quantize_group(struct k25_kv_pool *p, struct k25_kv_seq *seq, int l)
     unsigned char *lay = k25_kv_layer(p, seq->ids[s0 / bs], l);
     const int o = s0 % bs;
     assert_writable(p, seq->ids[s0 / bs]);
+    float *tk = p->res_tmp, *tv = p->res_tmp + (size_t)G * hd; /* the group's rows as floats */
     for (int g = 0; g < p->n_kv_heads; g++) {
-        float *rk = res_rows(p, seq, l, 0, g), *rv = res_rows(p, seq, l, 1, g);
+        uint16_t *rk = res_rows(p, seq, l, 0, g), *rv = res_rows(p, seq, l, 1, g);
+        k25_fp16_to_fp32_row(rk, tk, (size_t)G * hd);
+        k25_fp16_to_fp32_row(rv, tv, (size_t)G * hd);
         uint8_t *kq = lay + (size_t)g * p->head_bytes + (size_t)o * p->row_bytes;
         uint16_t *ksz = (uint16_t *)(lay + p->ks_off + (size_t)g * p->ks_head_bytes) + (size_t)(o / G) * 2 * hd;
-        k25_kvq_quant_keys(rk, hd, G, hd, p->bits, kq, ksz);
+        k25_kvq_quant_keys(tk, hd, G, hd, p->bits, kq, ksz);
         uint8_t *vq = lay + p->half_bytes + (size_t)g * p->head_bytes + (size_t)o * p->row_bytes;
         uint16_t *vsz = (uint16_t *)(lay + p->vs_off + (size_t)g * p->vs_head_bytes);
         const int nvg = hd / p->vgroup;
         for (int t = 0; t < G; t++)
-            k25_kvq_quant_value_row(rv + (size_t)t * hd, hd, p->vgroup, p->bits, vq + (size_t)t * p->row_bytes,
+            k25_kvq_quant_value_row(tv + (size_t)t * hd, hd, p->vgroup, p->bits, vq + (size_t)t * p->row_bytes,
                                     vsz + (size_t)(o + t) * nvg * 2);
         int keep = p->res_cap - G;
-        memmove(rk, rk + (size_t)G * hd, sizeof(float) * (size_t)keep * hd);
-        memmove(rv, rv + (size_t)G * hd, sizeof(float) * (size_t)keep * hd);
+        memmove(rk, rk + (size_t)G * hd, sizeof(uint16_t) * (size_t)keep * hd);
+        memmove(rv, rv + (size_t)G * hd, sizeof(uint16_t) * (size_t)keep * hd);
     }
     seq->n_quant[l] += G;
 }
@@ -282,10 +290,10 @@ static void write_rows(struct k25_kv_pool *p, struct k25_kv_seq *seq, int l, int
             int idx = slot - seq->n_quant[l];
             K25_ASSERT(idx >= 0 && idx < p->res_cap);
             for (int g = 0; g < p->n_kv_heads; g++) {
-                memcpy(res_rows(p, seq, l, 0, g) + (size_t)idx * hd, k + i * row_stride + g * head_stride,
-                       sizeof(float) * hd);
-                memcpy(res_rows(p, seq, l, 1, g) + (size_t)idx * hd, v + i * row_stride + g * head_stride,
-                       sizeof(float) * hd);
+                k25_fp32_to_fp16_row(k + i * row_stride + g * head_stride, res_rows(p, seq, l, 0, g) + (size_t)idx * hd,
+                                     (size_t)hd);
+                k25_fp32_to_fp16_row(v + i * row_stride + g * head_stride, res_rows(p, seq, l, 1, g) + (size_t)idx * hd,
+                                     (size_t)hd);
             }
             if (idx + 1 >= p->res_cap)
                 quantize_group(p, seq, l);
@@ -303,11 +311,8 @@ static void write_rows(struct k25_kv_pool *p, struct k25_kv_seq *seq, int l, int
                 memcpy((float *)blk + off, ks, sizeof(float) * hd);
                 memcpy((float *)(blk + p->half_bytes) + off, vs, sizeof(float) * hd);
             } else {
-                uint16_t *kd = (uint16_t *)blk + off, *vd = (uint16_t *)(blk + p->half_bytes) + off;
-                for (int d = 0; d < hd; d++) {
-                    kd[d] = k25_fp32_to_fp16(ks[d]);
-                    vd[d] = k25_fp32_to_fp16(vs[d]);
-                }
+                k25_fp32_to_fp16_row(ks, (uint16_t *)blk + off, (size_t)hd);
+                k25_fp32_to_fp16_row(vs, (uint16_t *)(blk + p->half_bytes) + off, (size_t)hd);
             }
         }
     }
@@ -417,15 +422,20 @@ void k25_kv_seq_add_scores(struct k25_kv_pool *p, struct k25_kv_seq *seq, int la
 {
     const int n = q_slot0 + n_q;
     for (int g = 0; g < p->n_kv_heads; g++)
-        for (int s = seq->comp_hi; s < n; s++) {
-            float *m = k25_kv_slot_stat(p, seq, layer, g, s);
-            int sees = s <= q_slot0 ? n_q : n_q - (s - q_slot0);
-            m[0] += acc[(size_t)g * n + s];
-            m[1] += (float)(sees * group);
-        }
+        for (int s = seq->comp_hi; s < n; s++)
+            *k25_kv_slot_score(p, seq, layer, g, s) += acc[(size_t)g * n + s];
+    if (layer == 0) /* one seen for every layer and head: counted once per step */
+        for (int s = seq->comp_hi; s < n; s++)
+            *k25_kv_slot_seen(p, seq, s) += (float)((s <= q_slot0 ? n_q : n_q - (s - q_slot0)) * group);
 }
 
 /* ------------------------------------------- KV rows for the kernels, dequantizing */
+
+void k25_fp32_to_fp16_row(const float *src, uint16_t *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++) /* every fp16 KV write: blocks and the int8/int4 residual */
+        dst[i] = k25_fp32_to_fp16(src[i]);
+}
 
 void k25_fp16_to_fp32_row(const uint16_t *src, float *dst, size_t n)
 {
@@ -481,14 +491,12 @@ const float *k25_kv_rows(const struct k25_kv_view *kv, const void *const *blocks
         return (const float *)blocks[b] + ((size_t)g * bs + o) * hd;
     if (kv->dtype == K25_DTYPE_INT8 || kv->dtype == K25_DTYPE_INT4) {
         const bool keys = blocks == kv->k_blocks;
-        const float *res = (keys ? kv->res_k : kv->res_v) + (size_t)g * kv->res_cap * hd;
-        if (k0 >= kv->n_quant) /* all in the fp32 residual: rows in place */
-            return res + (size_t)(k0 - kv->n_quant) * hd;
+        const uint16_t *res = (keys ? kv->res_k : kv->res_v) + (size_t)g * kv->res_cap * hd;
         for (int done = 0; done < n;) {
             int k = k0 + done, take;
-            if (k >= kv->n_quant) {
+            if (k >= kv->n_quant) { /* the fp16 residual */
                 take = n - done;
-                memcpy(tmp + (size_t)done * hd, res + (size_t)(k - kv->n_quant) * hd, sizeof(float) * take * hd);
+                k25_fp16_to_fp32_row(res + (size_t)(k - kv->n_quant) * hd, tmp + (size_t)done * hd, (size_t)take * hd);
             } else {
                 take = bs - k % bs;
                 take = take < n - done ? take : n - done;
@@ -579,8 +587,7 @@ void k25_kv_seq_slot(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, 
     out->logc = c == 1.0f ? 0.0f : logf(c);
     out->score = out->seen = 0.0f;
     if (s >= seq->comp_hi && s < seq->n_tokens) {
-        const float *m = k25_kv_slot_stat(p, seq, l, g, s);
-        out->score = m[0];
-        out->seen = m[1];
+        out->score = *k25_kv_slot_score(p, seq, l, g, s);
+        out->seen = *k25_kv_slot_seen(p, seq, s);
     }
 }

@@ -22,7 +22,7 @@
  * order for every later query.
  *
  * INT8/INT4.  The most recent slots of each layer, [n_quant[layer],
- * n_tokens), live in an fp32 residual (res_cap = kv_quant_residual +
+ * n_tokens), live in an fp16 residual (res_cap = kv_quant_residual +
  * kv_quant_group rows per (layer, K|V, KV head)); when it fills, its
  * oldest group of kv_quant_group slots is quantized into the block (the
  * key group's per-channel scales are fixed from then on) and the residual
@@ -33,7 +33,9 @@
  * needed only for slots that have not passed through compression yet:
  * slots [comp_hi, n_tokens), the recent tail plus what entered since the
  * last pass.  It lives in a per-sequence buffer seq->stats (K25_MEM_KV,
- * [slot - comp_hi][layer][kv_head][score|seen] fp32), not in the blocks,
+ * [slot - comp_hi]([layer][kv_head] score, seen) fp32: a slot there has
+ * never been merged and every layer of a step scores the same queries, so
+ * one seen serves every layer and head), not in the blocks,
  * so a compressed block carries one byte per slot (the count) and decode
  * reads no statistics.  A whole-sequence tier move moves it with the
  * residual.
@@ -54,6 +56,7 @@ struct k25_kv_pool {
     int group, vgroup;   /* key group (slots), value group (channels) */
     int residual;        /* kv_quant_residual */
     int res_cap;         /* residual rows: residual + group */
+    float *res_tmp;      /* [2][group][head_dim]: a closing group as floats (malloc'd on first use) */
     bool compress;       /* slot metadata kept (compression active) */
     size_t elem_bytes;   /* 4 (fp32) or 2 (fp16); 0 when quant */
     size_t row_bytes;    /* one stored row of head_dim values */
@@ -92,11 +95,11 @@ struct k25_kv_seq {
     int n_pos;          /* positions (tokens written) */
     int comp_hi;        /* slots [0, comp_hi) already passed through compression: they get no more scores */
     int score_window;   /* queries of a step that score its slots (the last ones; 0 = all; forward.c) */
-    struct k25_buf *stats; /* compression: [stat_cap][n_layers][n_kv_heads][score|seen] fp32 for slots
+    struct k25_buf *stats; /* compression: [stat_cap]([n_layers][n_kv_heads] score, seen) fp32 for slots
                             * comp_hi.. (see above), a backend buffer (K25_MEM_KV); NULL before first use */
     int stat_cap;          /* slots stats holds */
     int *n_quant;       /* [n_layers] slots quantized into blocks (int8/int4; malloc'd) */
-    struct k25_buf *res; /* [n_layers][K|V][n_kv_heads][res_cap][head_dim] fp32, a backend buffer (K25_MEM_KV) */
+    struct k25_buf *res; /* [n_layers][K|V][n_kv_heads][res_cap][head_dim] fp16, a backend buffer (K25_MEM_KV) */
     /* compression totals over every (layer, KV head) */
     int64_t pruned_slots, merged_slots;
     /* KV tiers (kvtier.c; all 0 / unused with tiers off, where forward.c counts every read a hit).
@@ -166,12 +169,28 @@ static inline uint8_t *k25_kv_slot_count(const struct k25_kv_pool *p, const stru
     return lay + p->meta_off + (size_t)g * p->meta_head_bytes + s % p->block_size;
 }
 
-/* score, seen of (layer l, KV head g, slot s): comp_hi <= s < n_tokens. */
-static inline float *k25_kv_slot_stat(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l, int g,
-                                      int s)
+/* Floats per slot in seq->stats: a score per (layer, KV head), then the slot's seen. */
+static inline size_t k25_kv_stat_floats(const struct k25_kv_pool *p)
+{
+    return (size_t)p->n_layers * p->n_kv_heads + 1;
+}
+
+/* The score of (layer l, KV head g, slot s): comp_hi <= s < n_tokens. */
+static inline float *k25_kv_slot_score(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l, int g,
+                                       int s)
 {
     K25_ASSERT(s >= seq->comp_hi && s - seq->comp_hi < seq->stat_cap);
-    return (float *)seq->stats->data + (((size_t)(s - seq->comp_hi) * p->n_layers + l) * p->n_kv_heads + g) * 2;
+    return (float *)seq->stats->data + (size_t)(s - seq->comp_hi) * k25_kv_stat_floats(p) +
+           (size_t)l * p->n_kv_heads + g;
+}
+
+/* The seen of slot s (comp_hi <= s < n_tokens): one figure for every layer
+ * and KV head, as every layer of a step scores the same queries and a slot
+ * in the statistics has never been merged. */
+static inline float *k25_kv_slot_seen(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int s)
+{
+    K25_ASSERT(s >= seq->comp_hi && s - seq->comp_hi < seq->stat_cap);
+    return (float *)seq->stats->data + (size_t)(s - seq->comp_hi + 1) * k25_kv_stat_floats(p) - 1;
 }
 
 /* Slot s's whole compression state (score and seen 0 below comp_hi, where none is kept). */

@@ -225,7 +225,7 @@ int k25_kv_seq_compress(struct k25_kv_pool *p, struct k25_kv_seq *seq, const str
     struct cand *cands = malloc(sizeof(*cands) * (size_t)na);
     unsigned char *gone = malloc((size_t)na);
     /* the statistics of the slots that stay uncompressed, [hi - D, n - D) after the pass */
-    const size_t per = 2 * (size_t)p->n_layers * nkv;
+    const size_t per = k25_kv_stat_floats(p);
     float *st = malloc(sizeof(float) * per * (size_t)(n - hi > 0 ? n - hi : 1));
     int rc = K25_OK;
     if (!K || !V || !meta || !pairs || !cands || !gone || !st) {
@@ -255,10 +255,10 @@ int k25_kv_seq_compress(struct k25_kv_pool *p, struct k25_kv_seq *seq, const str
             free(Vr);
             for (int s = 0; s < na - D; s++)
                 *k25_kv_slot_count(p, seq, l, g, a0 + s) = (uint8_t)meta[s].count;
-            for (int s = hi - D; s < n - D; s++) {
-                float *d = st + ((size_t)(s - (hi - D)) * p->n_layers + l) * nkv * 2 + (size_t)g * 2;
-                d[0] = meta[s - a0].score;
-                d[1] = meta[s - a0].seen;
+            for (int s = hi - D; s < n - D; s++) { /* recent slots: never merged, one seen for all heads */
+                float *d = st + (size_t)(s - (hi - D)) * per;
+                d[(size_t)l * nkv + g] = meta[s - a0].score;
+                d[per - 1] = meta[s - a0].seen;
             }
         }
         k25_kv_seq_rewind(p, seq, l, a0);

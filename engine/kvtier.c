@@ -457,13 +457,12 @@ static float block_mass(const struct k25_kv_pool *p, const struct k25_kv_seq *se
     s0 = s0 > seq->comp_hi ? s0 : seq->comp_hi;
     s1 = s1 < seq->n_tokens ? s1 : seq->n_tokens;
     double score = 0.0, seen = 0.0;
-    for (int s = s0; s < s1; s++)
+    for (int s = s0; s < s1; s++) {
         for (int l = 0; l < p->n_layers; l++)
-            for (int g = 0; g < p->n_kv_heads; g++) {
-                const float *st = k25_kv_slot_stat(p, seq, l, g, s);
-                score += st[0];
-                seen += st[1];
-            }
+            for (int g = 0; g < p->n_kv_heads; g++)
+                score += *k25_kv_slot_score(p, seq, l, g, s);
+        seen += (double)*k25_kv_slot_seen(p, seq, s) * p->n_layers * p->n_kv_heads; /* each (layer, head) saw it */
+    }
     return seen > 0.0 ? (float)(score / seen) : -1.0f;
 }
 

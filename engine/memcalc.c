@@ -45,7 +45,7 @@ void k25_kv_layout(const struct k25_config *cfg, const struct k25_model_shape *s
     double data = 2.0 * (double)p.row_bytes;                             /* K and V of one token */
     double scales = ((double)p.ks_head_bytes + (double)p.vs_head_bytes) / p.block_size;
     out->block_bytes = (int64_t)p.block_bytes;
-    out->residual_bytes = p.quant ? (int64_t)sizeof(float) * s->n_layers * 2 * s->n_kv_heads * p.res_cap * s->head_dim : 0;
+    out->residual_bytes = p.quant ? (int64_t)sizeof(uint16_t) * s->n_layers * 2 * s->n_kv_heads * p.res_cap * s->head_dim : 0;
     out->bits_per_value = (data + scales) * 8.0 / (2.0 * s->head_dim);
     out->bytes_per_token = (data + scales) * per_head_tokens;
     out->meta_bytes_per_token = (double)p.meta_head_bytes / p.block_size * per_head_tokens;
@@ -147,13 +147,12 @@ int k25_mem_estimate(const struct k25_config *cfg, const struct k25_model_shape 
         out->bytes[K25_MEM_KV] = out->kv_hot_bytes + out->kv_warm_bytes + lay.block_bytes /* copy buffer */ +
                                  (int64_t)batch * lay.residual_bytes;
     }
-    if (lay.compress) { /* pruning statistics of the uncompressed tail (kvcache.c: 64 slots, doubling) */
+    if (lay.compress) { /* pruning statistics of the uncompressed tail (kvcache.c: steps of 64 slots) */
         int64_t ch = cfg->prefill_chunk_size < context ? cfg->prefill_chunk_size : context;
-        int64_t tail = (int64_t)cfg->kv_recent_tokens + ch + cfg->kv_quant_group + 32, cap = 64;
+        int64_t tail = (int64_t)cfg->kv_recent_tokens + ch + cfg->kv_quant_group + 32;
         tail = tail < context ? tail : context;
-        while (cap < tail)
-            cap *= 2;
-        out->bytes[K25_MEM_KV] += (int64_t)batch * cap * 8 * s->n_layers * s->n_kv_heads;
+        int64_t cap = (tail + 63) / 64 * 64;
+        out->bytes[K25_MEM_KV] += (int64_t)batch * cap * 4 * ((int64_t)s->n_layers * s->n_kv_heads + 1);
     }
 
     /* the largest step: every sequence's chunk within the token budget, or

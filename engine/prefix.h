@@ -26,7 +26,7 @@
  * enable_prefix_caching when compression is active (a compressed block's
  * slots are not its tokens' positions and its statistics live in the
  * sequence).  INT8/INT4: only blocks whose every slot is quantized (none in
- * the fp32 residual) are published; a hit starts with an empty residual.
+ * the fp16 residual) are published; a hit starts with an empty residual.
  */
 #ifndef K25_PREFIX_H
 #define K25_PREFIX_H

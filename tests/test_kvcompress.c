@@ -291,9 +291,8 @@ static void test_sink_recent_survive(void **state)
             k25_kv_seq_write(&p, &seq, 0, 0, N, kv, kv + kvh * hd, 2 * kvh * hd);
             for (int g = 0; g < kvh; g++) /* scores: sinks and recent get the least attention */
                 for (int t = 0; t < N; t++) {
-                    float *m = k25_kv_slot_stat(&p, &seq, 0, g, t); /* score, seen */
-                    m[0] = (t < sink || t >= N - recent) ? 0.0f : 1.0f + frand();
-                    m[1] = 1.0f;
+                    *k25_kv_slot_score(&p, &seq, 0, g, t) = (t < sink || t >= N - recent) ? 0.0f : 1.0f + frand();
+                    *k25_kv_slot_seen(&p, &seq, t) = 1.0f;
                 }
             struct k25_kv_compress_opts o = {rs[ri], 1.0, sink, recent, 0};
             int removed;
