@@ -962,7 +962,9 @@ static void kvseq_free(struct be_state *s, struct k25_kv_pool *p, struct kvseq *
  * The bound on |stored - x| of one element (slot, channel d of head g,
  * layer l, K or V) given the inputs: exact for fp32, half an ulp for
  * fp16, half a quantization step (plus the zero point's half rounding,
- * kvquant.h) for int8/int4 slots below n_quant; exact in the residual.
+ * kvquant.h, and the fp16 rounding the value went through in the
+ * residual) for int8/int4 slots below n_quant; half an fp16 ulp in the
+ * residual (fp16).
  */
 static double kv_bound(const struct k25_kv_pool *p, const struct kvseq *ks, int l, int kv, int g, int slot, int d)
 {
@@ -971,10 +973,9 @@ static double kv_bound(const struct k25_kv_pool *p, const struct kvseq *ks, int 
     double x = X[(size_t)slot * kw + d];
     if (p->dtype == K25_DTYPE_FP32)
         return 0;
-    if (p->dtype == K25_DTYPE_FP16)
-        return fmax(fabs(x) * ldexp(1, -11), ldexp(1, -25)) * 1.0001;
-    if (slot >= ks->seq.n_quant[l])
-        return 0;
+    const double h = fmax(fabs(x) * ldexp(1, -11), ldexp(1, -25)) * 1.0001; /* half an fp16 ulp */
+    if (p->dtype == K25_DTYPE_FP16 || slot >= ks->seq.n_quant[l])
+        return h;
     double mn = INFINITY, mx = -INFINITY;
     if (kv == 0) { /* a channel over the key group */
         int t0 = slot / p->group * p->group;
@@ -990,7 +991,7 @@ static double kv_bound(const struct k25_kv_pool *p, const struct kvseq *ks, int 
         }
     }
     const int qmax = (1 << p->bits) - 1;
-    return 0.5 * ((mx - mn) + fabs(mn) * 2e-3) / qmax * 1.002 + 1e-6;
+    return 0.5 * ((mx - mn) + fabs(mn) * 2e-3) / qmax * 1.002 + 1e-6 + 2 * h;
 }
 
 /* Checks what was stored for ks against its inputs, element by element; returns the worst abs error. */

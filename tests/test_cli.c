@@ -69,6 +69,10 @@ static void test_run_json(void **state)
     assert_true(json_real_value(json_object_get(t, "ttft_ms")) > 0);
     assert_true(json_real_value(json_object_get(t, "prefill_tok_s")) > 0);
     assert_true(json_real_value(json_object_get(t, "decode_tok_s")) > 0);
+    /* the median gap between the 8 tokens: within the decode time, and no more than it allows on average
+     * for half the gaps (a median is at most twice the mean of non-negative gaps) */
+    double itl = json_real_value(json_object_get(t, "itl_median_ms")), dec = json_real_value(json_object_get(t, "decode_ms"));
+    assert_true(itl > 0 && itl <= dec && itl <= 2.0 * dec / 7);
     json_t *c = json_object_get(j, "config");
     assert_int_equal(json_integer_value(json_object_get(c, "prefill_chunk_size")), 2048);
     assert_string_equal(json_string_value(json_object_get(c, "model")), "tiny");
