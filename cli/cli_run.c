@@ -120,29 +120,22 @@ static void on_event(const struct k25_event *ev, void *user)
     }
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median gap between consecutive generated tokens in ms (0 with fewer than two): unlike the mean
  * decode rate it ignores the odd stalled step (another process, the kernel's RT throttling under
- * chrt), so benchmarks compare it. */
+ * chrt), so benchmarks compare it.  The median of an even count is the mean of the middle two. */
 static double itl_median_ms(const struct k25_result *r)
 {
-    if (r->n_output < 2)
-        return 0.0;
-    uint64_t *gap = malloc(sizeof(uint64_t) * (size_t)(r->n_output - 1));
+    const int n = r->n_output - 1;
+    double *gap = n > 0 ? malloc(sizeof(double) * (size_t)n) : NULL;
     if (!gap)
         return 0.0;
-    for (int i = 1; i < r->n_output; i++)
-        gap[i - 1] = r->token_t_ns[i] - r->token_t_ns[i - 1];
-    qsort(gap, (size_t)(r->n_output - 1), sizeof(uint64_t), cmp_u64);
-    const int n = r->n_output - 1;
-    double med = n % 2 ? (double)gap[n / 2] : ((double)gap[n / 2 - 1] + (double)gap[n / 2]) / 2.0;
+    for (int i = 0; i < n; i++)
+        gap[i] = (double)(r->token_t_ns[i + 1] - r->token_t_ns[i]) / 1e6;
+    struct k25_dist d;
+    k25_stats_describe(gap, (size_t)n, &d); /* sorts gap */
+    double med = k25_stats_quantile(gap, (size_t)n, 0.5, K25_PCTL_LINEAR);
     free(gap);
-    return med / 1e6;
+    return med;
 }
 
 static double peak_rss_mb(void)
