@@ -70,18 +70,28 @@ static int parse_impls(void *dest, const char *name, const char *value, struct k
     return K25_OK;
 }
 
-/* --dtype fp32,fp16 */
+/* --dtype fp32,fp16,int8,int4 */
 static int parse_dtypes(void *dest, const char *name, const char *value, struct k25_error *err)
 {
+    static const char *const names[] = {"fp32", "fp16", "int8", "int4"};
+    static const enum k25_dtype types[] = {K25_DTYPE_FP32, K25_DTYPE_FP16, K25_DTYPE_INT8, K25_DTYPE_INT4};
     struct k25_attn_bench_opts *o = dest;
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", value);
     int n = 0;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (n == 2 || (strcmp(tok, "fp32") && strcmp(tok, "fp16")))
+        int k = 0;
+        while (k < 4 && strcmp(tok, names[k]))
+            k++;
+        for (int i = 0; k < 4 && i < n; i++)
+            if (o->dtypes[i] == types[k])
+                k = 4; /* named twice */
+        if (k == 4)
             return k25_cliopt_error(err, K25_EINVAL, name,
-                                    "expected a list of fp32, fp16 (the KV cache's storage types); got \"%s\"", value);
-        o->dtypes[n++] = strcmp(tok, "fp32") ? K25_DTYPE_FP16 : K25_DTYPE_FP32;
+                                    "expected a list of distinct fp32, fp16, int8, int4 (the KV cache's storage "
+                                    "types); got \"%s\"",
+                                    value);
+        o->dtypes[n++] = types[k];
     }
     if (n == 0)
         return k25_cliopt_error(err, K25_EINVAL, name, "empty list");
@@ -129,7 +139,9 @@ int k25_cmd_attn_bench(int argc, char **argv)
         {.names = {"--head-dim"}, .type = K25_OPT_INT, .dest = &o.head_dim, .min = 1, .max = 1024, .metavar = "D",
          .help = "head dimension"},
         {.names = {"--dtype"}, .type = K25_OPT_CALL, .dest = &o, .parse = parse_dtypes, .metavar = "LIST",
-         .deflt = "fp32", .help = "KV storage: fp32, fp16"},
+         .deflt = "fp32",
+         .help = "KV storage: fp32, fp16, int8, int4 (int8/int4 as the engine stores them: key groups of 32 slots, "
+                 "value groups of 32 channels, the newest 128-160 slots in the fp16 residual)"},
         {.names = {"--decode"}, .type = K25_OPT_FLAG, .dest = &o.decode,
          .help = "one query at the end of the context (decode) instead of prefill"},
         {.names = {"--repeat"}, .type = K25_OPT_INT, .dest = &o.repeat, .min = 1, .max = 1000,
@@ -158,7 +170,7 @@ int k25_cmd_attn_bench(int argc, char **argv)
     const struct k25_cliopt_cmd cmd = {
         .name = "attn-bench",
         .usage = "attn-bench [--impl chunked,flash2,naive] [--context 1k,4k,16k,64k] [--chunk 512,2048]\n"
-                 "                      [--heads H] [--kv-heads K] [--head-dim D] [--dtype fp32,fp16] [--decode]\n"
+                 "                      [--heads H] [--kv-heads K] [--head-dim D] [--dtype fp32,fp16,int8,int4] [--decode]\n"
                  "                      [--repeat N] [--warmup N] [--block-size N] [--threads N] [--seed S]\n"
                  "                      [--mem-limit-mb N] [--out attn.h5] [--json] [--json-file F] [--quiet]",
         .about = "Times the attention implementations on random N(0,1) data in a paged KV cache, after\n"

@@ -977,6 +977,52 @@ static inline void prefetch_next_tile(const struct k25_kv_view *kv, int g, int k
 }
 
 /*
+ * add_logc for a decode tile (inside one block, nk <= DT) in registers: the
+ * tile's counts are checked at once (nothing to add when none is merged),
+ * and counts 1..16 take ln from two 8-float registers loaded from
+ * k25_kv_logc's table (so the offsets are its values, bit for bit); a tile
+ * with a count above 16 goes through add_logc.  Each row adds the offsets
+ * to its scores as add_logc does (one fp32 add per score); the lanes from
+ * nk on get ln 1 = 0.
+ */
+static inline void add_logc_avx2(const struct k25_kv_view *kv, int g, int k0, int nk, float *s, int rows, float *lc)
+{
+    if (!kv->has_meta)
+        return;
+    const int bs = kv->block_size;
+    const uint8_t *c = (const uint8_t *)kv->k_blocks[k0 / bs] + kv->meta_off + (size_t)g * bs + k0 % bs;
+    uint8_t cb[DT];
+    if (nk == DT) {
+        memcpy(cb, c, DT);
+    } else { /* a short tile: its counts, then 1s (nothing past the block's counts is read) */
+        memset(cb, 1, sizeof(cb));
+        memcpy(cb, c, (size_t)nk);
+    }
+    const __m256i cv = _mm256_loadu_si256((const __m256i *)cb), one = _mm256_set1_epi8(1);
+    if ((unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(cv, one)) == 0xffffffffu)
+        return; /* no merged slot in the tile: every ln 1 = 0 */
+    const __m256i c1 = _mm256_sub_epi8(cv, one); /* count - 1: 0..15 in the registers' range */
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_min_epu8(c1, _mm256_set1_epi8(15)), c1)) != -1) {
+        add_logc(kv, g, k0, nk, s, rows, DT, lc); /* a count above 16 (or 0, which no kept slot has) */
+        return;
+    }
+    const float *lt = k25_kv_logc_table();
+    const __m256 t0 = _mm256_loadu_ps(lt + 1), t1 = _mm256_loadu_ps(lt + 9); /* ln 1..8, ln 9..16 */
+    __m256 off[DT / 8];
+    for (int i = 0; i < DT / 8; i++) {
+        const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(cb + 8 * i)));
+        const __m256i i1 = _mm256_sub_epi32(idx, _mm256_set1_epi32(1));
+        const __m256 hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(i1, _mm256_set1_epi32(7)));
+        off[i] = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, i1), _mm256_permutevar8x32_ps(t1, i1), hi);
+    }
+    for (int r = 0; r < rows; r++) {
+        float *sr = s + (size_t)r * DT;
+        for (int i = 0; i < DT / 8; i++)
+            _mm256_storeu_ps(sr + 8 * i, _mm256_add_ps(_mm256_loadu_ps(sr + 8 * i), off[i]));
+    }
+}
+
+/*
  * One decode tile of nk keys from k0 (inside one block; for int8/int4
  * below n_quant, inside one key group), every row: scores, ln-count
  * offsets, raw logits for scoring, online softmax, then P V.
@@ -1007,7 +1053,7 @@ decode_tile_avx2_nv(const struct k25_kv_view *kv, int g, int k0, int nk, int row
         }
         qk_tile_avx2(sc->q, K, rows, nk, sc->s, nv);
     }
-    add_logc(kv, g, k0, nk, sc->s, rows, DT, sc->lc);
+    add_logc_avx2(kv, g, k0, nk, sc->s, rows, sc->lc);
     raw_store(kv, raw, raw_ld, k0, nk, sc->s, rows);
     for (int r = 0; r < rows; r++)
         softmax_row_avx2(sc->s + (size_t)r * DT, nk, lim0 + r / group + 1, &sc->m[r], &sc->l[r],

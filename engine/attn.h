@@ -61,6 +61,8 @@ const float *k25_kv_rows(const struct k25_kv_view *kv, const void *const *blocks
  * untouched) when the view has no slot metadata or every count is 1 (the
  * term is 0: callers then add nothing). */
 bool k25_kv_logc(const struct k25_kv_view *kv, int g, int k0, int n, float *out);
+/* The table k25_kv_logc reads: ln(c) for a count c in 0..255 (ln 1 = 0 exactly). */
+const float *k25_kv_logc_table(void);
 
 /* Whether k25_kv_rows may need tmp for tiles of `tile` tokens starting at multiples of tile. */
 bool k25_kv_rows_need_tmp(const struct k25_kv_view *kv, int tile);

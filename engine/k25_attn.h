@@ -15,6 +15,22 @@
 struct k25_mem_acct; /* alloc.c: where kernel scratch is charged (NULL: the process only) */
 
 /*
+ * The int8/int4 quantizers that produce the layout described below
+ * (engine/kvquant.c; asymmetric min/max, IEEE-half scale and zero, error
+ * at most scale / 2 per value).  Bytes of one quantized row of hd values:
+ */
+static inline size_t k25_kvq_row_bytes(int hd, int bits)
+{
+    return (size_t)hd * (size_t)bits / 8;
+}
+/* Keys, per channel over a group of G tokens: x[G][x_stride] (hd channels
+ * used) -> q rows [G][row_bytes] and sz[2][hd] (scale row, zero row). */
+void k25_kvq_quant_keys(const float *x, int x_stride, int G, int hd, int bits, uint8_t *q, uint16_t *sz);
+/* Values, per token over groups of vg channels: one row x[hd] -> q
+ * (row_bytes) and sz[hd/vg][2] (scale, zero). */
+void k25_kvq_quant_value_row(const float *x, int hd, int vg, int bits, uint8_t *q, uint16_t *sz);
+
+/*
  * The KV cache of one sequence for one layer, as the attention kernel
  * reads it.  Slots, not positions: slot i of a sequence is its i-th kept
  * KV entry.  Without compression slot = position; after pruning/merging

@@ -538,6 +538,12 @@ static void logc_init(void)
         g_logc[c] = c == 1 ? 0.0f : logf((float)c);
 }
 
+const float *k25_kv_logc_table(void)
+{
+    pthread_once(&g_logc_once, logc_init);
+    return g_logc;
+}
+
 /* Whether any of the n counts c[0..n) is not 1 (a merged slot), eight at a time. */
 static bool any_merged(const uint8_t *c, int n)
 {
@@ -568,12 +574,12 @@ bool k25_kv_logc(const struct k25_kv_view *kv, int g, int k0, int n, float *out)
     }
     if (!any) /* no merged slot in the tile (the common case): every ln 1 = 0, nothing to add */
         return false;
-    pthread_once(&g_logc_once, logc_init);
+    const float *lt = k25_kv_logc_table();
     for (int done = 0; done < n;) {
         int k = k0 + done, take = bs - k % bs < n - done ? bs - k % bs : n - done;
         const uint8_t *c = (const uint8_t *)kv->k_blocks[k / bs] + kv->meta_off + (size_t)g * bs + k % bs;
         for (int i = 0; i < take; i++)
-            out[done + i] = g_logc[c[i]];
+            out[done + i] = lt[c[i]];
         done += take;
     }
     return true;

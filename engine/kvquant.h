@@ -16,22 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bytes of one quantized row of hd values. */
-static inline size_t k25_kvq_row_bytes(int hd, int bits)
-{
-    return (size_t)hd * (size_t)bits / 8;
-}
+#include "k25_attn.h" /* k25_kvq_row_bytes and the quantizers (public: attn-bench fills views with them) */
 
-/*
- * Keys: x[G][x_stride] (hd channels used) -> q rows [G][row_bytes] and
- * sz[2][hd] (scale row, zero row) as halves.
- */
-void k25_kvq_quant_keys(const float *x, int x_stride, int G, int hd, int bits, uint8_t *q, uint16_t *sz);
 /* One key row: q (row_bytes), sz_f[2][hd] as floats -> dst[hd]. */
 void k25_kvq_dequant_key_row(const uint8_t *q, const float *sz_f, int hd, int bits, float *dst);
 
-/* Values: one row x[hd] -> q (row_bytes) and sz[hd/vg][2] (scale, zero). */
-void k25_kvq_quant_value_row(const float *x, int hd, int vg, int bits, uint8_t *q, uint16_t *sz);
 /* One value row back: dst[hd]. */
 void k25_kvq_dequant_value_row(const uint8_t *q, const uint16_t *sz, int hd, int vg, int bits, float *dst);
 

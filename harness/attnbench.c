@@ -220,49 +220,123 @@ static float randn(struct normal_rng *g)
 /* One paged KV cache of n tokens (one layer), blocks from the tracker (K25_MEM_KV). */
 struct bench_kv {
     int n_blocks;
-    void **blocks;         /* [n_blocks] block = [K|V][kv_head][block][hd] */
+    size_t block_bytes;
+    void **blocks;         /* [n_blocks] block = [K|V][kv_head][block][row] (+ int8/int4 scales) */
     const void **kp, **vp; /* views into blocks */
+    uint16_t *res;         /* int8/int4: the fp16 residual [K|V][kv_head][res_cap][hd] (malloc'd) */
     struct k25_kv_view view;
 };
 
+/* int8/int4 as the engine's defaults store them (kv_quant_group, kv_quant_residual). */
+#define BENCH_QGROUP 32
+#define BENCH_QRESIDUAL 128
+
+/* Bytes a decode call reads per token of one KV head: K and V rows plus, for int8/int4, the key
+ * group's scale/zero rows (per token) and the value row's per-group scale/zero. */
+static double kv_token_bytes(enum k25_dtype dt, int hd)
+{
+    if (dt == K25_DTYPE_FP32 || dt == K25_DTYPE_FP16)
+        return 2.0 * hd * (dt == K25_DTYPE_FP32 ? 4 : 2);
+    const int vg = BENCH_QGROUP < hd ? BENCH_QGROUP : hd;
+    return 2.0 * (double)k25_kvq_row_bytes(hd, dt == K25_DTYPE_INT8 ? 8 : 4) + 2.0 * hd * 2 / BENCH_QGROUP +
+           (double)(hd / vg) * 2 * 2;
+}
+
+/* Fills an int8/int4 block's head g: keys quantized per key group, values per row. */
+static void kv_quant_fill(unsigned char *blk, const struct k25_kv_view *v, size_t half, int g, int bits,
+                          struct normal_rng *rng, float *x)
+{
+    const int bs = v->block_size, hd = v->head_dim, nvg = hd / v->vgroup;
+    const size_t rb = k25_kvq_row_bytes(hd, bits);
+    uint8_t *kq = blk + (size_t)g * bs * rb, *vq = blk + half + (size_t)g * bs * rb;
+    uint16_t *ks = (uint16_t *)(blk + v->ks_off) + (size_t)g * (bs / v->group) * 2 * hd;
+    uint16_t *vs = (uint16_t *)(blk + v->vs_off) + (size_t)g * bs * nvg * 2;
+    for (int t0 = 0; t0 < bs; t0 += v->group) {
+        for (int i = 0; i < v->group * hd; i++)
+            x[i] = randn(rng);
+        k25_kvq_quant_keys(x, hd, v->group, hd, bits, kq + (size_t)t0 * rb, ks + (size_t)(t0 / v->group) * 2 * hd);
+    }
+    for (int t = 0; t < bs; t++) {
+        for (int i = 0; i < hd; i++)
+            x[i] = randn(rng);
+        k25_kvq_quant_value_row(x, hd, v->vgroup, bits, vq + (size_t)t * rb, vs + (size_t)t * nvg * 2);
+    }
+}
+
 /*
- * from == NULL: fill with N(0,1) values; otherwise copy from's contents
- * (the layers exist to defeat the caches, not to differ, and drawing
- * hundreds of millions of normals would dominate a decode benchmark).
+ * from == NULL: fill with N(0,1) values (int8/int4: quantized from them as
+ * the engine does, the slots from n_quant on in the fp16 residual);
+ * otherwise copy from's contents (the layers exist to defeat the caches,
+ * not to differ, and drawing hundreds of millions of normals would
+ * dominate a decode benchmark).
  */
 static int kv_make(struct bench_kv *kv, int n, int kv_heads, int hd, int bs, enum k25_dtype dt, struct normal_rng *rng,
                    const struct bench_kv *from)
 {
     memset(kv, 0, sizeof(*kv));
-    size_t elem = dt == K25_DTYPE_FP32 ? 4 : 2, half = (size_t)kv_heads * bs * hd * elem;
+    const bool quant = dt == K25_DTYPE_INT8 || dt == K25_DTYPE_INT4;
+    const int bits = dt == K25_DTYPE_INT8 ? 8 : 4, vg = BENCH_QGROUP < hd ? BENCH_QGROUP : hd;
+    const size_t row = quant ? k25_kvq_row_bytes(hd, bits) : (size_t)hd * (dt == K25_DTYPE_FP32 ? 4 : 2);
+    const size_t half = (size_t)kv_heads * bs * row;
+    kv->view = (struct k25_kv_view){.n_tokens = n, .block_size = bs, .n_kv_heads = kv_heads, .head_dim = hd, .dtype = dt};
+    kv->block_bytes = 2 * half;
+    if (quant) {
+        if (bs % BENCH_QGROUP || hd % vg || (bits == 4 && hd % 2))
+            return K25_EINVAL;
+        kv->view.group = BENCH_QGROUP;
+        kv->view.vgroup = vg;
+        kv->view.ks_off = 2 * half;
+        kv->view.vs_off = kv->view.ks_off + (size_t)kv_heads * (bs / BENCH_QGROUP) * 2 * hd * sizeof(uint16_t);
+        kv->block_bytes = kv->view.vs_off + (size_t)kv_heads * bs * (hd / vg) * 2 * sizeof(uint16_t);
+        int nq = n > BENCH_QRESIDUAL ? (n - BENCH_QRESIDUAL) / BENCH_QGROUP * BENCH_QGROUP : 0;
+        kv->view.n_quant = nq;
+        kv->view.res_cap = BENCH_QRESIDUAL + BENCH_QGROUP;
+        size_t rn = (size_t)2 * kv_heads * kv->view.res_cap * hd;
+        kv->res = malloc(sizeof(uint16_t) * rn);
+        if (!kv->res)
+            return K25_ENOMEM;
+        for (size_t i = 0; i < rn; i++)
+            kv->res[i] = from ? from->res[i] : k25_fp32_to_fp16(randn(rng));
+        kv->view.res_k = kv->res;
+        kv->view.res_v = kv->res + rn / 2;
+    }
     kv->n_blocks = (n + bs - 1) / bs;
     kv->blocks = calloc((size_t)kv->n_blocks, sizeof(void *));
     kv->kp = calloc((size_t)kv->n_blocks, sizeof(void *));
     kv->vp = calloc((size_t)kv->n_blocks, sizeof(void *));
-    if (!kv->blocks || !kv->kp || !kv->vp)
+    float *x = quant ? malloc(sizeof(float) * (size_t)BENCH_QGROUP * hd) : NULL;
+    if (!kv->blocks || !kv->kp || !kv->vp || (quant && !x)) {
+        free(x);
         return K25_ENOMEM;
+    }
     for (int b = 0; b < kv->n_blocks; b++) {
-        unsigned char *blk = k25_alloc(K25_MEM_KV, 2 * half);
-        if (!blk)
+        unsigned char *blk = k25_alloc(K25_MEM_KV, kv->block_bytes);
+        if (!blk) {
+            free(x);
             return K25_ENOMEM;
+        }
         kv->blocks[b] = blk;
         kv->kp[b] = blk;
         kv->vp[b] = blk + half;
         if (from) {
-            memcpy(blk, from->blocks[b], 2 * half);
-            continue;
-        }
-        size_t cnt = 2 * half / elem;
-        for (size_t i = 0; i < cnt; i++) {
-            float x = randn(rng);
-            if (dt == K25_DTYPE_FP32)
-                ((float *)blk)[i] = x;
-            else
-                ((uint16_t *)blk)[i] = k25_fp32_to_fp16(x);
+            memcpy(blk, from->blocks[b], kv->block_bytes);
+        } else if (quant) {
+            for (int g = 0; g < kv_heads; g++)
+                kv_quant_fill(blk, &kv->view, half, g, bits, rng, x);
+        } else {
+            size_t cnt = 2 * half / (dt == K25_DTYPE_FP32 ? 4 : 2);
+            for (size_t i = 0; i < cnt; i++) {
+                float v = randn(rng);
+                if (dt == K25_DTYPE_FP32)
+                    ((float *)blk)[i] = v;
+                else
+                    ((uint16_t *)blk)[i] = k25_fp32_to_fp16(v);
+            }
         }
     }
-    kv->view = (struct k25_kv_view){.n_tokens = n, .block_size = bs, .n_kv_heads = kv_heads, .head_dim = hd, .dtype = dt,
-                                      .k_blocks = kv->kp, .v_blocks = kv->vp};
+    free(x);
+    kv->view.k_blocks = kv->kp;
+    kv->view.v_blocks = kv->vp;
     return K25_OK;
 }
 
@@ -273,6 +347,7 @@ static void kv_free(struct bench_kv *kv)
     free(kv->blocks);
     free(kv->kp);
     free(kv->vp);
+    free(kv->res);
     memset(kv, 0, sizeof(*kv));
 }
 
@@ -294,13 +369,15 @@ static int run_setting(const struct k25_attn_bench_opts *o, const struct k25_att
     const int64_t N = row->context;
     const bool decode = strcmp(row->mode, "decode") == 0;
     enum k25_attn_impl impl;
-    enum k25_dtype dt = strcmp(row->dtype, "fp16") == 0 ? K25_DTYPE_FP16 : K25_DTYPE_FP32;
+    enum k25_dtype dt = !strcmp(row->dtype, "fp16")   ? K25_DTYPE_FP16
+                        : !strcmp(row->dtype, "int8") ? K25_DTYPE_INT8
+                        : !strcmp(row->dtype, "int4") ? K25_DTYPE_INT4
+                                                      : K25_DTYPE_FP32;
     int rc = k25_attn_impl_parse(row->impl, &impl, err);
     if (rc)
         return rc;
     const int64_t q_rows = decode ? 1 : (row->chunk > 0 ? row->chunk : N);
-    const int64_t elem = dt == K25_DTYPE_FP32 ? 4 : 2;
-    const int64_t kv_layer_bytes = (N + bs - 1) / bs * (int64_t)bs * KH * hd * 2 * elem;
+    const int64_t kv_layer_bytes = (int64_t)((N + bs - 1) / bs * bs * KH * kv_token_bytes(dt, hd));
 
     /* what it needs, by the calculator, before attempting it */
     row->calc_scratch_bytes = k25_attn_scratch_bytes(impl, H, KH, hd, bs, dt, 1, q_rows, N, m->threads);
@@ -339,9 +416,14 @@ static int run_setting(const struct k25_attn_bench_opts *o, const struct k25_att
         goto out_free;
     }
     for (int l = 0; l < layers; l++)
-        if (kv_make(&kvs[l], (int)N, KH, hd, bs, dt, rng, l ? &kvs[0] : NULL) != K25_OK) {
-            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory for a %lld-token KV cache",
-                               (long long)N);
+        if ((rc = kv_make(&kvs[l], (int)N, KH, hd, bs, dt, rng, l ? &kvs[0] : NULL)) != K25_OK) {
+            if (rc == K25_EINVAL)
+                rc = k25_error_set(err, K25_EINVAL, NULL, 0, "--dtype",
+                                   "%s needs --block-size a multiple of %d and head_dim a multiple of %d (got %d, %d)",
+                                   row->dtype, BENCH_QGROUP, BENCH_QGROUP < hd ? BENCH_QGROUP : 2, bs, hd);
+            else
+                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory for a %lld-token KV cache",
+                                   (long long)N);
             goto out_free;
         }
     for (int64_t i = 0; i < (decode ? 1 : N) * H * hd; i++)
@@ -366,6 +448,10 @@ static int run_setting(const struct k25_attn_bench_opts *o, const struct k25_att
                 struct k25_attn_job job = {q + (size_t)c0 * H * hd, H * hd, nq, (int)c0, kvs[0].view,
                                            out + (size_t)c0 * H * hd, H * hd, NULL};
                 job.kv.n_tokens = (int)(c0 + nq); /* the cache holds what is prefilled so far */
+                if (job.kv.res_k) /* int8/int4: quantized up to the residual, as the engine would have */
+                    job.kv.n_quant = job.kv.n_tokens > BENCH_QRESIDUAL
+                                         ? (job.kv.n_tokens - BENCH_QRESIDUAL) / BENCH_QGROUP * BENCH_QGROUP
+                                         : 0;
                 fn(&job, 1, H, scale, NULL);
             }
         }
@@ -393,7 +479,7 @@ static int run_setting(const struct k25_attn_bench_opts *o, const struct k25_att
     double pairs = decode ? (double)N : (double)N * (double)(N + 1) / 2.0;
     row->gflop = 4.0 * hd * H * pairs / 1e9;
     row->gflops = row->gflop / (row->median_ms / 1e3);
-    row->kv_bytes = (double)N * KH * hd * 2 * elem;
+    row->kv_bytes = (double)N * KH * kv_token_bytes(dt, hd);
     row->gbps = row->kv_bytes / (row->median_ms / 1e3) / 1e9;
     row->frac_fma_peak = m->fma_peak_gflops > 0 ? row->gflops / m->fma_peak_gflops : 0.0;
     row->frac_bandwidth = m->triad_gbps > 0 ? row->gbps / m->triad_gbps : 0.0;
@@ -468,7 +554,7 @@ int k25_attn_bench_run(const struct k25_attn_bench_opts *o, const struct k25_att
 {
     memset(res, 0, sizeof(*res));
     res->machine = *m;
-    struct normal_rng rng = {o->seed ? o->seed : 0x6174746eULL, 0.0f, false};
+    const uint64_t base = o->seed ? o->seed : 0x6174746eULL;
     int total = 0, done = 0;
     /* the settings: prefill (unless decode only), decode when asked */
     for (int pass = 0; pass < 2; pass++)
@@ -503,6 +589,10 @@ int k25_attn_bench_run(const struct k25_attn_bench_opts *o, const struct k25_att
                         if (o->progress)
                             fprintf(stderr, "\r\033[Kattn-bench: %d/%d %s %s %s ctx=%lld chunk=%lld", ++done, total,
                                     r->impl, r->mode, r->dtype, (long long)r->context, (long long)r->chunk);
+                        /* every implementation of one (dtype, context) gets the same data */
+                        struct normal_rng rng = {base + 0x9E3779B97F4A7C15ULL * (uint64_t)(d * 65537 + c + 1), 0.0f,
+                                                 false};
+                        rng.s += rng.s == 0; /* xorshift needs a nonzero state */
                         int rc = run_setting(o, m, r, &rng, err);
                         if (rc)
                             return rc;

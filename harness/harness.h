@@ -702,7 +702,7 @@ struct k25_attn_bench_opts {
     int n_contexts;
     int chunks[8];
     int n_chunks;
-    enum k25_dtype dtypes[2];
+    enum k25_dtype dtypes[4]; /* fp32, fp16, int8, int4 (each at most once) */
     int n_dtypes;
     int heads, kv_heads, head_dim, block_size;
     bool decode;               /* decode settings instead of prefill */

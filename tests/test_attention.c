@@ -659,14 +659,62 @@ static void test_bench_skip_and_outputs(void **state)
     k25_attn_bench_result_free(&res);
 }
 
+/* attn-bench on int8/int4 caches: stored as the engine stores them (codes, scales, the fp16
+ * residual), read by every implementation, bytes per token counted in the storage format, and
+ * the chunked kernels (on the codes) agree with flash2 (on dequantized rows). */
+static void test_bench_quantized(void **state)
+{
+    (void)state;
+    k25_set_threads(2);
+    struct k25_attn_bench_opts o;
+    memset(&o, 0, sizeof(o));
+    o.impls[0] = K25_ATTN_CHUNKED, o.impls[1] = K25_ATTN_FLASH2, o.n_impls = 2;
+    o.contexts[0] = 1000, o.n_contexts = 1; /* 864 quantized slots, 136 in the residual */
+    o.dtypes[0] = K25_DTYPE_INT8, o.dtypes[1] = K25_DTYPE_INT4, o.n_dtypes = 2;
+    o.heads = 8, o.kv_heads = 2, o.head_dim = 64, o.block_size = 64;
+    o.repeat = 1, o.warmup = 0, o.seed = 11, o.decode = true;
+    struct k25_attn_machine m = {2, 100.0, 10.0, 0, 0};
+    struct k25_attn_bench_result res;
+    struct k25_error err;
+    assert_int_equal(k25_attn_bench_run(&o, &m, &res, &err), 0);
+    assert_int_equal(res.n_rows, 4);
+    for (int i = 0; i < res.n_rows; i++) {
+        const struct k25_attn_bench_row *r = &res.rows[i];
+        assert_string_equal(r->status, "ok");
+        /* K and V codes + key scale/zero rows per 32 slots + value scale/zero per 32 channels */
+        const double per = !strcmp(r->dtype, "int8") ? 2 * 64 + 2 * 64 * 2 / 32.0 + 2 * 2 * 2
+                                                     : 2 * 32 + 2 * 64 * 2 / 32.0 + 2 * 2 * 2;
+        assert_true(fabs(r->kv_bytes - 1000.0 * 2 * per) < 1e-6);
+        assert_true(r->gbps > 0);
+    }
+    /* same data (same seed per dtype), two implementations: 8 heads x 64 outputs summed */
+    for (int d = 0; d < 2; d++) {
+        const struct k25_attn_bench_row *c = &res.rows[2 * d], *f = &res.rows[2 * d + 1];
+        assert_string_equal(c->impl, "chunked");
+        assert_string_equal(f->impl, "flash2");
+        assert_string_equal(c->dtype, f->dtype);
+        print_message("%s: checksum chunked %.6f flash2 %.6f\n", c->dtype, c->checksum, f->checksum);
+        assert_true(fabs(c->checksum - f->checksum) < 0.05);
+    }
+    k25_attn_bench_result_free(&res);
+    o.block_size = 48; /* not a whole number of key groups */
+    o.n_impls = 1;
+    assert_int_equal(k25_attn_bench_run(&o, &m, &res, &err), K25_EINVAL);
+    assert_non_null(strstr(err.msg, "--block-size"));
+}
+
 /* The binary: bad arguments name the flag; a tiny run prints JSON. */
 static void test_bench_cli(void **state)
 {
     (void)state;
     char cmd[1024], *out = NULL;
-    snprintf(cmd, sizeof(cmd), "%s attn-bench --dtype int8", tu_k25());
+    snprintf(cmd, sizeof(cmd), "%s attn-bench --dtype int3", tu_k25());
     assert_int_equal(tu_run(cmd, &out), 2);
     assert_non_null(strstr(out, "--dtype"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s attn-bench --dtype int4,fp16,int4", tu_k25());
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "distinct"));
     free(out);
     snprintf(cmd, sizeof(cmd), "%s attn-bench --heads 6 --kv-heads 4", tu_k25());
     assert_int_equal(tu_run(cmd, &out), 2);
@@ -695,6 +743,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_int4_codes),
         cmocka_unit_test(test_allocator),
         cmocka_unit_test(test_bench_skip_and_outputs),
+        cmocka_unit_test(test_bench_quantized),
         cmocka_unit_test(test_bench_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -214,6 +214,88 @@ static void test_quantized_attention_matches_dequantized(void **state)
     }
 }
 
+/*
+ * The decode kernels' ln(count) term on every kind of tile: no merged slot,
+ * counts 2..16 (taken from registers), a count above 16 (through the
+ * table), and short tiles at block ends (block size 48: tiles of 32 and
+ * 16).  fp32 and fp16: the chunked decode (one query, the AVX2 tile path
+ * where built) against a double-precision softmax(q k / sqrt(hd) + ln
+ * count) V over the stored rows within 1e-5, and against itself with every
+ * count 1, which must move it.  (flash2 and naive take no compressed
+ * sequences: they ignore the counts.)
+ */
+static void test_logc_tiles(void **state)
+{
+    (void)state;
+    const int kvh = 2, hd = 64, H = 8, N = 1000, group = H / kvh;
+    struct k25_model_shape s = shape1(kvh, hd);
+    const enum k25_dtype dts[] = {K25_DTYPE_FP32, K25_DTYPE_FP16};
+    for (int di = 0; di < 2; di++) {
+        struct k25_error err;
+        struct k25_config c;
+        k25_config_init(&c);
+        c.kv_block_size = 48;
+        c.kv_compression_ratio = 0.5; /* slot counts kept (nothing is compressed here) */
+        c.kv_cache_dtype = dts[di];
+        struct k25_kv_pool p;
+        struct k25_kv_seq seq = {0};
+        assert_int_equal(k25_kv_pool_init(&p, &s, &c, 0, cpu(), &err), 0);
+        assert_true(p.compress);
+        float *kv = malloc(sizeof(float) * N * 2 * kvh * hd);
+        for (int i = 0; i < N * 2 * kvh * hd; i++)
+            kv[i] = frand() * 2;
+        assert_int_equal(k25_kv_seq_reserve(&p, &seq, N, &err), 0);
+        k25_kv_seq_write(&p, &seq, 0, 0, N, kv, kv + kvh * hd, 2 * kvh * hd);
+        for (int g = 0; g < kvh; g++)
+            for (int t = 0; t < N; t++) {
+                const int tile = t / 32; /* by 32-slot stretch: none merged, small counts, one large */
+                uint8_t cnt = 1;
+                if (tile % 3 == 1 && t % 5 == g)
+                    cnt = (uint8_t)(2 + (t * 7 + g) % 15); /* 2..16 */
+                else if (tile % 3 == 2 && t % 32 == 9 + g)
+                    cnt = (uint8_t)(17 + (t * 13) % 239); /* 17..255 */
+                *k25_kv_slot_count(&p, &seq, 0, g, t) = cnt;
+            }
+        float q[8 * 64], o1[8 * 64], o3[8 * 64], ref[8 * 64];
+        for (int i = 0; i < H * hd; i++)
+            q[i] = frand() * 2;
+        float *K = malloc(sizeof(float) * N * hd), *V = malloc(sizeof(float) * N * hd);
+        double *sc = malloc(sizeof(double) * N);
+        for (int h = 0; h < H; h++) {
+            const int g = h / group;
+            k25_kv_seq_read(&p, &seq, 0, g, 0, N, K, V);
+            double mx = -INFINITY, sum = 0;
+            for (int t = 0; t < N; t++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++)
+                    d += (double)q[h * hd + i] * K[t * hd + i];
+                sc[t] = d / sqrt((double)hd) + log((double)*k25_kv_slot_count(&p, &seq, 0, g, t));
+                mx = fmax(mx, sc[t]);
+            }
+            for (int t = 0; t < N; t++)
+                sum += (sc[t] = exp(sc[t] - mx));
+            for (int i = 0; i < hd; i++) {
+                double o = 0;
+                for (int t = 0; t < N; t++)
+                    o += sc[t] * V[t * hd + i];
+                ref[h * hd + i] = (float)(o / sum);
+            }
+        }
+        attend(&p, &seq, q, 1, H, o1, k25_attn_impl_get(K25_ATTN_CHUNKED)->run);
+        print_message("%s: chunked decode with merged counts vs the double reference: %.3g\n",
+                      k25_dtype_name(dts[di]), rel(o1, ref, H * hd));
+        assert_true(rel(o1, ref, H * hd) < 1e-5);
+        for (int g = 0; g < kvh; g++)
+            for (int t = 0; t < N; t++)
+                *k25_kv_slot_count(&p, &seq, 0, g, t) = 1;
+        attend(&p, &seq, q, 1, H, o3, k25_attn_impl_get(K25_ATTN_CHUNKED)->run);
+        assert_true(rel(o3, o1, H * hd) > 1e-3); /* the counts mattered */
+        free(K), free(V), free(sc), free(kv);
+        k25_kv_seq_release(&p, &seq, NULL, NULL);
+        k25_kv_pool_free(&p);
+    }
+}
+
 /* Pairs of identical keys merged: the attention output does not move (ln 2 on the merged logit). */
 static void test_merge_identical_keys(void **state)
 {
@@ -600,6 +682,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_quant_error_bounds),
         cmocka_unit_test(test_quantized_attention_matches_dequantized),
         cmocka_unit_test(test_merge_identical_keys),
+        cmocka_unit_test(test_logc_tiles),
         cmocka_unit_test(test_sink_recent_survive),
         cmocka_unit_test(test_kept_fraction),
         cmocka_unit_test(test_ratio_one_bit_identical),
