@@ -658,6 +658,14 @@ int k25_sweep_run(const struct k25_sweep_spec *spec, const struct k25_sweep_opts
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGCHLD, &old_chld, NULL);
+    /* leftovers of writers that died during the sweep (a killed earlier run whose children were
+     * still being reaped when the folders were prepared): the same rule, now that they are gone */
+    for (int i = 0; i < n && o->task < 0; i++)
+        if (sel[i]) {
+            char dir[2048];
+            snprintf(dir, sizeof(dir), "%s/points/%s", o->out, pts[i].id);
+            clean_temporaries(dir, -1);
+        }
     if (!rc && o->task < 0 && (rc = k25_sweep_collect(spec, o->out, pts, n, err)) == K25_OK)
         rc = k25_sweep_write_results(spec, o->out, pts, n, NULL, err);
 out:

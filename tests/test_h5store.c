@@ -7,8 +7,12 @@
 
 #include "k25util.h"
 
+#include <signal.h>
 #include <stddef.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 struct row {
     char id[16];
@@ -186,11 +190,55 @@ static void test_abort_and_bad_files(void **state)
     free(dir);
 }
 
+/* Whose temporaries a cleanup may remove: a live writer keeps NAME.tmp.PID; a zombie (killed,
+ * not yet reaped: a sweep resumed right after a kill sees its children so) and a dead pid do not. */
+static void test_tmp_writer_alive(void **state)
+{
+    (void)state;
+    char name[64];
+    pid_t live = fork();
+    assert_true(live >= 0);
+    if (live == 0) {
+        pause();
+        _exit(0);
+    }
+    snprintf(name, sizeof(name), "rep-0.json.tmp.%ld", (long)live);
+    assert_true(k25_tmp_writer_alive(name));
+    assert_int_equal(kill(live, SIGKILL), 0);
+    /* wait until it is a zombie (not reaped yet): /proc/PID/stat says Z */
+    bool zombie = false;
+    for (int i = 0; i < 500 && !zombie; i++) {
+        char path[64], buf[256] = "";
+        snprintf(path, sizeof(path), "/proc/%ld/stat", (long)live);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+            buf[n] = '\0';
+            fclose(f);
+            const char *rp = strrchr(buf, ')');
+            zombie = rp && rp[2] == 'Z';
+        }
+        if (!zombie) {
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    assert_true(zombie);
+    assert_false(k25_tmp_writer_alive(name)); /* killed, not reaped: stale */
+    assert_int_equal(waitpid(live, NULL, 0), live);
+    assert_false(k25_tmp_writer_alive(name)); /* gone */
+    snprintf(name, sizeof(name), "rep-0.json.tmp.%ld", (long)getpid());
+    assert_true(k25_tmp_writer_alive(name)); /* this process */
+    assert_false(k25_tmp_writer_alive("rep-0.json.tmp.")); /* no pid */
+    assert_false(k25_tmp_writer_alive("rep-0.json"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_abort_and_bad_files),
+        cmocka_unit_test(test_tmp_writer_alive),
     };
     return cmocka_run_group_tests_name("h5store", tests, NULL, NULL);
 }

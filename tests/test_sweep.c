@@ -557,9 +557,10 @@ static void test_resume_after_kill(void **state)
     free(o2);
     snprintf(cmd, sizeof(cmd), "jq -e '[.all_points[] | select(.repetitions == 2)] | length == 4' %s/summary.json", out);
     assert_int_equal(tu_run(cmd, NULL), 0);
-    snprintf(cmd, sizeof(cmd), "find %s -name '*.tmp*' | wc -l", out);
+    snprintf(cmd, sizeof(cmd), "find %s -name '*.tmp*'", out);
     assert_int_equal(tu_run(cmd, &o2), 0);
-    assert_int_equal(atoi(o2), 0);
+    if (o2[0])
+        fail_msg("temporary files left after the resumed sweep completed:\n%s", o2);
     free(o2);
 }
 

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -22,7 +23,19 @@ bool k25_tmp_writer_alive(const char *name)
     long pid = strtol(t + 5, &end, 10);
     if (*end || end == t + 5 || errno || pid <= 0)
         return false;
-    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+    if (kill((pid_t)pid, 0) != 0 && errno != EPERM)
+        return false;
+    /* a zombie (killed, not yet reaped) writes nothing more: its temporaries are stale */
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return true; /* no /proc: take the pid's existence for a live writer */
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold spaces and parentheses */
+    return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
 }
 
 void k25_path_parent(const char *path, char *out, size_t n)

@@ -130,8 +130,9 @@ int k25_output_file_check(const char *path, const char *flag, struct k25_error *
 
 /*
  * Is the writer of a temporary NAME.tmp.PID (k25_afile, h5store, the report
- * folder) alive on this machine?  False for a name without a pid or a dead
- * pid; true for a live one (or one we may not signal).  Cleanups remove
+ * folder) alive on this machine?  False for a name without a pid, a dead
+ * pid or a zombie (/proc/PID/stat state Z or X: killed, not yet reaped);
+ * true for a live one (or one we may not signal).  Cleanups remove
  * only temporaries whose writer is gone, so a concurrent writer keeps its file.
  */
 bool k25_tmp_writer_alive(const char *name);
