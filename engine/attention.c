@@ -1020,10 +1020,10 @@ static inline void add_logc_avx2(const struct k25_kv_view *kv, int g, int k0, in
     }
     const float *lt = k25_kv_logc_table();
     const __m256 t0 = _mm256_loadu_ps(lt + 1), t1 = _mm256_loadu_ps(lt + 9); /* ln 1..8, ln 9..16 */
+    const __m128i h[2] = {_mm256_castsi256_si128(c1), _mm256_extracti128_si256(c1, 1)};
     __m256 off[DT / 8];
-    for (int i = 0; i < DT / 8; i++) {
-        const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(cb + 8 * i)));
-        const __m256i i1 = _mm256_sub_epi32(idx, _mm256_set1_epi32(1));
+    for (int i = 0; i < DT / 8; i++) { /* slots 8i..8i+7: count - 1 as int32 lanes */
+        const __m256i i1 = _mm256_cvtepu8_epi32(i % 2 ? _mm_srli_si128(h[i / 2], 8) : h[i / 2]);
         const __m256 hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(i1, _mm256_set1_epi32(7)));
         off[i] = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, i1), _mm256_permutevar8x32_ps(t1, i1), hi);
     }
