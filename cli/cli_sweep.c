@@ -48,6 +48,9 @@ static int print_found(const struct k25_sweep_spec *spec, const char *out, bool 
         } else {
             printf("%s\n", message ? message : "no best point (see summary.json)");
         }
+        size_t wk;
+        const json_t *w;
+        json_array_foreach(json_object_get(sum, "warnings"), wk, w) printf("warning: %s\n", json_string_value(w));
         if (json_is_true(json_object_get(sum, "partial")))
             printf("partial: %zu runs missing (summary.json: missing_runs)\n",
                    json_array_size(json_object_get(sum, "missing_runs")));

@@ -335,10 +335,13 @@ static void verdict(const struct k25_sweep_spec *spec, struct k25_sweep_point *p
     for (int i = 0; i < n; i++) {
         pts[i].vs_ref = (struct k25_sweep_paired){0, true, NAN, NAN, NAN, false};
         any_feasible += pts[i].feasible;
-        if (i == ref || !pts[i].feasible)
-            continue;
+        /* the leader: the best mean among the feasible points, the reference included (one
+           definition for the message, summary.json and every plot of the report) */
         double o = metric_of(&pts[i], spec->objective);
-        if (v->leader < 0 || sign * o < sign * metric_of(&pts[v->leader], spec->objective))
+        if (!pts[i].feasible || isnan(o))
+            continue;
+        if (v->leader < 0 || sign * o < sign * metric_of(&pts[v->leader], spec->objective) ||
+            (i == ref && o == metric_of(&pts[v->leader], spec->objective)))
             v->leader = i;
     }
     /* m: the feasible points that pair with the reference at least twice */
@@ -354,7 +357,10 @@ static void verdict(const struct k25_sweep_spec *spec, struct k25_sweep_point *p
         for (int i = 0; i < n; i++)
             if (i != ref && pts[i].feasible)
                 paired(spec, &pts[i], &pts[ref], 0.05 / v->comparisons, &pts[i].vs_ref);
-    if (v->leader >= 0) {
+    if (v->leader >= 0 && v->leader == ref) {
+        snprintf(ll, sizeof(ll), "the reference itself");
+        snprintf(cmp, sizeof(cmp), "%.4g, no other point's mean is better", metric_of(&pts[ref], spec->objective));
+    } else if (v->leader >= 0) {
         k25_sweep_point_label(spec, &pts[v->leader], ll, sizeof(ll));
         fmt_paired(&pts[v->leader].vs_ref, cmp, sizeof(cmp));
     }
@@ -368,12 +374,12 @@ static void verdict(const struct k25_sweep_spec *spec, struct k25_sweep_point *p
                  "the reference (%s) has no finished repetition: no setting can be compared with it", rl);
     } else if (broken) {
         v->kind = K25_VERDICT_REFERENCE_INFEASIBLE;
-        v->best = v->leader;
+        v->best = v->leader; /* the reference is infeasible, so the leader is another point */
         k25_sweep_msgf(v->message, sizeof(v->message),
                  "the reference (%s) breaks \"%s\": every feasible point improves on it; best: %s, the feasible "
                  "point with the best mean %s (its lead over the other feasible points is not tested)",
                  rl, broken, ll, spec->objective);
-    } else if (v->leader < 0) {
+    } else if (v->leader < 0 || (v->leader == ref && any_feasible == 1)) {
         v->kind = K25_VERDICT_NOT_SIGNIFICANT;
         k25_sweep_msgf(v->message, sizeof(v->message),
                  "no setting is significantly better than the reference (%s): no other point meets every "
@@ -387,6 +393,13 @@ static void verdict(const struct k25_sweep_spec *spec, struct k25_sweep_point *p
                                                      : "fewer than 2 repetitions pair with the reference",
                  ll, spec->objective, metric_of(&pts[v->leader], spec->objective),
                  metric_of(&pts[ref], spec->objective), rl);
+        if (v->leader == ref)
+            k25_sweep_msgf(v->message, sizeof(v->message),
+                     "%s: no significance can be claimed (set repeats: 3 or more); best mean: the reference (%s), "
+                     "%s %.4g",
+                     max_pairs <= 1 && spec->repeats <= 1 ? "one repetition per point"
+                                                         : "fewer than 2 repetitions pair with the reference",
+                     rl, spec->objective, metric_of(&pts[ref], spec->objective));
     } else {
         for (int i = 0; i < n; i++)
             if (i != ref && pts[i].feasible && pts[i].vs_ref.better &&
@@ -404,9 +417,14 @@ static void verdict(const struct k25_sweep_spec *spec, struct k25_sweep_point *p
                      bl, rl, spec->objective, bc, fw);
         } else {
             v->kind = K25_VERDICT_NOT_SIGNIFICANT;
-            k25_sweep_msgf(v->message, sizeof(v->message),
-                     "no setting is significantly better than the reference (%s); best mean: %s, %s %s (%s)", rl, ll,
-                     spec->objective, cmp, fw);
+            if (v->leader == ref)
+                k25_sweep_msgf(v->message, sizeof(v->message),
+                         "no setting is significantly better than the reference (%s); best mean: the reference "
+                         "itself, %s %s (%s)", rl, spec->objective, cmp, fw);
+            else
+                k25_sweep_msgf(v->message, sizeof(v->message),
+                         "no setting is significantly better than the reference (%s); best mean: %s, %s %s (%s)", rl,
+                         ll, spec->objective, cmp, fw);
         }
     }
 }
@@ -448,12 +466,11 @@ static bool dominates(const struct k25_sweep_spec *spec, const struct k25_sweep_
     double ao = sign * metric_of(a, spec->objective), bo = sign * metric_of(b, spec->objective);
     if (isnan(ao) || isnan(bo))
         return false;
-    bool better = false;
-    if (!objective_tie(spec, a, b)) {
-        if (ao > bo)
-            return false;
-        better = true;
-    }
+    /* no worse on the objective: a's mean at least as good (a tie in the noise never lets a
+       point with a worse mean push a better-mean one off the front), better only beyond a tie */
+    if (ao > bo)
+        return false;
+    bool better = !objective_tie(spec, a, b) && ao < bo;
     const char *other[2] = {spec->fidelity ? "fidelity_kl_mean" : NULL, "peak_memory_mb"};
     for (int c = 0; c < 2; c++) {
         if (!other[c] || !strcmp(other[c], spec->objective))
@@ -470,11 +487,95 @@ static bool dominates(const struct k25_sweep_spec *spec, const struct k25_sweep_
     return better;
 }
 
+/*
+ * KV bytes per token a setting should store, relative to the same config
+ * with that knob at its neutral value: the fraction kept for
+ * kv_compression_ratio, bytes per element for kv_cache_dtype (the scales
+ * aside).  NaN for a knob whose effect is not measured this way.
+ */
+static double kv_share(const char *knob, const struct k25_config *c)
+{
+    if (!strcmp(knob, "kv_compression_ratio"))
+        return c->kv_compression_ratio;
+    if (!strcmp(knob, "kv_cache_dtype")) {
+        switch (c->kv_cache_dtype) {
+        case K25_DTYPE_FP32: return 4;
+        case K25_DTYPE_FP16:
+        case K25_DTYPE_BF16: return 2;
+        case K25_DTYPE_INT8: return 1;
+        case K25_DTYPE_INT4: return 0.5;
+        default: return NAN;
+        }
+    }
+    return NAN;
+}
+
+/* Does b differ from a in the knob alone (engine config and client workload)? */
+static bool differs_in_alone(const struct k25_sweep_spec *spec, const struct k25_sweep_point *a,
+                             const struct k25_sweep_point *b, const char *knob)
+{
+    struct k25_config x = b->cfg;
+    if (!strcmp(knob, "kv_compression_ratio"))
+        x.kv_compression_ratio = a->cfg.kv_compression_ratio;
+    else
+        x.kv_cache_dtype = a->cfg.kv_cache_dtype;
+    if (memcmp(&x, &a->cfg, sizeof(x)) != 0 || !memcmp(&a->cfg, &b->cfg, sizeof(x)))
+        return false;
+    struct k25_sweep_workload wa, wb;
+    k25_sweep_point_workload(spec, a, &wa);
+    k25_sweep_point_workload(spec, b, &wb);
+    return wa.concurrency == wb.concurrency && (wa.rate_rps == wb.rate_rps || (isnan(wa.rate_rps) && isnan(wb.rate_rps)));
+}
+
+/*
+ * A knob that did nothing (issue 32): for each KV-size knob the sweep
+ * varies, a point whose setting should store less KV than a point that
+ * differs from it in that knob alone, but whose measured peak_kv_mb moved
+ * by less than a quarter of the expected change (in log terms), gets a
+ * warning saying so with both figures.  On short prompts the protected
+ * sink and recent windows keep every token, so kv_compression_ratio 0.5
+ * can store the same bytes as 1.0: the sweep then compared nothing.
+ */
+static void knob_effects(const struct k25_sweep_spec *spec, struct k25_sweep_point *pts, int n)
+{
+    static const char *const knobs[] = {"kv_compression_ratio", "kv_cache_dtype"};
+    for (int i = 0; i < n; i++)
+        pts[i].knob_warning[0] = 0;
+    for (size_t k = 0; k < sizeof(knobs) / sizeof(knobs[0]); k++) {
+        bool swept = false;
+        for (int a = 0; a < spec->n_axes; a++)
+            swept = swept || !strcmp(spec->axes[a].key, knobs[k]);
+        if (!swept)
+            continue;
+        for (int i = 0; i < n; i++) {
+            double mi = metric_of(&pts[i], "peak_kv_mb"), si = kv_share(knobs[k], &pts[i].cfg);
+            if (!(mi > 0) || !(si > 0) || pts[i].knob_warning[0])
+                continue;
+            for (int j = 0; j < n; j++) {
+                double mj = metric_of(&pts[j], "peak_kv_mb"), sj = kv_share(knobs[k], &pts[j].cfg);
+                if (j == i || !(mj > 0) || !(sj > si) || !differs_in_alone(spec, &pts[i], &pts[j], knobs[k]))
+                    continue;
+                double expect = log(si / sj), got = log(mi / mj);
+                if (fabs(got) >= 0.25 * fabs(expect))
+                    continue;
+                char lj[512];
+                k25_sweep_point_label(spec, &pts[j], lj, sizeof(lj));
+                k25_sweep_msgf(pts[i].knob_warning, sizeof(pts[i].knob_warning),
+                               "%s had almost no effect on what it controls: peak KV %.4g MiB against %.4g MiB at %s "
+                               "(expected about %.0f%% of it, measured %.0f%%)",
+                               knobs[k], mi, mj, lj, 100 * si / sj, 100 * mi / mj);
+                break;
+            }
+        }
+    }
+}
+
 void k25_sweep_analyze(const struct k25_sweep_spec *spec, struct k25_sweep_point *pts, int n,
                        struct k25_sweep_verdict *v, bool *pareto)
 {
     for (int i = 0; i < n; i++)
         check_constraints(spec, &pts[i]);
+    knob_effects(spec, pts, n);
     verdict(spec, pts, n, v);
     for (int i = 0; i < n; i++) {
         pareto[i] = pts[i].reps_done > 0 && !isnan(metric_of(&pts[i], spec->objective));

@@ -81,11 +81,11 @@ static json_t *point_json(const struct k25_sweep_spec *spec, const struct k25_sw
     json_t *reps = json_array();
     for (int r = 0; r < spec->repeats && r < K25_SWEEP_MAX_REPEATS; r++)
         json_array_append_new(reps, num_or_null(p->rep_obj[r]));
-    return json_pack("{s:s, s:s, s:o, s:b, s:i, s:O, s:O, s:o, s:o, s:b, s:s}", "id", p->id, "label", label, "axes",
-                     axes, "reference", p->reference, "repetitions", p->reps_done, "metrics",
+    return json_pack("{s:s, s:s, s:o, s:b, s:i, s:O, s:O, s:o, s:o, s:b, s:s, s:s}", "id", p->id, "label", label,
+                     "axes", axes, "reference", p->reference, "repetitions", p->reps_done, "metrics",
                      p->metrics ? p->metrics : json_null(), "metrics_ci95", p->metrics_ci ? p->metrics_ci : json_null(),
                      "objective_by_repetition", reps, "vs_reference", paired_json(&p->vs_ref), "feasible",
-                     p->feasible, "violations", p->violations);
+                     p->feasible, "violations", p->violations, "knob_warning", p->knob_warning);
 }
 
 /* summary.json "significance": the verdict, the rule, and the data it rests on. */
@@ -175,6 +175,16 @@ int k25_sweep_write_results(const struct k25_sweep_spec *spec, const char *out, 
         double imp = spec->maximize ? (b - r) / r : (r - b) / r;
         json_object_set_new(root, "improvement_over_reference", num_or_null(imp));
     }
+    /* knobs that did not change what they control (analyze.c), one line per point */
+    json_t *warn = json_array();
+    for (int i = 0; i < n; i++)
+        if (pts[i].knob_warning[0]) {
+            char label[1024], w[1600];
+            k25_sweep_point_label(spec, &pts[i], label, sizeof(label));
+            snprintf(w, sizeof(w), "%s: %s", label, pts[i].knob_warning);
+            json_array_append_new(warn, json_string(w));
+        }
+    json_object_set_new(root, "warnings", warn);
     json_object_set_new(root, "pareto_front", front);
     json_object_set_new(root, "infeasible", bad);
     json_object_set_new(root, "all_points", all);

@@ -129,6 +129,7 @@ struct k25_sweep_point {
     bool feasible;
     char violations[512];
     struct k25_sweep_paired vs_ref;       /* against the reference (pairs 0 for the reference itself) */
+    char knob_warning[512];               /* a knob that did not change what it controls ("" when none) */
 };
 
 /* What k25_sweep_analyze concludes about "the best setting". */

@@ -245,6 +245,73 @@ static void test_pareto_ties(void **state)
     k25_sweep_points_free(pts, n);
 }
 
+/*
+ * Issue 32: one leader, the reference included.  The reference with the
+ * best mean (nothing significantly better) is the leader, is named as such
+ * in the message, and stays on the Pareto front although a point with a
+ * worse mean, tied in the noise, uses less memory.  And a KV knob that
+ * did not change the KV it stores gets a warning, written to summary.json.
+ */
+static void test_leader_and_knob_effect(void **state)
+{
+    (void)state;
+    struct k25_error err;
+    const char *p = write_spec("lk.yaml", HEAD "repeats: 3\n" OBJ
+                               "axes:\n  kv_compression_ratio: [0.5, 1.0]\n  kv_cache_dtype: [fp32, int4]\n");
+    assert_int_equal(k25_sweep_spec_load(p, &g_spec, &err), K25_OK);
+    struct k25_sweep_point *pts;
+    int n;
+    assert_int_equal(k25_sweep_expand(&g_spec, &pts, &n, &err), K25_OK);
+    assert_int_equal(n, 5);
+    int ref = k25_sweep_reference_index(&g_spec, pts, n);
+    assert_int_equal(ref, 4);
+    /* noisy rounds: every interval holds 1; the reference has the best mean */
+    set_point(&pts[ref], "ttft_p50_ms", (const double[3]){700, 900, 640}, 3, 0, 47.8);
+    int idx05_fp32 = -1, idx1_fp32 = -1, idx05_int4 = -1, idx1_int4 = -1;
+    for (int i = 0; i < 4; i++) {
+        bool half = pts[i].cfg.kv_compression_ratio < 0.75, int4 = pts[i].cfg.kv_cache_dtype == K25_DTYPE_INT4;
+        set_point(&pts[i], "ttft_p50_ms", (const double[3]){500 + 100 * i, 1500, 700}, 3, 0, int4 ? 40 : 47.8);
+        /* peak KV: int4 stores an eighth of fp32; ratio 0.5 stored the same as 1.0 (short prompts) */
+        json_object_set_new(pts[i].metrics, "peak_kv_mb", json_real(int4 ? 0.5 : 4.0));
+        *(half ? (int4 ? &idx05_int4 : &idx05_fp32) : (int4 ? &idx1_int4 : &idx1_fp32)) = i;
+    }
+    json_object_set_new(pts[ref].metrics, "peak_kv_mb", json_real(3.4));
+    struct k25_sweep_verdict v;
+    bool pareto[5];
+    k25_sweep_analyze(&g_spec, pts, n, &v, pareto);
+    assert_int_equal(v.kind, K25_VERDICT_NOT_SIGNIFICANT);
+    assert_int_equal(v.best, -1);
+    assert_int_equal(v.leader, ref);
+    if (!strstr(v.message, "best mean: the reference itself"))
+        fail_msg("message: %s", v.message);
+    assert_true(pareto[ref]); /* nothing beats it: on the front */
+    /* ratio 0.5 stored what 1.0 stored: warned, naming both figures; 1.0 and the dtype are not */
+    assert_int_not_equal(idx05_fp32, -1);
+    if (!strstr(pts[idx05_fp32].knob_warning, "kv_compression_ratio had almost no effect") ||
+        !strstr(pts[idx05_fp32].knob_warning, "peak KV 4 MiB against 4 MiB"))
+        fail_msg("warning: '%s'", pts[idx05_fp32].knob_warning);
+    assert_non_null(strstr(pts[idx05_int4].knob_warning, "kv_compression_ratio"));
+    assert_string_equal(pts[idx1_fp32].knob_warning, "");
+    assert_string_equal(pts[idx1_int4].knob_warning, ""); /* int4 did cut the KV bytes */
+    /* int4 that did not shrink the KV is warned about too */
+    json_object_set_new(pts[idx1_int4].metrics, "peak_kv_mb", json_real(3.9));
+    k25_sweep_analyze(&g_spec, pts, n, &v, pareto);
+    assert_non_null(strstr(pts[idx1_int4].knob_warning, "kv_cache_dtype had almost no effect"));
+    /* summary.json carries the leader and the warnings */
+    char out[600], cmd[1400], *o;
+    snprintf(out, sizeof(out), "%s/lk-out", tu_dir);
+    mkdir(out, 0755);
+    assert_int_equal(k25_sweep_write_results(&g_spec, out, pts, n, NULL, &err), K25_OK);
+    snprintf(cmd, sizeof(cmd),
+             "jq -e '.leader.reference == true and .best == null and (.warnings | length) >= 2 and "
+             "(.warnings[0] | test(\"had almost no effect\")) and "
+             "([.pareto_front[] | select(.reference)] | length) == 1' %s/summary.json", out);
+    if (tu_run(cmd, &o) != 0)
+        fail_msg("%s\n%s", cmd, o);
+    free(o);
+    k25_sweep_points_free(pts, n);
+}
+
 /* Hand-made metric tables: constraints, the verdict on a best point, the Pareto front. */
 static void test_analyze(void **state)
 {
@@ -771,6 +838,7 @@ int main(void)
         cmocka_unit_test(test_expand_and_ids),
         cmocka_unit_test(test_pareto_ties),
         cmocka_unit_test(test_analyze),
+        cmocka_unit_test(test_leader_and_knob_effect),
         cmocka_unit_test(test_slurm_script),
         cmocka_unit_test(test_ci_smoke),
         cmocka_unit_test(test_equivalent_points_no_best),
