@@ -159,6 +159,12 @@ static void set_columns(struct k25_report_doc *d)
         d->col_runs[0] = s->best_runs;
         d->col_nruns[0] = s->n_best_runs;
         d->n_cols = 1;
+    } else if (in->kind == K25_REPORT_SWEEP && in->sweep->n_ref_runs) {
+        /* no setting is significantly better: the sign-off is on the settings the reader keeps */
+        snprintf(d->col_label[0], sizeof(d->col_label[0]), "reference point (defaults)");
+        d->col_runs[0] = in->sweep->ref_runs;
+        d->col_nruns[0] = in->sweep->n_ref_runs;
+        d->n_cols = 1;
     }
 }
 
@@ -188,6 +194,8 @@ static int write_data(const struct k25_report_input *in, const char *plot_dir, s
         }
         if (!rc && s->n_best_runs)
             rc = k25_report_data_run(&s->best_runs[0], plot_dir, "best_", "best point", pl, err);
+        else if (!rc && s->n_ref_runs) /* no significant best: the point the SLA is judged on */
+            rc = k25_report_data_run(&s->ref_runs[0], plot_dir, "ref_", "reference point", pl, err);
         break;
     }
     case K25_REPORT_ATTN: rc = k25_report_data_attn(in->attn, plot_dir, pl, err); break;
@@ -356,7 +364,7 @@ int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outco
     d->sla = sla;
     d->plots = pl->plots;
     d->n_plots = pl->n;
-    d->skipped = (const char(*)[256])pl->skipped;
+    d->skipped = (const char(*)[512])pl->skipped;
     d->n_skipped = pl->n_skipped;
     d->outcome = &oc;
     k25_utc_now(d->generated_utc);
@@ -375,6 +383,8 @@ out:
         k25_report_dest_abort(&dest);
     k25_report_input_free(&in);
     free(sla);
+    if (pl)
+        k25_plot_list_free(pl);
     free(pl);
     free(d);
     return rc;

@@ -91,14 +91,19 @@ struct k25_report_sweep {
     struct k25_report_point *pts;        /* [n_pts], owned */
     int n_pts;
     int best, reference;                 /* indices into pts, -1 when none */
+    int leader;                          /* the best mean among the feasible points, the reference
+                                            included (summary.json "leader"): every plot anchors on it */
     bool significant;                    /* summary.json names a best point (it beat the reference) */
     double confidence;                   /* the analysis's family-wise level (0.95) */
     int comparisons;                     /* points it compared with the reference (Bonferroni) */
     bool has_fidelity;                   /* some point measured fidelity_kl_mean */
     struct k25_report_run *best_runs;    /* the best point's repetitions (owned), may be 0 */
     int n_best_runs;
-    struct k25_report_run *ref_runs;     /* the reference point's, for the comparison */
+    struct k25_report_run *ref_runs;     /* the reference point's: the comparison, and what the SLA is
+                                            judged on when no point is significantly better */
     int n_ref_runs;
+    struct k25_report_run *any_run;      /* with neither: the first trace found under points/, for the
+                                            provenance (owned, may be NULL) */
 };
 
 struct k25_report_input {
@@ -256,11 +261,11 @@ enum k25_report_format { K25_FMT_PNG, K25_FMT_SVG, K25_FMT_PDF };
 /* One picture of the report. */
 struct k25_report_plot {
     char name[64];          /* file stem: "ttft_cdf" */
-    char title[160];        /* caption */
+    char *title;            /* caption (owned by the plot list, whole: never cut to a buffer) */
     char section[32];       /* "run", "sweep", "attention", "comparison" */
     char file[96];          /* "plots/ttft_cdf.png" relative to the report folder */
     char html_file[96];     /* the image the HTML embeds (PNG for pdf reports) */
-    char note[256];         /* what to read in it */
+    char *note;             /* what to read in it (owned by the plot list) */
 };
 
 #define K25_REPORT_MAX_PLOTS 64
@@ -307,9 +312,11 @@ struct k25_plot_list {
     struct k25_plot_job jobs[K25_REPORT_MAX_PLOTS];
     struct k25_report_plot plots[K25_REPORT_MAX_PLOTS];
     int n;
-    char skipped[K25_REPORT_MAX_SKIPPED][256]; /* plots a reader would expect, and why they are not drawn */
+    char skipped[K25_REPORT_MAX_SKIPPED][512]; /* plots a reader would expect, and why they are not drawn */
     int n_skipped;
 };
+/* Frees the captions of pl's plots (the list itself is the caller's). */
+void k25_plot_list_free(struct k25_plot_list *pl);
 
 int k25_report_data_run(const struct k25_report_run *r, const char *plot_dir, const char *prefix,
                         const char *heading, struct k25_plot_list *pl, struct k25_error *err);
@@ -319,6 +326,17 @@ int k25_report_data_sweep(const struct k25_report_sweep *s, const char *plot_dir
                           struct k25_error *err);
 int k25_report_data_attn(const struct k25_report_attn *a, const char *plot_dir, struct k25_plot_list *pl,
                          struct k25_error *err);
+
+/*
+ * Least squares y = a + b x over n points given by their sums, with a >= 0
+ * and b >= 0 (a TTFT trend's overhead and per-token cost); r2 of that fit
+ * (NaN when y is constant).
+ */
+void k25_report_fit_nonneg(double sx, double sy, double sxx, double sxy, double syy, double n, double *a, double *b,
+                           double *r2);
+
+/* A comparison ratio within this of 1 is shown as no difference (0.998 peak memory is not "better"). */
+#define K25_REPORT_SAME_TOL 0.02
 
 /* Human axis label of a metric: "TTFT P50 (ms)". */
 void k25_report_metric_label(const char *metric, char *buf, size_t n);
@@ -361,7 +379,7 @@ struct k25_report_doc {
     struct k25_health_result health_res[K25_HEALTH_MAX][K25_REPORT_MAX_COLS];
     const struct k25_report_plot *plots;
     int n_plots;
-    const char (*skipped)[256];  /* why an expected plot is missing ([n_skipped]) */
+    const char (*skipped)[512];  /* why an expected plot is missing ([n_skipped]) */
     int n_skipped;
     struct k25_report_outcome *outcome;
 };

@@ -78,12 +78,23 @@ static struct k25_plot_job *add(struct k25_plot_list *pl, const char *tmpl, cons
     snprintf(j->stem, sizeof(j->stem), "%s", stem);
     snprintf(p->name, sizeof(p->name), "%s", stem);
     snprintf(p->section, sizeof(p->section), "%s", section);
-    snprintf(p->title, sizeof(p->title), "%s", title);
-    snprintf(p->note, sizeof(p->note), "%s", note ? note : "");
-    char q[400];
+    /* whole captions, however long (issue 32: fixed buffers cut them mid-word) */
+    p->title = strdup(title);
+    p->note = strdup(note ? note : "");
+    K25_ASSERT(p->title && p->note);
+    char q[sizeof(j->val[0])];
     k25_plot_quote(title, q, sizeof(q));
     k25_plot_set(j, "TITLE", "%s", q);
     return j;
+}
+
+void k25_plot_list_free(struct k25_plot_list *pl)
+{
+    for (int i = 0; i < pl->n; i++) {
+        free(pl->plots[i].title);
+        free(pl->plots[i].note);
+        pl->plots[i].title = pl->plots[i].note = NULL;
+    }
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -619,7 +630,45 @@ static int data_itl_hist(double *itl, size_t ni, const char *plot_dir, const cha
     return K25_OK;
 }
 
-/* TTFT against input length, each completed request a dot, with the least-squares line ttft = a + b x. */
+/*
+ * Least squares y = a + b x with a >= 0 and b >= 0, from the sums (n
+ * points): the unconstrained fit when both come out non-negative, else the
+ * better of the two one-parameter fits on the boundary (through the origin:
+ * a = 0; flat: b = 0), which is where the constrained optimum of a convex
+ * quadratic lies.  r2 = 1 - SSE / SST of the fit chosen (NaN when y is
+ * constant).
+ */
+void k25_report_fit_nonneg(double sx, double sy, double sxx, double sxy, double syy, double n, double *a, double *b,
+                           double *r2)
+{
+    double den = n * sxx - sx * sx;
+    double ua = NAN, ub = NAN;
+    if (den > 0) {
+        ub = (n * sxy - sx * sy) / den;
+        ua = (sy - ub * sx) / n;
+    }
+    /* SSE of y = A + B x from the sums */
+#define SSE(A, B) (syy - 2 * (A) * sy - 2 * (B) * sxy + n * (A) * (A) + 2 * (A) * (B) * sx + (B) * (B) * sxx)
+    if (ua >= 0 && ub >= 0) {
+        *a = ua;
+        *b = ub;
+    } else {
+        double b0 = sxx > 0 ? fmax(sxy / sxx, 0) : 0; /* a = 0 */
+        double a1 = fmax(sy / n, 0);                  /* b = 0 */
+        if (SSE(0, b0) <= SSE(a1, 0)) {
+            *a = 0;
+            *b = b0;
+        } else {
+            *a = a1;
+            *b = 0;
+        }
+    }
+    double sst = syy - sy * sy / n;
+    *r2 = sst > 0 ? 1 - SSE(*a, *b) / sst : NAN;
+#undef SSE
+}
+
+/* TTFT against input length, each completed request a dot, with the non-negative least-squares line. */
 static int data_ttft_len(const struct k25_bench_run *r, const char *plot_dir, const char *prefix,
                          const char *heading, struct k25_plot_list *pl, struct k25_error *err)
 {
@@ -648,18 +697,16 @@ static int data_ttft_len(const struct k25_bench_run *r, const char *plot_dir, co
     }
     if ((rc = dclose(f, path, err)))
         return rc;
-    double den = (double)k * sxx - sx * sx, a = NAN, b = NAN, r2 = NAN;
-    if (k >= 3 && den > 0 && xmax > xmin) {
-        b = ((double)k * sxy - sx * sy) / den;
-        a = (sy - b * sx) / (double)k;
-        double vy = (double)k * syy - sy * sy;
-        r2 = vy > 0 ? ((double)k * sxy - sx * sy) * ((double)k * sxy - sx * sy) / (den * vy) : NAN;
-    }
+    double a = NAN, b = NAN, r2 = NAN;
+    if (k >= 3 && xmax > xmin)
+        k25_report_fit_nonneg(sx, sy, sxx, sxy, syy, (double)k, &a, &b, &r2);
     snprintf(stem, sizeof(stem), "%srun_ttft_len", prefix);
     snprintf(title, sizeof(title), "%s: TTFT against input length", heading);
     struct k25_plot_job *j = add(pl, "run_ttft_len", stem, "run", title,
                                  "Each dot is a request; the line is a least-squares fit TTFT = a + b x input "
-                                 "tokens (prefill cost per token and fixed overhead).");
+                                 "tokens with a and b at least 0 (a fixed overhead and a prefill cost per token "
+                                 "cannot be negative). Where R2 is low, TTFT here depends on more than the input "
+                                 "length (queueing behind other requests, mostly): read the dots, not the line.");
     k25_plot_set(j, "DATA", "'data/%s'", name);
     char fa[64], fb[64], fit[200];
     k25_plot_set(j, "FIT_A", "%s", gnum(a, fa, sizeof(fa)));
@@ -667,8 +714,8 @@ static int data_ttft_len(const struct k25_bench_run *r, const char *plot_dir, co
     k25_plot_set(j, "XMIN", "%.9g", isfinite(xmin) ? xmin : 0);
     k25_plot_set(j, "XMAX", "%.9g", isfinite(xmax) ? xmax : 1);
     if (!isnan(b))
-        snprintf(fit, sizeof(fit), "fit: TTFT = %.3g ms + %.3g ms per 1k tokens x input (R2 = %.2f, %zu requests)",
-                 a, b * 1000, r2, k);
+        snprintf(fit, sizeof(fit), "%s: TTFT = %.3g ms + %.3g ms per 1k tokens x input (R2 = %.2f, %zu requests)",
+                 !(r2 >= 0.5) ? "poor fit, input length explains little" : "fit", a, b * 1000, isnan(r2) ? 0 : r2, k);
     else
         snprintf(fit, sizeof(fit), "no trend fitted (%zu requests, %s)", k,
                  k < 3 ? "fewer than 3" : "one input length");
@@ -702,9 +749,13 @@ static int data_timeline(const struct k25_bench_run *r, const char *plot_dir, co
         if (a >= 0 && (size_t)(a / K25_BENCH_WINDOW_NS) < r->n_win)
             arr[a / K25_BENCH_WINDOW_NS]++;
     }
+    int n_spill = 0, n_breaker = 0, n_degq = 0; /* windows where each was in use: only those are drawn */
     for (size_t w = 0; w < r->n_win; w++) {
         queue = queue || r->win[w].n_waiting_memory >= 0;
         degraded = degraded || r->win[w].n_waiting_degraded >= 0;
+        n_spill += r->win[w].n_waiting_memory >= 0 && r->win[w].n_waiting_spill > 0;
+        n_breaker += r->win[w].n_waiting_memory >= 0 && r->win[w].breaker_open > 0;
+        n_degq += r->win[w].n_waiting_degraded > 0;
     }
     for (size_t w = 0; w < r->n_win; w++) {
         const struct k25_bench_window *x = &r->win[w];
@@ -738,14 +789,36 @@ static int data_timeline(const struct k25_bench_run *r, const char *plot_dir, co
         return rc;
     snprintf(stem, sizeof(stem), "%srun_timeline", prefix);
     snprintf(title, sizeof(title), "%s: engine timeline (100 ms windows)", heading);
-    struct k25_plot_job *j = add(pl, "run_timeline", stem, "run", title,
-                                 "Requests waiting and running, KV blocks in use with tracked memory, the "
-                                 "engine's busy fraction (the shaded band is the healthy 0.75-0.85), and the "
-                                 "request rate against the elastic queue: memory, spill and degraded queue "
-                                 "depths and the circuit breaker (shaded while open).");
+    char note[900];
+    size_t u = (size_t)snprintf(note, sizeof(note),
+                                "Requests waiting and running, KV blocks in use with tracked memory, the engine's "
+                                "busy fraction (the shaded band is the healthy 0.75-0.85), and the request rate "
+                                "against the elastic queue's memory queue");
+    if (queue) {
+        u += (size_t)snprintf(note + u, sizeof(note) - u, "%s%s%s.", n_spill ? ", the spill queue (disk)" : "",
+                              n_degq ? ", the degraded queue" : "",
+                              n_breaker ? " and the circuit breaker (shaded while open)" : "");
+        const char *unused[3];
+        int nu = 0;
+        if (!n_spill)
+            unused[nu++] = "the spill queue (it never held a request)";
+        if (degraded && !n_degq)
+            unused[nu++] = "the degraded queue (it never held a request)";
+        if (!n_breaker)
+            unused[nu++] = "the circuit breaker (it never opened)";
+        for (int k = 0; k < nu && u < sizeof(note); k++)
+            u += (size_t)snprintf(note + u, sizeof(note) - u, "%s%s%s", k ? (k == nu - 1 ? " and " : ", ")
+                                                                          : " Not drawn, unused in this run: ",
+                                  unused[k], k == nu - 1 ? "." : "");
+    } else {
+        snprintf(note + u, sizeof(note) - u, " (not sampled by this older trace: the request rate alone).");
+    }
+    struct k25_plot_job *j = add(pl, "run_timeline", stem, "run", title, note);
     k25_plot_set(j, "DATA", "'data/%s'", name);
     k25_plot_set(j, "QUEUE", "%d", queue ? 1 : 0);
-    k25_plot_set(j, "DEGRADED", "%d", queue && degraded ? 1 : 0);
+    k25_plot_set(j, "DEGRADED", "%d", queue && degraded && n_degq ? 1 : 0);
+    k25_plot_set(j, "N_SPILL", "%d", n_spill);
+    k25_plot_set(j, "N_BREAKER", "%d", n_breaker);
     k25_plot_set(j, "WIDTH", "1040");
     k25_plot_set(j, "HEIGHT", "960");
     return K25_OK;
@@ -910,7 +983,7 @@ static int compare_ratios(const struct k25_report_run *runs, int n, const char *
             }
             double r = base > 0 ? x / base : NAN, rlo = base > 0 ? lo / base : NAN, rhi = base > 0 ? hi / base : NAN;
             /* better / worse: which side of 1, and whether the run's own interval leaves 1 out */
-            int side = isnan(r) || r == 1 ? 0 : ((r < 1) == heads[h].lower_better ? 1 : -1);
+            int side = isnan(r) || fabs(r - 1) <= K25_REPORT_SAME_TOL ? 0 : ((r < 1) == heads[h].lower_better ? 1 : -1);
             if (!isnan(rlo) && !isnan(rhi) && rlo <= 1 && rhi >= 1)
                 side = 0;
             double width = 0.8 / (n - 1);
@@ -933,9 +1006,9 @@ static int compare_ratios(const struct k25_report_run *runs, int n, const char *
     snprintf(title, sizeof(title), "%s: headline figures relative to %s", heading, runs[0].label);
     struct k25_plot_job *j = add(pl, "cmp_ratio", stem, "comparison", title,
             "Each run's figure divided by the first run's. Left of the divider lower is better (latency, memory), "
-            "right of it higher is better (throughput). Green: better, red: worse, grey: the run's own 95% interval "
-            "(error bar, percentiles only) holds 1, so no difference is shown. Missing bars: the figure is "
-            "unsupported for that run's sample.");
+            "right of it higher is better (throughput). Green: better, red: worse, grey: within +-2% of the first "
+            "run, or the run's own 95% interval (error bar, percentiles only) holds 1, so no difference is shown. "
+            "Missing bars: the figure is unsupported for that run's sample.");
     k25_plot_set(j, "DATA", "'data/%s'", name);
     k25_plot_set(j, "N", "%d", n);
     set_labels(j, "LABELS", labels, n);
@@ -1126,15 +1199,26 @@ static void ref_ratio(const struct k25_report_point *p, double *r, double *lo, d
 }
 
 /*
- * The heatmap of the objective over axes a x b (the other axes at the best
- * point), coloured by the paired ratio to the reference.  No plot when
- * neither axis has two values or no cell was measured; K25_EIO when its
- * data file cannot be written.
+ * The heatmap of the objective over axes a x b (the other axes at the
+ * leader), coloured by significance and magnitude (issue 32): a cell whose
+ * paired interval against the reference leaves 1 out is coloured by its
+ * ratio on a fixed scale (saturating at x1/K25_HEAT_SPAN and x K25_HEAT_SPAN,
+ * never fitted to the data's extremes, so a colour means the same in every
+ * report); a cell whose interval holds 1, or that has no interval (one
+ * repetition), is neutral, because no difference was shown; the reference
+ * is neutral by definition.  Cells of the grid that were not run, or ran
+ * without a result, are drawn blank and labelled so.  No plot when neither
+ * axis has two values or no cell was measured; K25_EIO when its data file
+ * cannot be written.
  */
+#define K25_HEAT_SPAN 1.5
+
+enum heat_state { HEAT_SIG, HEAT_NS, HEAT_NOT_COMPARED, HEAT_REF, HEAT_NOT_RUN, HEAT_NO_RESULT };
+
 static int sweep_heatmap(const struct k25_report_sweep *s, int a, int b, const char *plot_dir,
                          struct k25_plot_list *pl, struct k25_error *err)
 {
-    char path[PATH_MAX + 256], name[128], stem[96], title[256], q[300];
+    char path[PATH_MAX + 256], name[128], stem[96], title[512], q[600];
     static char vals[2][64][128];
     bool numeric[2];
     int rc;
@@ -1146,43 +1230,75 @@ static int sweep_heatmap(const struct k25_report_sweep *s, int a, int b, const c
     FILE *f = dopen(plot_dir, name, path, sizeof(path), err);
     if (!f)
         return K25_EIO;
-    /* colour: the paired ratio to the reference, on a log scale symmetric around 1 that spans
-       at least +-25%, so a few percent inside the noise stays pale */
-    double span = 1.25;
-    int cells = 0;
+    /* rows: x, y, objective, feasible, ratio, lo, hi, same as leader, reference, leader, colour, state */
+    int cells = 0, n_state[6] = {0}, n_same = 0;
+    static bool seen[64][64];
+    memset(seen, 0, sizeof(seen));
     for (int i = 0; i < s->n_pts; i++) {
         const struct k25_report_point *p = &s->pts[i];
-        double v = metric(p, s->objective), r, rlo, rhi;
-        if (!others_at_best(s, p, a, b) || isnan(v))
+        if (!others_at_best(s, p, a, b))
             continue;
+        int x = index_of(vals[0], na, p->value[a]), y = index_of(vals[1], nb, p->value[b]);
+        if (x < 0 || y < 0 || seen[x][y])
+            continue;
+        seen[x][y] = true;
+        double v = metric(p, s->objective), r, rlo, rhi;
         ref_ratio(p, &r, &rlo, &rhi);
-        if (r > 0 && isfinite(r))
-            span = fmax(span, r >= 1 ? r : 1 / r);
-        bool same = i != s->best && same_as_best(s, p, &s->pts[s->best]);
-        fprintf(f, "%d\t%d\t%.9g\t%d\t", index_of(vals[0], na, p->value[a]), index_of(vals[1], nb, p->value[b]),
-                v, p->feasible ? 1 : 0);
+        enum heat_state st = isnan(v)           ? HEAT_NO_RESULT
+                             : p->reference     ? HEAT_REF
+                             : isnan(r)         ? HEAT_NOT_COMPARED
+                             : isnan(rlo) || isnan(rhi) || (rlo <= 1 && rhi >= 1) ? HEAT_NS
+                                                                                  : HEAT_SIG;
+        bool same = st != HEAT_NO_RESULT && i != s->best && same_as_best(s, p, &s->pts[s->best]);
+        double colour = st == HEAT_SIG ? fmin(fmax(r, 1 / K25_HEAT_SPAN), K25_HEAT_SPAN) : NAN;
+        fprintf(f, "%d\t%d\t", x, y);
+        num(f, v);
+        fprintf(f, "\t%d\t", p->feasible ? 1 : 0);
         num(f, r);
         fputc('\t', f);
         num(f, rlo);
         fputc('\t', f);
         num(f, rhi);
-        fprintf(f, "\t%d\t%d\t%d\n", same ? 1 : 0, p->reference ? 1 : 0, i == s->best ? 1 : 0);
-        cells++;
+        fprintf(f, "\t%d\t%d\t%d\t", same ? 1 : 0, p->reference ? 1 : 0, i == s->best ? 1 : 0);
+        num(f, colour);
+        fprintf(f, "\t%d\n", (int)st);
+        n_state[st]++;
+        n_same += same;
+        cells += st != HEAT_NO_RESULT;
     }
+    /* the grid's cells no point filled: blank, labelled */
+    for (int x = 0; x < na && x < 64; x++)
+        for (int y = 0; y < nb && y < 64; y++)
+            if (!seen[x][y]) {
+                fprintf(f, "%d\t%d\tnan\t0\tnan\tnan\tnan\t0\t0\t0\tnan\t%d\n", x, y, (int)HEAT_NOT_RUN);
+                n_state[HEAT_NOT_RUN]++;
+            }
     if ((rc = dclose(f, path, err)))
         return rc;
     if (!cells)
         return K25_OK;
+    const char *lead = s->significant ? "best" : s->best == s->reference ? "reference (best mean)" : "best-mean";
     snprintf(stem, sizeof(stem), "sweep_heatmap_%d_%d", a, b);
     k25_report_sfmt(title, sizeof(title), "%s over %s x %s", s->objective, s->axis[a], s->axis[b]);
-    char note[512];
-    snprintf(note, sizeof(note),
-             "Each cell is a grid point with the other axes at the %s point's values. Colour: the paired "
-             "ratio to the reference (the defaults), green better, red worse, pale within +-%.0f%%; the cell "
-             "gives the objective and that ratio with its interval. Hatched cells cannot be told apart from "
-             "the %s point (the sweep's paired rule, docs/sweeps.md). Grey: not compared; blank: not run.",
-             s->significant ? "best" : "leading", 100 * (span - 1), s->significant ? "best" : "leading");
+    char *note = NULL;
+    if (asprintf(&note,
+                 "Each cell is a grid point with the other axes at the %s point's values, and gives the objective "
+                 "and its paired ratio to the reference (the defaults) with the ratio's 95%% family-wise interval. "
+                 "Colour shows only what the sweep told apart: a cell whose interval leaves 1 out is green (better) "
+                 "or red (worse), deeper as the ratio moves from 1, full at x%.3g or x%.3g and beyond (a fixed "
+                 "scale, the same in every report); a cell whose interval holds 1 (or has none, with one "
+                 "repetition) is pale grey and marked n.s.: no difference was shown.%s%s%s",
+                 lead, 1 / K25_HEAT_SPAN, K25_HEAT_SPAN,
+                 n_same ? " Hatched cells cannot be told apart from the framed point either (the sweep's paired "
+                          "rule, docs/sweeps.md)."
+                        : "",
+                 n_state[HEAT_NOT_COMPARED] ? " Darker grey: not compared (no paired repetition)." : "",
+                 n_state[HEAT_NOT_RUN] || n_state[HEAT_NO_RESULT] ? " White cells were not run, or ran without a "
+                                                                    "result, and say so."
+                                                                  : "") < 0)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     struct k25_plot_job *j = add(pl, "sweep_heatmap", stem, "sweep", title, note);
+    free(note);
     k25_plot_set(j, "DATA", "'data/%s'", name);
     char t[1536], al[160];
     tics(vals[0], na, t, sizeof(t));
@@ -1198,13 +1314,21 @@ static int sweep_heatmap(const struct k25_report_sweep *s, int a, int b, const c
     k25_plot_quote(al, q, sizeof(q));
     k25_plot_set(j, "YLABEL", "%s", q);
     char cbl[200];
-    k25_report_sfmt(cbl, sizeof(cbl), "%s / reference (paired ratio, log scale)", s->objective);
+    k25_report_sfmt(cbl, sizeof(cbl), "%s / reference, where the interval leaves 1 out (log scale)", s->objective);
     k25_plot_quote(cbl, q, sizeof(q));
     k25_plot_set(j, "CBLABEL", "%s", q);
-    k25_plot_set(j, "SPAN", "%.6g", span);
+    k25_plot_set(j, "SPAN", "%.6g", K25_HEAT_SPAN);
+    k25_plot_set(j, "N_SIG", "%d", n_state[HEAT_SIG]);
+    k25_plot_set(j, "N_NS", "%d", n_state[HEAT_NS] + n_state[HEAT_REF]);
+    k25_plot_set(j, "N_NC", "%d", n_state[HEAT_NOT_COMPARED]);
+    k25_plot_set(j, "N_BLANK", "%d", n_state[HEAT_NOT_RUN] + n_state[HEAT_NO_RESULT]);
+    k25_plot_set(j, "N_SAME", "%d", n_same);
     k25_plot_set(j, "BEST_X", "%d", index_of(vals[0], na, s->pts[s->best].value[a]));
     k25_plot_set(j, "BEST_Y", "%d", index_of(vals[1], nb, s->pts[s->best].value[b]));
-    k25_plot_set(j, "BEST_NAME", "'%s'", s->significant ? "best" : "best mean (not significant)");
+    k25_plot_quote(s->significant ? "best" : s->best == s->reference ? "reference (best mean)"
+                                                                    : "best mean (not significant)",
+                   q, sizeof(q));
+    k25_plot_set(j, "BEST_NAME", "%s", q);
     /* green = better, whichever way the objective goes */
     k25_plot_set(j, "PALETTE", "%s",
                  s->maximize ? "(0 '#d73027', 0.5 '#f7f7f7', 1 '#1a9850')"
@@ -1282,9 +1406,10 @@ static int sweep_pareto(const struct k25_report_sweep *s, const char *ol, const 
             add(pl, "sweep_pareto", "sweep_pareto", "sweep", title,
                 s->has_fidelity ? "Every point of the sweep; marker size grows with peak memory; the line joins "
                                   "the Pareto front (no other point is better on the objective, fidelity and "
-                                  "memory at once)."
+                                  "memory at once); the star is the point the report anchors on."
                                 : "Fidelity was not measured in this sweep, so the front is the objective against "
-                                  "peak memory (marker size grows with memory too).");
+                                  "peak memory (marker size grows with memory too): the line joins the points no "
+                                  "other point beats on both; the star is the point the report anchors on.");
         k25_plot_set(j, "DATA", "'data/pareto.tsv'");
         int n_infeas = 0;
         for (int i = 0; i < s->n_pts; i++)
@@ -1302,6 +1427,11 @@ static int sweep_pareto(const struct k25_report_sweep *s, const char *ol, const 
                  isfinite(mhi) ? mhi : 0);
         k25_plot_quote(ml, q, sizeof(q));
         k25_plot_set(j, "SIZE_NOTE", "%s", q);
+        k25_plot_quote(s->significant ? "best (significant)"
+                       : s->best == s->reference ? "reference (best mean)"
+                                                 : "best mean (not significant)",
+                       q, sizeof(q));
+        k25_plot_set(j, "BEST_NAME", "%s", q);
     }
     return K25_OK;
 }
@@ -1315,7 +1445,7 @@ static int sweep_pareto(const struct k25_report_sweep *s, const char *ol, const 
 static int sweep_axis(const struct k25_report_sweep *s, int a, const char *ol, const char *plot_dir,
                       struct k25_plot_list *pl, struct k25_error *err)
 {
-    char path[PATH_MAX + 256], name[128], stem[96], title[256], q[300];
+    char path[PATH_MAX + 256], name[128], stem[96], title[640], q[300];
     static char vals[2][64][128];
     bool numeric[2];
     int rc;
@@ -1353,7 +1483,8 @@ static int sweep_axis(const struct k25_report_sweep *s, int a, const char *ol, c
             xlo = x < xlo ? x : xlo;
             xhi = x > xhi ? x : xhi;
             fprintf(f, "%.9g\t%.9g\t", x, y);
-            num(f, metric_ci(p, s->objective, 0));
+            /* a t interval of three noisy means can reach below 0; the metric cannot */
+            num(f, fmax(metric_ci(p, s->objective, 0), 0));
             fputc('\t', f);
             num(f, metric_ci(p, s->objective, 1));
             fprintf(f, "\t%d\t%d\n", p->feasible ? 1 : 0, i == s->best ? 1 : 0);
@@ -1367,26 +1498,34 @@ static int sweep_axis(const struct k25_report_sweep *s, int a, const char *ol, c
     if (rows < 2)
         return K25_OK;
     snprintf(stem, sizeof(stem), "sweep_axis_%d", a);
+    const char *lead = s->significant ? "best" : s->best == s->reference ? "reference (best-mean)" : "best-mean";
     if (at == s->best || s->n_axes < 2) {
         k25_report_sfmt(title, sizeof(title), "%s along %s (other axes at the %s point)", s->objective, s->axis[a],
-                        s->significant ? "best" : "best-mean");
+                        lead);
     } else {
-        char others[200] = "";
+        char others[400] = "";
         size_t u = 0;
         for (int k = 0; k < s->n_axes && u < sizeof(others); k++)
             if (k != a)
                 u += (size_t)snprintf(others + u, sizeof(others) - u, "%s%s=%s", u ? ", " : "", s->axis[k],
                                       s->pts[at].value[k]);
         k25_report_sfmt(title, sizeof(title), "%s along %s (at %s: the %s point has no neighbour on this axis)",
-                        s->objective, s->axis[a], others, s->significant ? "best" : "best-mean");
+                        s->objective, s->axis[a], others, lead);
     }
-    struct k25_plot_job *j = add(pl, "sweep_axis", stem, "sweep", title,
-                                 "The objective as one axis moves and the others stay at the best point; "
-                                 "error bars are 95% intervals over repetitions (none with one repetition); "
-                                 "hollow markers are infeasible points, the star is the best.");
+    char note[600];
+    snprintf(note, sizeof(note),
+             "The objective as one axis moves and the others stay at the %s point; error bars are 95%% intervals "
+             "over repetitions (none with one repetition), cut at 0; hollow markers are infeasible points, the "
+             "star is the %s point.",
+             at == s->best ? lead : "plotted line's", lead);
+    struct k25_plot_job *j = add(pl, "sweep_axis", stem, "sweep", title, note);
     k25_plot_set(j, "DATA", "'data/%s'", name);
     k25_plot_set(j, "N_INFEAS", "%d", n_infeas);
     k25_plot_set(j, "N_BEST", "%d", n_best);
+    k25_plot_quote(s->significant ? "best" : s->best == s->reference ? "reference (best mean)"
+                                                                    : "best mean (not significant)",
+                   q, sizeof(q));
+    k25_plot_set(j, "BEST_NAME", "%s", q);
     k25_plot_set(j, "N_CI", "%d", n_ci);
     char al[160], t[1536];
     axis_label(s->axis[a], al, sizeof(al));
@@ -1416,7 +1555,9 @@ int k25_report_data_sweep(const struct k25_report_sweep *s, const char *plot_dir
     char ol[128];
     int rc = K25_OK;
     k25_report_metric_label(s->objective, ol, sizeof(ol));
-    int anchor = s->best >= 0 ? s->best : -1;
+    /* one leader for the text and every plot (report_input.c): the significant best, else the best mean
+       among the feasible points, the reference included */
+    int anchor = s->best >= 0 ? s->best : s->leader;
     if (anchor < 0) /* no feasible point: anchor on the point with the best objective */
         for (int i = 0; i < s->n_pts; i++) {
             double v = metric(&s->pts[i], s->objective);

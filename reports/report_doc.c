@@ -29,6 +29,48 @@ void k25_report_sfmt(char *buf, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
+/*
+ * A growing string for text whose length depends on the input (a
+ * paragraph listing every run's warnings, a YAML block of every axis): no
+ * fixed buffer cuts it short.  On out of memory the text stops growing and
+ * ends in "..." (never cut silently mid-word without a mark).
+ */
+struct sbuf {
+    char *s;
+    size_t len, cap;
+};
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int need = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (need < 0)
+        return;
+    if (b->len + (size_t)need + 1 > b->cap) {
+        size_t cap = (b->len + (size_t)need + 1) * 2;
+        char *n = realloc(b->s, cap < 256 ? 256 : cap);
+        if (!n) {
+            if (b->s && b->cap >= 4 && b->len + 4 <= b->cap)
+                memcpy(b->s + b->len, "...", 4);
+            return;
+        }
+        b->s = n;
+        b->cap = cap < 256 ? 256 : cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)need;
+}
+
+static const char *sb_str(const struct sbuf *b)
+{
+    return b->s ? b->s : "";
+}
+
 void k25_report_fmt(double v, char *buf, size_t n)
 {
     if (isnan(v) || isinf(v))
@@ -45,6 +87,13 @@ static const json_t *sumobj(const struct k25_report_run *r)
 {
     const json_t *s = json_object_get(r->summary, "summary");
     return s ? s : r->summary;
+}
+
+/* A string member, "" when absent. */
+static const char *jstr_or(const json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
 }
 
 static const char *js(const json_t *o, const char *k)
@@ -199,8 +248,14 @@ static void sla_section(const struct k25_report_doc *d, struct k25_doc_out *o)
         return;
     char t[1200];
     o->heading(o, 2, "SLA");
-    snprintf(t, sizeof(t), "From `%s`.%s", d->sla->path,
-             d->in->kind == K25_REPORT_SWEEP ? " Evaluated on the best point's requests (all its repetitions)." : "");
+    const char *on = "";
+    if (d->in->kind == K25_REPORT_SWEEP)
+        on = d->in->sweep->n_best_runs ? " Evaluated on the best point's requests (all its repetitions)."
+             : d->in->sweep->n_ref_runs
+                 ? " Evaluated on the reference point's requests (all its repetitions): no setting is significantly "
+                   "better than the defaults, so the sign-off is on the settings you keep."
+                 : "";
+    snprintf(t, sizeof(t), "From `%s`.%s", d->sla->path, on);
     o->para(o, t);
     char cells[2 + K25_REPORT_MAX_COLS * 4][200];
     const char *cp[2 + K25_REPORT_MAX_COLS * 4];
@@ -285,7 +340,9 @@ static void health_section(const struct k25_report_doc *d, struct k25_doc_out *o
                                : "Defaults from field practice (docs/reports.md, \"Health checks\"); an SLA file's "
                                  "`health:` section overrides them.");
     if (d->n_cols == 0) {
-        o->para(o, "Not evaluated: no run trace was found for the best point.");
+        o->para(o, d->in->kind == K25_REPORT_SWEEP
+                       ? "Not evaluated: no run trace (points/ID/rep-K.h5) was found for the best or the reference point."
+                       : "Not evaluated: no run was given.");
         return;
     }
     const char *head[3 + K25_REPORT_MAX_COLS];
@@ -353,31 +410,27 @@ static void health_section(const struct k25_report_doc *d, struct k25_doc_out *o
 /* -------------------------------------------------- measurement conditions */
 
 /* Appends the warnings one run's record carries (load guard, calibration spread, open loop). */
-static int run_conditions(const struct k25_report_run *r, char *buf, size_t n)
+static int run_conditions(const struct k25_report_run *r, struct sbuf *b)
 {
     int k = 0;
-    size_t u = strlen(buf);
     const json_t *lg = json_object_get(json_object_get(r->provenance, "machine"), "load_guard");
-    if (json_is_true(json_object_get(lg, "busy")) && u < n) {
-        u += (size_t)snprintf(buf + u, n - u, "%s%s: the machine was already busy before the run (%s). ", "", r->label,
-                              js(lg, "reason"));
+    if (json_is_true(json_object_get(lg, "busy"))) {
+        sb_printf(b, "%s: the machine was already busy before the run (%s). ", r->label, js(lg, "reason"));
         k++;
     }
     const json_t *sp = json_object_get(json_object_get(r->provenance, "calibration"), "spread");
-    if (json_is_number(sp) && json_number_value(sp) > K25_CALIB_MAX_SPREAD && u < n) {
-        u += (size_t)snprintf(buf + u, n - u,
-                              "%s: the calibration spread by %.0f%% (> %.0f%%): the machine's speed changed during "
-                              "the run. ",
-                              r->label, 100 * json_number_value(sp), 100 * K25_CALIB_MAX_SPREAD);
+    if (json_is_number(sp) && json_number_value(sp) > K25_CALIB_MAX_SPREAD) {
+        sb_printf(b, "%s: the calibration spread by %.0f%% (> %.0f%%): the machine's speed changed during the run. ",
+                  r->label, 100 * json_number_value(sp), 100 * K25_CALIB_MAX_SPREAD);
         k++;
     }
     const json_t *ol = json_object_get(r->summary, "open_loop");
-    if (json_is_true(json_object_get(ol, "fell_behind")) && u < n) {
-        snprintf(buf + u, n - u,
-                 "%s: the open loop fell behind (offered %.3g req/s, served %.3g req/s): it measured the queue, "
-                 "not the engine. ",
-                 r->label, json_number_value(json_object_get(ol, "offered_rps")),
-                 json_number_value(json_object_get(ol, "achieved_rps")));
+    if (json_is_true(json_object_get(ol, "fell_behind"))) {
+        sb_printf(b,
+                  "%s: the open loop fell behind (offered %.3g req/s, served %.3g req/s): it measured the queue, "
+                  "not the engine. ",
+                  r->label, json_number_value(json_object_get(ol, "offered_rps")),
+                  json_number_value(json_object_get(ol, "achieved_rps")));
         k++;
     }
     return k;
@@ -393,40 +446,40 @@ static void conditions_section(const struct k25_report_doc *d, struct k25_doc_ou
     const struct k25_report_input *in = d->in;
     if (in->kind == K25_REPORT_ATTN)
         return;
-    char t[4096] = "";
+    struct sbuf t = {0};
     int k = 0, n_runs = 0;
     if (in->kind == K25_REPORT_SWEEP) {
         const json_t *lg = json_object_get(in->sweep->summary, "load_guard");
         if (json_is_true(json_object_get(lg, "busy"))) {
-            snprintf(t, sizeof(t), "The sweep: the machine was already busy before its first point (%s). ",
-                     js(lg, "reason"));
+            sb_printf(&t, "The sweep: the machine was already busy before its first point (%s). ", js(lg, "reason"));
             k++;
         }
         for (int i = 0; i < in->sweep->n_best_runs; i++, n_runs++)
-            k += run_conditions(&in->sweep->best_runs[i], t, sizeof(t));
+            k += run_conditions(&in->sweep->best_runs[i], &t);
         for (int i = 0; i < in->sweep->n_ref_runs; i++, n_runs++)
-            k += run_conditions(&in->sweep->ref_runs[i], t, sizeof(t));
+            k += run_conditions(&in->sweep->ref_runs[i], &t);
     } else {
         for (int i = 0; i < in->n_runs; i++, n_runs++)
-            k += run_conditions(&in->runs[i], t, sizeof(t));
+            k += run_conditions(&in->runs[i], &t);
     }
     o->heading(o, 2, "Measurement conditions");
-    if (k == 0) {
-        char q[512];
-        snprintf(q, sizeof(q),
-                 "OK: no warning on the %d run%s checked%s: the machine was not busy before the runs (load guard: "
-                 "load from other work at most half the cores, CPU steal at most 10%%), calibrations were steady "
-                 "(spread at most %.0f%%), and open-loop runs kept up with their offered rate.",
-                 n_runs, n_runs == 1 ? "" : "s", in->kind == K25_REPORT_SWEEP ? " (the best and reference points)" : "",
-                 100 * K25_CALIB_MAX_SPREAD);
-        o->para(o, q);
-        return;
-    }
-    char w[4400];
-    snprintf(w, sizeof(w), "WARN: %d warning%s: timings may include interference, so read differences smaller "
-                           "than their intervals as noise. %s",
-             k, k == 1 ? "" : "s", t);
-    o->para(o, w);
+    struct sbuf w = {0};
+    if (k == 0)
+        sb_printf(&w,
+                  "OK: no warning on the %d run%s checked%s: the machine was not busy before the runs (load guard: "
+                  "load from other work at most half the cores, CPU steal at most 10%%), calibrations were steady "
+                  "(spread at most %.0f%%), and open-loop runs kept up with their offered rate.",
+                  n_runs, n_runs == 1 ? "" : "s", in->kind == K25_REPORT_SWEEP ? " (the best and reference points)" : "",
+                  100 * K25_CALIB_MAX_SPREAD);
+    else
+        sb_printf(&w, "WARN: %d warning%s: timings may include interference, so read differences smaller than their "
+                      "intervals as noise. %s", k, k == 1 ? "" : "s", sb_str(&t));
+    size_t l = w.len;
+    while (l && w.s[l - 1] == ' ') /* the last warning's trailing space */
+        w.s[--l] = 0;
+    o->para(o, sb_str(&w));
+    free(t.s);
+    free(w.s);
 }
 
 /* --------------------------------------------------------------- sweep */
@@ -459,14 +512,28 @@ static void sweep_sections(const struct k25_report_doc *d, struct k25_doc_out *o
     if (u < sizeof(t))
         snprintf(t + u, sizeof(t) - u, ".");
     o->para(o, t);
+    const json_t *warns = json_object_get(s->summary, "warnings");
+    json_array_foreach(warns, k, c) {
+        char w[1800];
+        snprintf(w, sizeof(w), "WARN: %s: the sweep compared settings that stored the same KV, so it says nothing "
+                               "about this knob on these prompts (longer prompts, or a smaller ratio, let it act).",
+                 json_string_value(c) ? json_string_value(c) : "?");
+        o->para(o, w);
+    }
 
     o->heading(o, 2, "Best setting");
     const json_t *sig = json_object_get(s->summary, "significance");
     const char *verdict = js(sig, "verdict"), *message = js(sig, "message");
     if (s->best < 0 && json_is_string(json_object_get(sig, "verdict")) && strcmp(verdict, "no_feasible_point") != 0) {
         /* k25 sweep names a best point only when it beats the reference significantly (docs/sweeps.md) */
-        snprintf(t, sizeof(t), "**No setting to recommend**: %s. Keep the reference settings. The plots anchor on "
-                               "the point with the best mean objective.", message);
+        char lead[700] = "";
+        if (s->leader >= 0 && s->leader == s->reference)
+            snprintf(lead, sizeof(lead), " The reference itself has the best mean objective; the plots anchor on it.");
+        else if (s->leader >= 0)
+            snprintf(lead, sizeof(lead), " The plots anchor on the point with the best mean objective (%s), "
+                                         "which is not significantly better.", s->pts[s->leader].label);
+        snprintf(t, sizeof(t), "**No setting to recommend**: %s. Keep the reference settings: the SLA and the health "
+                               "checks below are judged on the reference point.%s", message, lead);
         o->para(o, t);
     } else if (s->best < 0) {
         o->para(o, "**No feasible point**: every point breaks a constraint or lacks a measurement (see the table "
@@ -491,17 +558,17 @@ static void sweep_sections(const struct k25_report_doc *d, struct k25_doc_out *o
         o->para(o, t);
         const char *head[] = {"setting", "best", "default"};
         o->table_begin(o, 3, head);
-        char yaml[2048];
-        size_t y = (size_t)snprintf(yaml, sizeof(yaml), "# k25.yaml: the best point of sweep %s\n", s->name);
+        struct sbuf yaml = {0};
+        sb_printf(&yaml, "# k25.yaml: the best point of sweep %s\n", s->name);
         for (int ax = 0; ax < s->n_axes; ax++) {
             const char *row[] = {s->axis[ax], bp->value[ax], s->reference >= 0 ? s->pts[s->reference].value[ax] : "-"};
             o->table_row(o, 3, row);
-            if (y < sizeof(yaml))
-                y += (size_t)snprintf(yaml + y, sizeof(yaml) - y, "%s: %s\n", s->axis[ax], bp->value[ax]);
+            sb_printf(&yaml, "%s: %s\n", s->axis[ax], bp->value[ax]);
         }
         o->table_end(o);
         o->para(o, "To use it, put these lines in the engine config (`--config k25.yaml`):");
-        o->code(o, yaml);
+        o->code(o, sb_str(&yaml));
+        free(yaml.s);
     }
     o->heading(o, 3, "All points");
     const char *head[] = {"point", "objective", "peak memory (MiB)", "fidelity KL", "feasible", "Pareto", "notes"};
@@ -512,9 +579,16 @@ static void sweep_sections(const struct k25_report_doc *d, struct k25_doc_out *o
         k25_report_fmt(pmetric(p, s->objective), ob, sizeof(ob));
         k25_report_fmt(pmetric(p, "peak_memory_mb"), mem, sizeof(mem));
         k25_report_fmt(pmetric(p, "fidelity_kl_mean"), kl, sizeof(kl));
-        snprintf(lab, sizeof(lab), "%s%s%s", p->label, p->reference ? " (defaults)" : "", i == s->best ? " (best)" : "");
+        /* the reference's label is "defaults" already: mark it once */
+        snprintf(lab, sizeof(lab), "%s%s%s", p->label,
+                 p->reference ? (strcmp(p->label, "defaults") != 0 ? " (the reference: defaults)" : " (the reference)") : "",
+                 i == s->best ? " (best)" : i == s->leader ? " (best mean)" : "");
+        char notes[1200];
+        const char *kw = jstr_or(json_array_get(json_object_get(s->summary, "all_points"), (size_t)i), "knob_warning");
+        snprintf(notes, sizeof(notes), "%s%s%s%s", p->violations, *p->violations && *kw ? "; " : "",
+                 *kw ? "WARN: " : "", kw);
         const char *row[] = {lab, ob, mem, s->has_fidelity ? kl : "not measured", p->feasible ? "yes" : "no",
-                             p->pareto ? "yes" : "", p->violations};
+                             p->pareto ? "yes" : "", notes};
         o->table_row(o, 7, row);
     }
     o->table_end(o);
@@ -695,12 +769,22 @@ static void provenance_section(const struct k25_report_doc *d, struct k25_doc_ou
     const struct k25_report_run *runs[K25_REPORT_MAX_COLS];
     int n = 0;
     if (in->kind == K25_REPORT_SWEEP) {
-        char t[512];
-        k25_report_sfmt(t, sizeof(t), "Sweep folder `%s`, dataset SHA-256 `%s`. The best point's run:", in->sweep->dir,
-                 js(in->sweep->summary, "dataset_sha256"));
+        char t[2400];
+        const struct k25_report_sweep *sw = in->sweep;
+        const char *which = sw->n_best_runs  ? "the best point's first repetition"
+                            : sw->n_ref_runs ? "the reference point's first repetition (the point judged)"
+                            : sw->any_run    ? "the first trace found in the sweep folder"
+                                             : NULL;
+        k25_report_sfmt(t, sizeof(t), "Sweep folder `%s`, dataset SHA-256 `%s`.%s%s%s", sw->dir,
+                        js(sw->summary, "dataset_sha256"), which ? " Build and machine from " : "",
+                        which ? which : "", which ? " (every point ran on the same build and machine):" : "");
         o->para(o, t);
-        if (in->sweep->n_best_runs)
-            runs[n++] = &in->sweep->best_runs[0];
+        if (sw->n_best_runs)
+            runs[n++] = &sw->best_runs[0];
+        else if (sw->n_ref_runs)
+            runs[n++] = &sw->ref_runs[0];
+        else if (sw->any_run)
+            runs[n++] = sw->any_run;
     } else {
         for (int i = 0; i < in->n_runs && n < K25_REPORT_MAX_COLS; i++)
             runs[n++] = &in->runs[i];
@@ -708,7 +792,10 @@ static void provenance_section(const struct k25_report_doc *d, struct k25_doc_ou
     if (n)
         provenance_runs(o, runs, n);
     else
-        o->para(o, "No run trace was found for the best point (points/ID/rep-K.h5).");
+        o->para(o, in->kind == K25_REPORT_SWEEP
+                       ? "No run trace (points/ID/rep-K.h5) was found in the sweep folder: the build and machine "
+                         "are not known."
+                       : "No run was given.");
 }
 
 /* --------------------------------------------------------------- plots */
@@ -734,7 +821,7 @@ static void plots_section(const struct k25_report_doc *d, struct k25_doc_out *o)
             if (!any)
                 o->heading(o, 2, order[s].heading);
             for (int k = 0; k < d->n_skipped; k++) {
-                char t[300];
+                char t[600];
                 snprintf(t, sizeof(t), "Not drawn: %s.", d->skipped[k]);
                 o->para(o, t);
             }

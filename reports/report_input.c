@@ -188,6 +188,10 @@ static void sweep_free(struct k25_report_sweep *s)
     for (int i = 0; i < s->n_ref_runs; i++)
         k25_report_run_free(&s->ref_runs[i]);
     free(s->ref_runs);
+    if (s->any_run) {
+        k25_report_run_free(s->any_run);
+        free(s->any_run);
+    }
     free(s->pts);
     json_decref(s->summary);
     free(s);
@@ -228,6 +232,57 @@ static int load_point_runs(const char *dir, const char *id, const char *label, s
     return K25_OK;
 }
 
+/*
+ * The leader every plot anchors on, the way `k25 sweep` defines it
+ * (summary.json "leader", sweeps/analyze.c): the significant best when
+ * there is one, else the best mean among the feasible points, the
+ * reference included.  Summaries older than that rule (a leader that
+ * excluded the reference, or none) are corrected here so the text and the
+ * plots still agree.
+ */
+static void leader_fix(struct k25_report_sweep *s)
+{
+    if (s->best >= 0) {
+        s->leader = s->best;
+        return;
+    }
+    int lead = -1;
+    for (int i = 0; i < s->n_pts; i++) {
+        const json_t *v = json_object_get(s->pts[i].metrics, s->objective);
+        if (!s->pts[i].feasible || !json_is_number(v))
+            continue;
+        double x = json_number_value(v);
+        const json_t *l = lead >= 0 ? json_object_get(s->pts[lead].metrics, s->objective) : NULL;
+        if (lead < 0 || (s->maximize ? x > json_number_value(l) : x < json_number_value(l)))
+            lead = i;
+    }
+    if (lead >= 0)
+        s->leader = lead;
+}
+
+/* No trace of the best or reference point: the first rep-K.h5 under points/ (the provenance's run). */
+static int load_any_run(struct k25_report_sweep *s, struct k25_error *err)
+{
+    for (int i = 0; i < s->n_pts; i++)
+        for (int k = 0; k < K25_BENCH_MAX_REPEAT; k++) {
+            char path[2100];
+            snprintf(path, sizeof(path), "%s/points/%s/rep-%d.h5", s->dir, s->pts[i].id, k);
+            if (!is_file(path))
+                continue;
+            s->any_run = calloc(1, sizeof(*s->any_run));
+            if (!s->any_run)
+                return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            int rc = k25_report_run_load(path, s->any_run, err);
+            if (rc) {
+                k25_report_run_free(s->any_run);
+                free(s->any_run);
+                s->any_run = NULL;
+            }
+            return rc;
+        }
+    return K25_OK;
+}
+
 static const char *jstr(const json_t *o, const char *k)
 {
     const char *s = json_string_value(json_object_get(o, k));
@@ -249,7 +304,7 @@ static int sweep_load(const char *dir, struct k25_report_sweep **out, struct k25
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     }
     s->summary = root;
-    s->best = s->reference = -1;
+    s->best = s->reference = s->leader = -1;
     snprintf(s->dir, sizeof(s->dir), "%s", dir);
     int rc = K25_OK;
     const json_t *all = json_object_get(root, "all_points"), *obj = json_object_get(root, "objective");
@@ -278,6 +333,7 @@ static int sweep_load(const char *dir, struct k25_report_sweep **out, struct k25
     const json_t *front = json_object_get(root, "pareto_front");
     const char *best_id = jstr(json_object_get(root, "best"), "id");
     const char *ref_id = jstr(json_object_get(root, "reference"), "id");
+    const char *leader_id = jstr(json_object_get(root, "leader"), "id");
     for (int i = 0; i < s->n_pts; i++) {
         const json_t *pj = json_array_get(all, (size_t)i);
         struct k25_report_point *p = &s->pts[i];
@@ -303,10 +359,13 @@ static int sweep_load(const char *dir, struct k25_report_sweep **out, struct k25
             s->best = i;
         if (*ref_id && !strcmp(ref_id, p->id))
             s->reference = i;
+        if (*leader_id && !strcmp(leader_id, p->id))
+            s->leader = i;
         if (json_is_number(json_object_get(p->metrics, "fidelity_kl_mean")))
             s->has_fidelity = true;
     }
     s->significant = s->best >= 0;
+    leader_fix(s);
     {
         const json_t *sig = json_object_get(root, "significance");
         const json_t *c = json_object_get(sig, "confidence"), *k = json_object_get(sig, "comparisons");
@@ -316,7 +375,9 @@ static int sweep_load(const char *dir, struct k25_report_sweep **out, struct k25
     if (s->best >= 0 && (rc = load_point_runs(dir, s->pts[s->best].id, "best", &s->best_runs, &s->n_best_runs, err)))
         goto out;
     if (s->reference >= 0 && s->reference != s->best &&
-        (rc = load_point_runs(dir, s->pts[s->reference].id, "defaults", &s->ref_runs, &s->n_ref_runs, err)))
+        (rc = load_point_runs(dir, s->pts[s->reference].id, "reference", &s->ref_runs, &s->n_ref_runs, err)))
+        goto out;
+    if (!s->n_best_runs && !s->n_ref_runs && (rc = load_any_run(s, err)))
         goto out;
 out:
     if (rc) {

@@ -5,7 +5,9 @@
 # percentiles are dashed lines named in each panel's key, above the panel.
 ok(x) = (x == x)
 mark(x, col) = sprintf("set arrow from %.9g, graph 0 to %.9g, graph 1 nohead dt 2 lw 1.5 lc rgb '%s' front", x, x, col)
-pname(name, x) = ok(x) ? sprintf('%s %.4g ms', name, x) : ''
+# plain decimals, never 1.578e+04: whole ms from 1000 up, one decimal from 10
+ms(x) = x >= 1000 ? sprintf('%.0f', x) : x >= 10 ? sprintf('%.1f', x) : sprintf('%.3g', x)
+pname(name, x) = ok(x) ? sprintf('%s %s ms', name, ms(x)) : ''
 set multiplot layout 1,2 title @TITLE@ font ',12'
 set yrange [0:1.02]
 set ylabel 'fraction of requests'

@@ -2,9 +2,11 @@
 # request's consecutive tokens).  @DATA@: center, low edge, high edge, count;
 # bins are logarithmic when @ITL_LOGX@ is 1.  P50/P95/P99 are dashed lines
 # named in the key (outside the plot, right), so no text crosses a line or a bar.
+# plain decimals in labels, never 1.578e+04
+dec(x) = abs(x) >= 1000 ? sprintf('%.0f', x) : abs(x) >= 10 ? sprintf('%.1f', x) : sprintf('%.3g', x)
 ok(x) = (x == x)
 mark(x, col) = sprintf("set arrow from %.9g, graph 0 to %.9g, graph 1 nohead dt 2 lw 1.5 lc rgb '%s' front", x, x, col)
-pname(name, x) = ok(x) ? sprintf('%s %.4g ms', name, x) : ''
+pname(name, x) = ok(x) ? sprintf('%s %s ms', name, dec(x)) : ''
 set title @TITLE@ . "\n" . @ITL_NOTE@
 set xlabel 'inter-token latency (ms)'
 set ylabel 'tokens'

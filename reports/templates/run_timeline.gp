@@ -4,7 +4,9 @@
 # degraded-queue depth.
 # @QUEUE@ is 1 when the trace sampled the elastic queue (schema 3), else the
 # last panel shows the request rate alone; @DEGRADED@ is 1 when it also
-# sampled the degraded queue's depth (schema 5).
+# sampled the degraded queue's depth (schema 5) and it held a request;
+# @N_SPILL@ / @N_BREAKER@ count the windows where the spill queue held a
+# request / the breaker was open (a series is drawn only when in use).
 # Four panels share the time axis; each panel's key sits to its right,
 # outside the plot area (screen coordinates from the fixed margins below),
 # so no key hides a line.
@@ -52,17 +54,14 @@ if (@QUEUE@) {
     if (@DEGRADED@) {
         stats @DATA@ using 11 name 'DQ' nooutput
         QMAX = DQ_max > QMAX ? DQ_max : QMAX
-        plot @DATA@ using 1:($10 > 0 ? QMAX : 1/0) with filledcurves y1=0 fc rgb '#d62728' fs solid 0.15 noborder title 'breaker open (shaded)', \
-             '' using 1:8 with steps ls 2 title 'memory queue', \
-             '' using 1:9 with steps ls 3 title 'spill queue (disk)', \
-             '' using 1:11 with steps ls 4 title 'degraded queue', \
-             '' using 1:7 axes x1y2 with steps ls 5 title 'arrivals (req/s, right axis)'
-    } else {
-        plot @DATA@ using 1:($10 > 0 ? QMAX : 1/0) with filledcurves y1=0 fc rgb '#d62728' fs solid 0.15 noborder title 'breaker open (shaded)', \
-             '' using 1:8 with steps ls 2 title 'memory queue', \
-             '' using 1:9 with steps ls 3 title 'spill queue (disk)', \
-             '' using 1:7 axes x1y2 with steps ls 5 title 'arrivals (req/s, right axis)'
     }
+    # only the series this run used are drawn and named in the key
+    p = "plot @DATA@ using 1:8 with steps ls 2 title 'memory queue'"
+    if (@N_BREAKER@ > 0) { p = p . ", '' using 1:($10 > 0 ? QMAX : 1/0) with filledcurves y1=0 fc rgb '#d62728' fs solid 0.15 noborder title 'breaker open (shaded)'" }
+    if (@N_SPILL@ > 0) { p = p . ", '' using 1:9 with steps ls 3 title 'spill queue (disk)'" }
+    if (@DEGRADED@) { p = p . ", '' using 1:11 with steps ls 4 title 'degraded queue'" }
+    p = p . ", '' using 1:7 axes x1y2 with steps ls 5 title 'arrivals (req/s, right axis)'"
+    eval p
 } else {
     unset y2tics
     unset y2label

@@ -6,6 +6,9 @@ set format x '%g'
 set format y '%g'
 if (@LOGX@) { set logscale x 2 }
 set offsets graph 0.03, graph 0.03, graph 0.08, graph 0.08
+# tokens/s and lengths are never negative: no axis goes below 0
+set yrange [0<*:*]
+if (!@LOGX@) { set xrange [0<*:*] }
 set key outside right top vertical Left reverse font ',9'
 set xlabel ''
 set ylabel 'prefill tokens/s'

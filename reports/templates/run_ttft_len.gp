@@ -10,6 +10,9 @@ set ylabel 'time to first token (ms)'
 set format x '%g'
 if (@LOGX@) { set logscale x }
 set offsets graph 0.03, graph 0.03, graph 0.05, graph 0.05
+# lengths and times are never negative: neither axis goes below 0
+set yrange [0<*:*]
+if (!@LOGX@) { set xrange [0<*:*] }
 set key outside right top vertical Left reverse font ',9'
 set samples 400
 if (ok(b)) {
