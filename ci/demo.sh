@@ -30,7 +30,7 @@ echo
 echo "== k25 bench: tiny on the shipped gold set (short requests), 2 users -> $OUT/bench.h5, $OUT/bench.json"
 "$K25" bench --dataset datasets/gold/ci-small.jsonl --model tiny --filter 'input_length <= 2048' \
   --concurrency 2 --requests 8 --warmup 1 --quiet --out "$OUT/bench.h5" --json "$OUT/bench.json"
-jq -r '"TTFT P50 \(.summary.ttft_ms.p50|floor) ms, \(.summary.output_tok_per_s|floor) output tok/s, harness overhead \(.summary.harness.overhead_per_token_us) us/token"' "$OUT/bench.json"
+jq -r '"TTFT P50 \(.summary.ttft_ms.p50|floor) ms, \(.summary.output_tok_per_s|floor) output tok/s, harness overhead \(.summary.harness.overhead_per_token_us * 100 | round / 100) us/token"' "$OUT/bench.json"
 echo "demo runs: results in $OUT/"
 echo
 echo "== the pipeline: ci-smoke sweep, report, gate (ci/pipeline.sh demo)"

@@ -53,6 +53,14 @@ if [ "$MODE" = demo ]; then
     1) echo "gate: REGRESSION against $BASELINE (see the table above; details in $OUT/gate.json)" ;;
     *) echo "gate: could not compare with $BASELINE (see above; \`make baselines\` refreshes it)" ;;
   esac
+  # a baseline measured elsewhere: say what the table above can and cannot tell the reader
+  if [ "$(jq -r '[.. | .other_machine? | select(. != null)] | any' "$OUT/gate.json" 2>/dev/null)" = true ]; then
+    echo "note: $BASELINE was measured on ANOTHER MACHINE. Its timings are compared after dividing by each"
+    echo "      machine's calibration, under the policy's wider other-machine tolerances, and a timing without"
+    echo "      one is advisory (shown, never a failure); tokens are held to the cross-machine identity rule."
+    echo "      So this gate catches large regressions only; for a strict timing gate on this machine,"
+    echo "      measure a baseline here (\`make baselines\`) and compare against that."
+  fi
   echo
   echo "report:       $REPORT/report.html (and report.md)"
   echo "best setting: $(jq -r -f ci/jq/sweep-best.jq "$OUT/summary.json")"

@@ -145,7 +145,27 @@ struct logs_tally {
     int n_groups;
     double *vals; /* [nv] the --stats field's values, owned */
     size_t nv, vcap;
+    char unit[16]; /* the values' unit suffix ("ms"), "" when they carry none */
+    bool mixed;    /* values with different units: no unit can be printed */
 };
+
+/* The unit a value carries after its number ("142.1ms" -> "ms"; "" for none). */
+static void unit_of(const char *v, char *u, size_t n)
+{
+    char *end;
+    strtod(v, &end);
+    snprintf(u, n, "%s", end);
+}
+
+/* The unit of a field whose values carry none (the log's token counts), else "". */
+static const char *field_unit(const char *name)
+{
+    static const char *const tokens[] = {"seq_len", "n_tokens", "prompt_tokens", "output_tokens", "tokens"};
+    for (size_t i = 0; i < sizeof(tokens) / sizeof(tokens[0]); i++)
+        if (!strcmp(name, tokens[i]))
+            return "tokens";
+    return "";
+}
 
 /*
  * Reads f line by line: lines of the tag and filter are counted, grouped,
@@ -190,6 +210,12 @@ static int scan(FILE *f, const struct logs_opts *lo, const struct k25_expr *fexp
                     }
                     t->vals = nvals;
                 }
+                char u[16];
+                unit_of(v, u, sizeof(u));
+                if (t->nv == 0)
+                    snprintf(t->unit, sizeof(t->unit), "%s", u);
+                else if (strcmp(u, t->unit) != 0)
+                    t->mixed = true;
                 t->vals[t->nv++] = x;
             }
         } else if (!lo->count) {
@@ -206,8 +232,10 @@ out:
 }
 
 /* --stats: n, mean, nearest-rank P50/P90/P99 and max of the values (sorted here), as text or JSON. */
-static void print_stats(const char *name, double *vals, size_t nv, bool json)
+static void print_stats(const char *name, double *vals, size_t nv, const char *unit_in, bool mixed, bool json)
 {
+    /* units: the values' own suffix, else the field's known unit; none when they disagree */
+    const char *unit = mixed ? "" : *unit_in ? unit_in : field_unit(name);
     qsort(vals, nv, sizeof(double), cmp_double);
     double sum = 0;
     for (size_t i = 0; i < nv; i++)
@@ -220,6 +248,10 @@ static void print_stats(const char *name, double *vals, size_t nv, bool json)
     }
     if (json) {
         printf("{\"field\": \"%s\", \"n\": %zu", name, nv);
+        if (*unit)
+            printf(", \"unit\": \"%s\"", unit);
+        else
+            printf(", \"unit\": null");
         const char *names[] = {"p50", "p90", "p99"};
         if (nv)
             printf(", \"mean\": %.6g", sum / (double)nv);
@@ -229,14 +261,18 @@ static void print_stats(const char *name, double *vals, size_t nv, bool json)
             isnan(pv[k]) ? printf(", \"%s\": null", names[k]) : printf(", \"%s\": %.6g", names[k], pv[k]);
         nv ? printf(", \"max\": %.6g}\n", vals[nv - 1]) : printf(", \"max\": null}\n");
     } else {
-        printf("%s: n=%zu", name, nv);
+        /* "avg_time_per_chunk (ms): n=3 mean=142.1 ms ..." */
+        const char *sp = *unit ? " " : "";
+        printf("%s%s%s%s: n=%zu", name, *unit ? " (" : "", unit, *unit ? ")" : "", nv);
         if (nv)
-            printf(" mean=%.4g", sum / (double)nv);
+            printf(" mean=%.4g%s%s", sum / (double)nv, sp, unit);
         const char *names[] = {"P50", "P90", "P99"};
         for (int k = 0; k < 3; k++)
-            isnan(pv[k]) ? printf(" %s=n/a", names[k]) : printf(" %s=%.4g", names[k], pv[k]);
+            isnan(pv[k]) ? printf(" %s=n/a", names[k]) : printf(" %s=%.4g%s%s", names[k], pv[k], sp, unit);
         if (nv)
-            printf(" max=%.4g", vals[nv - 1]);
+            printf(" max=%.4g%s%s", vals[nv - 1], sp, unit);
+        if (mixed)
+            printf(" (values in different units: none shown)");
         printf("\n");
     }
 }
@@ -290,7 +326,7 @@ static int run_logs(const struct logs_opts *lo)
                     "k25 logs: %s: %ld line(s) not of the form \"[TAG] key=value ...\" skipped (first: line %ld)\n",
                     lo->path, t.skipped, t.first_bad);
         if (lo->stats)
-            print_stats(lo->stats, t.vals, t.nv, lo->json);
+            print_stats(lo->stats, t.vals, t.nv, t.unit, t.mixed, lo->json);
         else if (lo->count && lo->by)
             print_groups(&t, lo->by, lo->json);
         else if (lo->count)
@@ -330,7 +366,7 @@ int k25_cmd_logs(int argc, char **argv)
     };
     const struct k25_cliopt_cmd cmd = {
         .name = "logs",
-        .usage = "logs FILE [--tag TAG] [--filter 'key op value && ...'] [--count]\n"
+        .usage = "logs FILE [--tag TAG] [--filter 'key op value && ...'] [--count [--by FIELD]]\n"
                  "                     [--stats FIELD] [--json]",
         .about = "Reads the engine's structured log (--log-level info|debug --log-file FILE; lines\n"
                  "\"[TAG] key=value ...\", docs/engine.md) and prints the matching lines, their count,\n"

@@ -294,9 +294,10 @@ static int print_result(const struct k25_config *cfg, const k25_model_t *model, 
     if (fflush(stdout) != 0)
         return 1;
     fprintf(stderr,
-            "k25 run: %s, %d prompt tokens in %d chunks, %d generated | prefill %.1f tok/s | "
+            "k25 run: %s, %d prompt tokens in %d chunk%s, %d generated | prefill %.1f tok/s | "
             "decode %.1f tok/s | TTFT %.1f ms | peak RSS %.0f MB | %d threads\n",
-            k25_model_get_shape(model)->name, r->n_input, r->prefill_chunks, r->n_output, pre_tps,
+            k25_model_get_shape(model)->name, r->n_input, r->prefill_chunks, r->prefill_chunks == 1 ? "" : "s",
+            r->n_output, pre_tps,
             dec_tps, ttft_ms, peak_rss_mb(), k25_get_threads());
     return 0;
 }

@@ -207,7 +207,7 @@ struct k25_sla_result {
     double margin;             /* headroom, >= 0 when it holds with room (NaN for == / !=) */
     double margin_pct;         /* margin / |limit| x 100 */
     int64_t n;                 /* samples the figure came from */
-    char note[256];            /* why unsupported, or what the sample was */
+    char note[512];            /* why unsupported, or what the sample was */
 };
 
 /*

@@ -296,6 +296,8 @@ static void sla_section(const struct k25_report_doc *d, struct k25_doc_out *o)
                     snprintf(cells[2], sizeof(cells[2]), "%s%s%s", val, unit, ci);
                     if (isnan(r->margin))
                         snprintf(cells[3], sizeof(cells[3]), "-");
+                    else if (isnan(r->margin_pct)) /* a limit of 0: no percentage of it */
+                        snprintf(cells[3], sizeof(cells[3]), "%s%s%s", r->margin >= 0 ? "+" : "", mg, unit);
                     else
                         snprintf(cells[3], sizeof(cells[3]), "%s%s%s (%s%s%%)", r->margin >= 0 ? "+" : "", mg, unit,
                                  r->margin_pct >= 0 ? "+" : "", mp);

@@ -561,6 +561,49 @@ static bool cond_holds(const struct k25_sla_line *l, const struct k25_bench_req 
     return true;
 }
 
+/*
+ * Why a line's conditions selected no request (issue 32: an SLA "at
+ * input_length >= 32768" on a gold set whose longest prompt is 8191 tokens
+ * is unsupported, and the reader must see why): the first condition that
+ * no completed request meets on its own, with the range the runs covered;
+ * else that no request meets them all at once.
+ */
+static void why_no_match(const struct k25_sla_line *l, const struct k25_report_run *runs, int n_runs,
+                         struct k25_sla_result *out)
+{
+    size_t done = 0;
+    for (int c = 0; c < l->n_cond; c++) {
+        bool in = !strcmp(l->cond[c].field, "input_length");
+        double lo = INFINITY, hi = -INFINITY;
+        size_t match = 0;
+        done = 0;
+        for (int i = 0; i < n_runs; i++)
+            for (size_t j = 0; j < runs[i].t.run.n_reqs; j++) {
+                const struct k25_bench_req *q = &runs[i].t.run.reqs[j];
+                if (q->state != K25_REQ_COMPLETED)
+                    continue;
+                double x = in ? q->n_input : q->n_output;
+                lo = fmin(lo, x);
+                hi = fmax(hi, x);
+                match += k25_sla_op_holds(l->cond[c].op, x, l->cond[c].value);
+                done++;
+            }
+        if (!done) {
+            unsupported(out, "no completed request to select from");
+            return;
+        }
+        if (!match) {
+            unsupported(out, "no sample: no completed request has %s %s %.0f (the %zu completed requests have %s "
+                             "%.0f to %.0f tokens; the gold set or --filter never reaches it)",
+                        l->cond[c].field, k25_sla_op_text(l->cond[c].op), l->cond[c].value, done,
+                        l->cond[c].field, lo, hi);
+            return;
+        }
+    }
+    unsupported(out, "no sample: each condition matches some of the %zu completed requests, but none matches all "
+                     "at once", done);
+}
+
 void k25_sla_eval(const struct k25_sla_line *l, const struct k25_report_run *runs, int n_runs,
                   struct k25_sla_result *out)
 {
@@ -641,6 +684,8 @@ void k25_sla_eval(const struct k25_sla_line *l, const struct k25_report_run *run
         }
     }
     k25_sla_eval_samples(l, v, n, out);
+    if (n == 0 && l->n_cond)
+        why_no_match(l, runs, n_runs, out);
     if (out->verdict != K25_VERDICT_UNSUPPORTED && l->n_cond) {
         char note[256];
         k25_report_sfmt(note, sizeof(note), "%s of the matching requests", out->note);

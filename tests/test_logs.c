@@ -52,6 +52,21 @@ static void test_known_answers(void **state)
     assert_non_null(strstr(out, "\"p50\": 30"));
     assert_non_null(strstr(out, "\"p90\": null"));
     assert_non_null(strstr(out, "\"max\": 50"));
+    assert_non_null(strstr(out, "\"unit\": \"ms\"")); /* issue 32: statistics with their unit */
+    free(out);
+    snprintf(args, sizeof(args), "%s --tag PREFILL --stats avg_time_per_chunk 2>/dev/null", path);
+    out = run(args, &st);
+    assert_int_equal(st, 0);
+    if (!strstr(out, "avg_time_per_chunk (ms): n=3 mean=30 ms P50=30 ms P90=n/a P99=n/a max=50 ms"))
+        fail_msg("got: %s", out);
+    free(out);
+    snprintf(args, sizeof(args), "%s --tag PREFILL --stats seq_len 2>/dev/null", path);
+    out = run(args, &st);
+    assert_non_null(strstr(out, "seq_len (tokens): n=3"));
+    free(out);
+    /* --help names --by in its usage line */
+    out = run("--help", &st);
+    assert_non_null(strstr(out, "[--count [--by FIELD]]"));
     free(out);
 
     /* the malformed line is skipped and reported with its line number */
