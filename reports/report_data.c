@@ -957,6 +957,7 @@ static int compare_ratios(const struct k25_report_run *runs, int n, const char *
         return K25_EIO;
     /* one row per (figure, run >= 2): x position, ratio, lo, hi, better (1) / worse (-1) / same (0), label */
     double ymax = 1.2;
+    int n_side[3] = {0, 0, 0}, n_ci = 0; /* bars worse / same / better, and with an interval */
     for (int h = 0; h < NH; h++) {
         double base = NAN;
         for (int i = 0; i < n; i++) {
@@ -994,6 +995,10 @@ static int compare_ratios(const struct k25_report_run *runs, int n, const char *
             fputc('\t', f);
             num(f, rhi);
             fprintf(f, "\t%d\t%d\t%.6g\n", side, i, width * 0.9);
+            if (!isnan(r)) {
+                n_side[side + 1]++;
+                n_ci += !isnan(rlo) && !isnan(rhi);
+            }
             if (isfinite(r))
                 ymax = fmax(ymax, r * 1.15);
             if (isfinite(rhi))
@@ -1022,6 +1027,10 @@ static int compare_ratios(const struct k25_report_run *runs, int n, const char *
             snprintf(t + u, sizeof(t) - u, ")");
         k25_plot_set(j, "XTICS", "%s", t);
     }
+    k25_plot_set(j, "N_WORSE", "%d", n_side[0]);
+    k25_plot_set(j, "N_SAME", "%d", n_side[1]);
+    k25_plot_set(j, "N_BETTER", "%d", n_side[2]);
+    k25_plot_set(j, "N_CI", "%d", n_ci);
     k25_plot_set(j, "DIVIDER", "%.3g", n_lower - 0.2);
     k25_plot_set(j, "XMAX", "%.3g", NH - 1 + 0.6 + 0.6);
     k25_plot_set(j, "YMAX", "%.4g", ymax);

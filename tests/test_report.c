@@ -416,6 +416,234 @@ static void keys_outside(const char *gp)
     free(s);
 }
 
+/* ------------------------------------------- what a sign-off reader is shown */
+
+/* The whole of a file, malloc'd ("" when it cannot be read). */
+static char *read_all(const char *p)
+{
+    FILE *f = fopen(p, "rb");
+    if (!f)
+        return strdup("");
+    char *b = NULL;
+    size_t n = 0, cap = 0, r;
+    char chunk[8192];
+    while ((r = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (n + r + 1 > cap) {
+            cap = (n + r + 1) * 2;
+            b = realloc(b, cap);
+            assert_non_null(b);
+        }
+        memcpy(b + n, chunk, r);
+        n += r;
+    }
+    fclose(f);
+    if (!b)
+        return strdup("");
+    b[n] = 0;
+    return b;
+}
+
+/* title as the gnuplot single-quoted literal the report writes ('' for '). */
+static void gp_quoted(const char *t, char *q, size_t n)
+{
+    size_t o = 0;
+    q[o++] = '\'';
+    for (; *t && o + 3 < n; t++) {
+        if (*t == '\'')
+            q[o++] = '\'';
+        q[o++] = *t;
+    }
+    q[o++] = '\'';
+    q[o] = 0;
+}
+
+/*
+ * No caption cut short (issue 32: fixed buffers left "...Hatched cells",
+ * "Concurrent requests shar"): in report.md every picture's caption ends a
+ * sentence, its title is the one its kept script draws, whole, and every
+ * "Not drawn:" line ends with a full stop.  Returns the captions checked.
+ */
+static int captions_whole(const char *out)
+{
+    char p[1200];
+    snprintf(p, sizeof(p), "%s/report.md", out);
+    char *md = read_all(p);
+    int n = 0;
+    for (char *l = md; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        size_t len = strcspn(l, "\n");
+        if (!strncmp(l, "Not drawn:", 10) && (len < 2 || l[len - 1] != '.'))
+            fail_msg("%s: a cut line: %.*s", p, (int)len, l);
+        if (strncmp(l, "![", 2) != 0)
+            continue;
+        char *mid = strstr(l, "](plots/");
+        assert_non_null(mid);
+        char title[1024], stem[256];
+        snprintf(title, sizeof(title), "%.*s", (int)(mid - l - 2), l + 2);
+        char *dot = strchr(mid + 8, '.');
+        assert_non_null(dot);
+        snprintf(stem, sizeof(stem), "%.*s", (int)(dot - mid - 8), mid + 8);
+        /* the caption: the next non-empty line, "*...*" */
+        char *c = strchr(l, '\n');
+        while (c && *c == '\n')
+            c++;
+        assert_non_null(c);
+        size_t cl = strcspn(c, "\n");
+        if (cl < 4 || c[0] != '*' || c[cl - 1] != '*' || (c[cl - 2] != '.' && c[cl - 2] != ')'))
+            fail_msg("%s: the caption of %s does not end a sentence (cut?): %.*s", p, stem, (int)cl, c);
+        char gp[1400], q[2100];
+        snprintf(gp, sizeof(gp), "%s/plots/%s.gp", out, stem);
+        char *script = read_all(gp);
+        gp_quoted(title, q, sizeof(q));
+        if (!strstr(script, q))
+            fail_msg("%s: the title '%s' (report.md) is not the one the script draws whole", gp, title);
+        free(script);
+        n++;
+    }
+    free(md);
+    return n;
+}
+
+/* Plot stems whose x axis is a non-negative quantity (the rest place categories at -0.5, ...). */
+static bool x_nonneg(const char *stem)
+{
+    static const char *const x[] = {"run_cdf", "run_itl_hist", "run_ttft_len", "run_tput_len", "run_timeline",
+                                    "cmp_cdf", "attn_time", "attn_scratch", "attn_roofline", "sweep_pareto"};
+    for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
+        if (strstr(stem, x[i]))
+            return true;
+    return false;
+}
+
+/*
+ * Writes plots/.check-STEM.gp: the kept script with, after each plot
+ * command, a line that prints the axes gnuplot settled on (x, y and, for a
+ * plot with a right axis, y2 minimum) to plots/.axes-STEM.txt.  What is
+ * drawn is unchanged.
+ */
+static void axes_script(const char *dir, const char *stem, char *path, size_t n)
+{
+    char gp[1400];
+    snprintf(gp, sizeof(gp), "%s/%s.gp", dir, stem);
+    char *s = read_all(gp);
+    snprintf(path, n, "%s/.check-%s.gp", dir, stem);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "set print '.axes-%s.txt'\n", stem);
+    bool in_plot = false, cont = false, y2 = false;
+    for (char *l = s; l && *l;) {
+        size_t len = strcspn(l, "\n");
+        const char *t = l;
+        while (*t == ' ')
+            t++;
+        if (!cont && (!strncmp(t, "plot ", 5) || !strncmp(t, "eval p", 6))) {
+            in_plot = true;
+            y2 = false;
+        }
+        if (in_plot && memmem(l, len, "x1y2", 4))
+            y2 = true;
+        fprintf(f, "%.*s\n", (int)len, l);
+        cont = len > 0 && l[len - 1] == '\\';
+        if (in_plot && !cont) {
+            fprintf(f, "print sprintf('AXES %%.9g %%.9g %%.9g %d', GPVAL_X_MIN, GPVAL_Y_MIN, GPVAL_Y2_MIN)\n", y2);
+            in_plot = false;
+        }
+        l = l[len] ? l + len + 1 : NULL;
+    }
+    assert_int_equal(fclose(f), 0);
+    free(s);
+}
+
+/* Checks plots/.axes-STEM.txt: no axis of a non-negative quantity below 0 (heatmaps: index axes). */
+static void axes_nonneg(const char *dir, const char *stem)
+{
+    char p[1400];
+    snprintf(p, sizeof(p), "%s/.axes-%s.txt", dir, stem);
+    char *s = read_all(p);
+    int n = 0;
+    for (char *l = s; (l = strstr(l, "AXES ")); l += 5) {
+        double x, y, y2;
+        int has_y2;
+        assert_int_equal(sscanf(l, "AXES %lf %lf %lf %d", &x, &y, &y2, &has_y2), 4);
+        if (!strstr(stem, "heatmap")) {
+            if (y < 0)
+                fail_msg("%s: the y axis runs to %g: below 0 for a quantity that cannot be", stem, y);
+            if (has_y2 && y2 < 0)
+                fail_msg("%s: the right axis runs to %g", stem, y2);
+            if (x_nonneg(stem) && x < 0)
+                fail_msg("%s: the x axis runs to %g", stem, x);
+        }
+        n++;
+    }
+    if (!n)
+        fail_msg("%s: no plot command reported its axes", stem);
+    free(s);
+    unlink(p);
+}
+
+/*
+ * Every key entry has data (issue 32: the timeline's key listed breaker and
+ * spill series that were absent): the script run again under `set table`,
+ * each titled curve must hold at least one point in range.  A key entry
+ * without points is allowed only for what the plot draws otherwise: the
+ * dashed percentile lines (arrows), the healthy band and the frame around
+ * the leader (objects), and blank heatmap cells (labelled "not run").
+ */
+static void legends_have_data(const char *dir, const char *stem)
+{
+    char gp[1400], tab[1400], cmd[4200], tmp[1500];
+    snprintf(gp, sizeof(gp), "%s/%s.gp", dir, stem);
+    snprintf(tab, sizeof(tab), "%s/.table-%s.txt", dir, stem);
+    snprintf(tmp, sizeof(tmp), "%s/.table-%s.gp", dir, stem);
+    char *s = read_all(gp);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fprintf(f, "set table '.table-%s.txt'\n", stem);
+    /* the picture is not drawn again: its output goes nowhere */
+    for (char *l = s; l && *l;) {
+        size_t len = strcspn(l, "\n");
+        if (!strncmp(l, "set output ", 11))
+            fprintf(f, "set output '/dev/null'\n");
+        else
+            fprintf(f, "%.*s\n", (int)len, l);
+        l = l[len] ? l + len + 1 : NULL;
+    }
+    assert_int_equal(fclose(f), 0);
+    free(s);
+    snprintf(cmd, sizeof(cmd), "cd '%s' && gnuplot '.table-%s.gp' >/dev/null 2>&1", dir, stem);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    char *t = read_all(tab);
+    static const char *const decor[] = {"P50 ", "P90 ", "P95 ", "P99 ", "healthy band", "framed: ", "not run"};
+    for (char *c = t; (c = strstr(c, "# Curve title: \"")); c += 16) {
+        char title[300];
+        const char *q = c + 16;
+        snprintf(title, sizeof(title), "%.*s", (int)strcspn(q, "\""), q);
+        /* the points: lines up to the next "# Curve" header; a point's last word is its type (i, o, u) */
+        const char *end = strstr(q, "# Curve ");
+        int in_range = 0;
+        for (const char *l = strchr(q, '\n'); l && (!end || l < end); l = strchr(l + 1, '\n')) {
+            const char *e = strchr(l + 1, '\n');
+            size_t len = e ? (size_t)(e - l - 1) : strlen(l + 1);
+            if (len >= 2 && l[1] != '#' && (l[len] == 'i' || l[len] == 'o') && l[len - 1] == ' ')
+                in_range++;
+        }
+        if (in_range)
+            continue;
+        /* "2: run2": the legend of the run numbers written on the bars */
+        bool ok = title[0] >= '1' && title[0] <= '9' && strchr(title, ':');
+        for (size_t k = 0; k < sizeof(decor) / sizeof(decor[0]); k++)
+            ok = ok || !strncmp(title, decor[k], strlen(decor[k]));
+        if (ok && !strncmp(title, "not run", 7)) { /* a blank cell is labelled */
+            const char *lab = strstr(t, "not run");
+            ok = lab && strstr(lab + 7, "not run");
+        }
+        if (!ok)
+            fail_msg("%s: the key names '%s', which has no data in the plot", stem, title);
+    }
+    free(t);
+    unlink(tab);
+    unlink(tmp);
+}
+
 /*
  * Draws every plot of the report folder again from its kept script
  * (plots/NAME.gp, as a user would) with gnuplot's stderr captured: it
@@ -437,13 +665,20 @@ static int render_check(const char *out)
         size_t l = strlen(e->d_name);
         if (l < 4 || strcmp(e->d_name + l - 3, ".gp") != 0)
             continue;
-        char stem[256], cmd[2048], p[1400], *o = NULL;
+        char stem[256], cmd[4200], p[1400], chk[1500], *o = NULL;
+        if (e->d_name[0] == '.')
+            continue; /* the derived scripts below */
         snprintf(stem, sizeof(stem), "%.*s", (int)(l - 3), e->d_name);
-        snprintf(cmd, sizeof(cmd), "cd '%s' && gnuplot '%s.gp' 2>&1 >/dev/null", dir, stem);
+        /* the kept script, with its axes printed to a side file (what is drawn is unchanged) */
+        axes_script(dir, stem, chk, sizeof(chk));
+        snprintf(cmd, sizeof(cmd), "cd '%s' && gnuplot '%s' 2>&1 >/dev/null", dir, chk);
         int st = tu_run(cmd, &o);
         if (st != 0 || (o && *o))
             fail_msg("%s/%s.gp: gnuplot exit %d, stderr:\n%s", dir, stem, st, o ? o : "");
         free(o);
+        unlink(chk);
+        axes_nonneg(dir, stem);
+        legends_have_data(dir, stem);
         snprintf(p, sizeof(p), "%s/%s.png", dir, stem);
         unsigned w = 0, h = 0;
         if (fsize(p) > 0) { /* svg / pdf reports are checked by report_ok */
@@ -557,6 +792,7 @@ static void report_ok(const char *args, const char *out, const char *const *plot
     free(md);
     if (!strcmp(ext, "png")) {
         assert_true(render_check(out) >= n);
+        assert_true(captions_whole(out) >= n);
         browser_check(out);
     }
 }

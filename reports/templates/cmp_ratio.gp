@@ -15,12 +15,11 @@ set arrow from @DIVIDER@, graph 0 to @DIVIDER@, graph 1 nohead lw 1 lc rgb '#808
 set label 'lower is better' at @DIVIDER@, graph 0.97 right offset -1,0 font ',9' tc rgb '#404040'
 set label 'higher is better' at @DIVIDER@, graph 0.97 left offset 1,0 font ',9' tc rgb '#404040'
 set key outside right top vertical Left reverse font ',9'
-col(s) = s > 0 ? 0x1a9850 : (s < 0 ? 0xd73027 : 0x9e9e9e)
-plot @DATA@ using 1:2:7:(col($5)) with boxes lc rgb variable notitle, \
-     '' using 1:2:3:4 with yerrorbars pt 0 lw 1.2 lc rgb '#202020' notitle, \
-     '' using 1:2:(sprintf('%d', $6 + 1)) with labels offset 0,-0.8 font ',8' notitle, \
-     keyentry with boxes fs solid 0.75 lc rgb '#1a9850' title 'better', \
-     keyentry with boxes fs solid 0.75 lc rgb '#d73027' title 'worse', \
-     keyentry with boxes fs solid 0.75 lc rgb '#9e9e9e' title 'interval holds 1', \
-     keyentry with yerrorbars pt 0 lc rgb '#202020' title '95% interval', \
-     for [k=2:@N@] keyentry with points pt -1 title sprintf('%d: %s', k, L[k])
+# one series per colour, each drawn (and named in the key) only when some bar has it
+p = "plot @DATA@ using 1:2:3:4 with yerrorbars pt 0 lw 1.2 lc rgb '#202020' " . (@N_CI@ > 0 ? "title '95% interval'" : "notitle")
+if (@N_BETTER@ > 0) { p = p . ", '' using 1:($5 > 0 ? $2 : NaN):7 with boxes lc rgb '#1a9850' title 'better'" }
+if (@N_WORSE@ > 0) { p = p . ", '' using 1:($5 < 0 ? $2 : NaN):7 with boxes lc rgb '#d73027' title 'worse'" }
+if (@N_SAME@ > 0) { p = p . ", '' using 1:($5 == 0 ? $2 : NaN):7 with boxes lc rgb '#9e9e9e' title 'no difference shown (within 2% or the interval holds 1)'" }
+p = p . ", '' using 1:2:(sprintf('%d', $6 + 1)) with labels offset 0,-0.8 font ',8' notitle"
+p = p . sprintf(", for [k=2:%d] keyentry with points pt -1 title sprintf('%%d: %%s', k, L[k])", @N@)
+eval p
