@@ -346,6 +346,69 @@ static void test_fmt_double(void **state)
     }
 }
 
+/*
+ * Issue 32, library level: an SLA line whose condition selects no request
+ * says which condition and the range the runs covered; the TTFT trend is
+ * fitted with a non-negative overhead and slope.
+ */
+static void test_sla_no_match_and_fit(void **state)
+{
+    (void)state;
+    struct k25_report_run run;
+    memset(&run, 0, sizeof(run));
+    struct k25_bench_req reqs[3];
+    memset(reqs, 0, sizeof(reqs));
+    int lens[3] = {512, 869, 920};
+    for (int i = 0; i < 3; i++) {
+        reqs[i].state = K25_REQ_COMPLETED;
+        reqs[i].n_input = lens[i];
+        reqs[i].n_output = 24;
+        reqs[i].arrival_ns = reqs[i].submit_ns = reqs[i].admit_ns = 0;
+        reqs[i].first_ns = 1000000 * (i + 1);
+        reqs[i].finish_ns = 5000000;
+    }
+    run.t.run.reqs = reqs;
+    run.t.run.n_reqs = 3;
+    struct k25_sla_line l;
+    struct k25_sla_result r;
+    line_ok("ttft_p50_ms <= 500 at input_length >= 32768", &l);
+    k25_sla_eval(&l, &run, 1, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_UNSUPPORTED);
+    if (!strstr(r.note, "no completed request has input_length >= 32768") || !strstr(r.note, "512 to 920 tokens"))
+        fail_msg("note: %s", r.note);
+    line_ok("ttft_p50_ms <= 500 at input_length >= 600 and input_length < 700", &l);
+    k25_sla_eval(&l, &run, 1, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_UNSUPPORTED);
+    assert_non_null(strstr(r.note, "none matches all at once"));
+    line_ok("ttft_p50_ms <= 500 at input_length >= 800", &l);
+    k25_sla_eval(&l, &run, 1, &r);
+    assert_int_equal(r.verdict, K25_VERDICT_PASS);
+
+    /* TTFT falling with length (queueing): the unconstrained line has a negative slope; the fit is flat */
+    double xs[4] = {1000, 2000, 3000, 4000}, ys[4] = {900, 700, 800, 500};
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, syy = 0, a, b, r2;
+    for (int i = 0; i < 4; i++)
+        sx += xs[i], sy += ys[i], sxx += xs[i] * xs[i], sxy += xs[i] * ys[i], syy += ys[i] * ys[i];
+    k25_report_fit_nonneg(sx, sy, sxx, sxy, syy, 4, &a, &b, &r2);
+    assert_true(b == 0 && fabs(a - 725) < 1e-9);
+    assert_true(r2 == 0);
+    /* a steep rise from a late start: the unconstrained intercept is negative; the fit goes through 0 */
+    double ys2[4] = {100, 1300, 2500, 3700};
+    sy = sxy = syy = 0;
+    for (int i = 0; i < 4; i++)
+        sy += ys2[i], sxy += xs[i] * ys2[i], syy += ys2[i] * ys2[i];
+    k25_report_fit_nonneg(sx, sy, sxx, sxy, syy, 4, &a, &b, &r2);
+    assert_true(a == 0 && b > 0 && fabs(b - sxy / sxx) < 1e-12);
+    assert_true(r2 > 0.8 && r2 < 1);
+    /* a clean line with a positive intercept is the ordinary least-squares fit */
+    double ys3[4] = {150, 250, 350, 450};
+    sy = sxy = syy = 0;
+    for (int i = 0; i < 4; i++)
+        sy += ys3[i], sxy += xs[i] * ys3[i], syy += ys3[i] * ys3[i];
+    k25_report_fit_nonneg(sx, sy, sxx, sxy, syy, 4, &a, &b, &r2);
+    assert_true(fabs(a - 50) < 1e-6 && fabs(b - 0.1) < 1e-9 && fabs(r2 - 1) < 1e-9);
+}
+
 /* ------------------------------------------------------ process level */
 
 static bool have_gnuplot(void)
@@ -925,6 +988,121 @@ static void test_report_sweep(void **state)
     (void)o;
 }
 
+static void jq_ok(const char *expr, const char *file)
+{
+    char cmd[4096], *o;
+    snprintf(cmd, sizeof(cmd), "jq -e '%s' '%s'", expr, file);
+    if (tu_run(cmd, &o) != 0)
+        fail_msg("%s\n%s", cmd, o);
+    free(o);
+}
+
+/*
+ * Issue 32: the shipped ci-smoke outcome, "no setting is significantly
+ * better" (a real sweep folder reduced to summary.json and the reference's
+ * three traces).  The sign-off is judged on the reference point and says
+ * so, every line of the shipped SLA example applies, the health checks are
+ * evaluated, the provenance names the machine; the heatmap shows no colour
+ * where no difference was shown; one leader in text and plots.  Then the
+ * same sweep with the reference holding the best mean and a knob that did
+ * nothing: the leader is the reference everywhere, and the report warns.
+ */
+static void test_report_sweep_no_winner(void **state)
+{
+    (void)state;
+    if (!have_gnuplot())
+        skip();
+    char out[700], p[800], args[1400];
+    const char *fix = "tests/data/report-sweep-nowin";
+    static const char *const plots[] = {"sweep_heatmap_0_1", "sweep_pareto", "sweep_axis_0", "sweep_axis_1",
+                                        "ref_run_cdf", "ref_run_timeline", "ref_run_ttft_len", NULL};
+    snprintf(out, sizeof(out), "%s/rep-nowin", tu_dir);
+    snprintf(args, sizeof(args), "%s --sla reports/sla-example.yaml", fix);
+    report_ok(args, out, plots, "png");
+    snprintf(p, sizeof(p), "%s/verdict.json", out);
+    jq_ok(".columns == [\"reference point (defaults)\"] and (.sla | length) == 7 and "
+          "([.sla[].results[0].verdict] | all(. != \"UNSUPPORTED\")) and "
+          "([.health[].results[0].level] | length) > 0", p);
+    snprintf(p, sizeof(p), "%s/report.md", out);
+    char *md = read_all(p);
+    assert_non_null(strstr(md, "| reference point (defaults) |"));               /* judged on */
+    assert_non_null(strstr(md, "Evaluated on the reference point's requests"));
+    assert_non_null(strstr(md, "judged on the reference point"));
+    assert_null(strstr(md, "Not evaluated"));
+    assert_non_null(strstr(md, "the reference point's first repetition (the point judged)"));
+    assert_non_null(strstr(md, "| CPU |"));                                        /* the hardware */
+    assert_null(strstr(md, "No run trace"));
+    assert_null(strstr(md, "defaults (defaults)"));
+    assert_non_null(strstr(md, "| defaults (the reference) |"));
+    assert_non_null(strstr(md, "(best mean) |"));
+    assert_non_null(strstr(md, "other axes at the best-mean point"));
+    free(md);
+    /* the heatmap: a cell whose interval holds 1 has no colour; its caption says so, without a fitted range */
+    snprintf(p, sizeof(p), "%s/plots/data/heat_0_1.tsv", out);
+    char *heat = read_all(p);
+    int ns = 0, blank = 0;
+    for (char *l = heat; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        char c[12][64];
+        if (sscanf(l, "%63s %63s %63s %63s %63s %63s %63s %63s %63s %63s %63s %63s", c[0], c[1], c[2], c[3], c[4], c[5],
+                   c[6], c[7], c[8], c[9], c[10], c[11]) != 12)
+            continue;
+        double lo = strtod(c[5], NULL), hi = strtod(c[6], NULL);
+        if (!strcmp(c[11], "1")) {
+            ns++;
+            assert_true(lo <= 1 && hi >= 1);
+        }
+        if (lo <= 1 && hi >= 1 && strcmp(c[10], "nan") != 0)
+            fail_msg("a cell whose interval [%g, %g] holds 1 is coloured: %s", lo, hi, l);
+        blank += !strcmp(c[11], "4");
+    }
+    free(heat);
+    assert_true(ns >= 3);
+    assert_int_equal(blank, 1); /* 512 x 8: the reference's batch limit with the other chunk size, not run */
+    snprintf(p, sizeof(p), "%s/plots/sweep_heatmap_0_1.gp", out);
+    char *gp = read_all(p);
+    assert_non_null(strstr(gp, "not run"));
+    free(gp);
+    snprintf(p, sizeof(p), "%s/report.md", out);
+    md = read_all(p);
+    assert_non_null(strstr(md, "is pale grey and marked n.s.: no difference was shown"));
+    assert_null(strstr(md, "pale within"));
+    free(md);
+
+    /* the reference holds the best mean, and a knob did nothing */
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd),
+             "rm -rf %s/nowin-ref && cp -r %s %s/nowin-ref && jq '(.all_points |= map(if .reference then "
+             ".metrics.ttft_p50_ms = 1 else (.knob_warning = \"kv_compression_ratio had almost no effect on what it "
+             "controls: peak KV 4 MiB against 4 MiB\") end)) | .warnings = [\"p: kv_compression_ratio had almost no "
+             "effect on what it controls: peak KV 4 MiB against 4 MiB at q\"]' %s/summary.json > %s/nowin-ref/summary.json",
+             tu_dir, fix, tu_dir, fix, tu_dir);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    snprintf(out, sizeof(out), "%s/rep-nowin-ref", tu_dir);
+    snprintf(args, sizeof(args), "%s/nowin-ref", tu_dir);
+    static const char *const plots2[] = {"sweep_heatmap_0_1", "sweep_pareto", "ref_run_cdf", NULL};
+    report_ok(args, out, plots2, "png");
+    snprintf(p, sizeof(p), "%s/report.md", out);
+    md = read_all(p);
+    assert_non_null(strstr(md, "The reference itself has the best mean objective; the plots anchor on it."));
+    assert_non_null(strstr(md, "| defaults (the reference) (best mean) |"));
+    assert_non_null(strstr(md, "WARN: p: kv_compression_ratio had almost no effect"));
+    assert_non_null(strstr(md, "WARN: kv_compression_ratio had almost no effect")); /* the point's row */
+    free(md);
+    /* the Pareto plot's star and the heatmap's frame are on the reference */
+    snprintf(p, sizeof(p), "%s/plots/sweep_pareto.gp", out);
+    gp = read_all(p);
+    assert_non_null(strstr(gp, "bestname = 'reference (best mean)'"));
+    free(gp);
+    snprintf(p, sizeof(p), "%s/plots/data/pareto.tsv", out);
+    char *pt = read_all(p);
+    const char *star = strstr(pt, "\tbest\n");
+    assert_non_null(star);
+    while (star > pt && star[-1] != '\n')
+        star--;
+    assert_true(strtod(strchr(star, '\t') + 1, NULL) == 1); /* the reference's objective, set to 1 above */
+    free(pt);
+}
+
 static void test_report_attn_and_compare(void **state)
 {
     (void)state;
@@ -1030,9 +1208,11 @@ int main(void)
         cmocka_unit_test(test_sla_eval),
         cmocka_unit_test(test_health),
         cmocka_unit_test(test_fmt_double),
+        cmocka_unit_test(test_sla_no_match_and_fit),
         cmocka_unit_test(test_report_run),
         cmocka_unit_test(test_report_priority),
         cmocka_unit_test(test_report_sweep),
+        cmocka_unit_test(test_report_sweep_no_winner),
         cmocka_unit_test(test_report_attn_and_compare),
         cmocka_unit_test(test_report_errors),
     };
