@@ -689,6 +689,10 @@ static void legends_have_data(const char *dir, const char *stem)
             if (len >= 2 && l[1] != '#' && (l[len] == 'i' || l[len] == 'o') && l[len - 1] == ' ')
                 in_range++;
         }
+        /* plain decimals in keys: "P99 15780 ms", never "P99 1.578e+04 ms" */
+        const char *e = strstr(title, "e+");
+        if (e && e > title && e[-1] >= '0' && e[-1] <= '9' && e[2] >= '0' && e[2] <= '9')
+            fail_msg("%s: a key in scientific notation: '%s'", stem, title);
         if (in_range)
             continue;
         /* "2: run2": the legend of the run numbers written on the bars */
@@ -1116,6 +1120,23 @@ static void test_report_attn_and_compare(void **state)
     snprintf(out, sizeof(out), "%s/rep-cmp", tu_dir);
     snprintf(args, sizeof(args), "%s %s", g_run, g_run2);
     report_ok(args, out, cp, "png");
+    /* a ratio within 2% of 1 (0.998 peak memory) is "no difference", never better or worse */
+    char p[800];
+    snprintf(p, sizeof(p), "%s/plots/data/cmp_ratio.tsv", out);
+    char *d = read_all(p);
+    int rows = 0;
+    for (char *l = d; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        double x, r;
+        char lo[64], hi[64];
+        int side;
+        if (sscanf(l, "%lf %lf %63s %63s %d", &x, &r, lo, hi, &side) != 5)
+            continue;
+        rows++;
+        if (fabs(r - 1) <= 0.02 && side != 0)
+            fail_msg("ratio %g shown as %s", r, side > 0 ? "better" : "worse");
+    }
+    assert_true(rows >= 5);
+    free(d);
 }
 
 static void test_report_errors(void **state)
