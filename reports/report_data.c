@@ -708,14 +708,19 @@ static int data_ttft_len(const struct k25_bench_run *r, const char *plot_dir, co
                                  "cannot be negative). Where R2 is low, TTFT here depends on more than the input "
                                  "length (queueing behind other requests, mostly): read the dots, not the line.");
     k25_plot_set(j, "DATA", "'data/%s'", name);
-    char fa[64], fb[64], fit[200];
+    char fa[64], fb[64], fit[400];
     k25_plot_set(j, "FIT_A", "%s", gnum(a, fa, sizeof(fa)));
     k25_plot_set(j, "FIT_B", "%s", gnum(b, fb, sizeof(fb)));
     k25_plot_set(j, "XMIN", "%.9g", isfinite(xmin) ? xmin : 0);
     k25_plot_set(j, "XMAX", "%.9g", isfinite(xmax) ? xmax : 1);
     if (!isnan(b))
-        snprintf(fit, sizeof(fit), "%s: TTFT = %.3g ms + %.3g ms per 1k tokens x input (R2 = %.2f, %zu requests)",
-                 !(r2 >= 0.5) ? "poor fit, input length explains little" : "fit", a, b * 1000, isnan(r2) ? 0 : r2, k);
+    {
+        char fa2[64], fb2[64]; /* plain decimals: "1170 ms per 1k", never "1.17e+03" */
+        k25_report_fmt(a, fa2, sizeof(fa2));
+        k25_report_fmt(b * 1000, fb2, sizeof(fb2));
+        snprintf(fit, sizeof(fit), "%s: TTFT = %s ms + %s ms per 1k input tokens (R2 = %.2f, %zu requests)",
+                 !(r2 >= 0.5) ? "poor fit, input length explains little" : "fit", fa2, fb2, isnan(r2) ? 0 : r2, k);
+    }
     else
         snprintf(fit, sizeof(fit), "no trend fitted (%zu requests, %s)", k,
                  k < 3 ? "fewer than 3" : "one input length");

@@ -548,11 +548,15 @@ static void sweep_sections(const struct k25_report_doc *d, struct k25_doc_out *o
             k25_report_fmt(pmetric(&s->pts[s->reference], s->objective), b, sizeof(b));
             const json_t *imp = json_object_get(s->summary, "improvement_over_reference");
             size_t l = strlen(t);
+            /* the reference's label is "defaults" unless a grid point stands for them */
+            char rl[600] = "";
+            if (strcmp(s->pts[s->reference].label, "defaults") != 0)
+                snprintf(rl, sizeof(rl), " (%s)", s->pts[s->reference].label);
             if (json_is_number(imp))
-                snprintf(t + l, sizeof(t) - l, " The defaults (%s) give %s: the best point is %.1f%% better.",
-                         s->pts[s->reference].label, b, json_number_value(imp) * 100);
+                snprintf(t + l, sizeof(t) - l, " The defaults%s give %s: the best point is %.1f%% better.", rl, b,
+                         json_number_value(imp) * 100);
             else
-                snprintf(t + l, sizeof(t) - l, " The defaults (%s) give %s.", s->pts[s->reference].label, b);
+                snprintf(t + l, sizeof(t) - l, " The defaults%s give %s.", rl, b);
         } else if (s->reference == s->best) {
             size_t l = strlen(t);
             snprintf(t + l, sizeof(t) - l, " The defaults are the best point.");

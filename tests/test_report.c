@@ -520,6 +520,16 @@ static void gp_quoted(const char *t, char *q, size_t n)
     q[o] = 0;
 }
 
+/* A number written in scientific notation ("1.578e+04"): a reader should never meet one. */
+static bool has_sci(const char *s, size_t n)
+{
+    for (size_t i = 1; i + 2 < n; i++)
+        if ((s[i] == 'e' || s[i] == 'E') && (s[i + 1] == '+' || s[i + 1] == '-') && s[i - 1] >= '0' &&
+            s[i - 1] <= '9' && s[i + 2] >= '0' && s[i + 2] <= '9')
+            return true;
+    return false;
+}
+
 /*
  * No caption cut short (issue 32: fixed buffers left "...Hatched cells",
  * "Concurrent requests shar"): in report.md every picture's caption ends a
@@ -553,12 +563,20 @@ static int captions_whole(const char *out)
         size_t cl = strcspn(c, "\n");
         if (cl < 4 || c[0] != '*' || c[cl - 1] != '*' || (c[cl - 2] != '.' && c[cl - 2] != ')'))
             fail_msg("%s: the caption of %s does not end a sentence (cut?): %.*s", p, stem, (int)cl, c);
+        if (has_sci(title, strlen(title)) || has_sci(c, cl))
+            fail_msg("%s: scientific notation in the title or caption of %s", p, stem);
         char gp[1400], q[2100];
         snprintf(gp, sizeof(gp), "%s/plots/%s.gp", out, stem);
         char *script = read_all(gp);
         gp_quoted(title, q, sizeof(q));
         if (!strstr(script, q))
             fail_msg("%s: the title '%s' (report.md) is not the one the script draws whole", gp, title);
+        /* the titles the script draws (a fit's note included) are in plain decimals too */
+        for (char *sl = script; (sl = strstr(sl, "set title ")); sl += 10) {
+            size_t tl = strcspn(sl, "\n");
+            if (has_sci(sl, tl))
+                fail_msg("%s: scientific notation in %.*s", gp, (int)tl, sl);
+        }
         free(script);
         n++;
     }

@@ -19,7 +19,7 @@ set key outside right top vertical Left reverse font ',9'
 p = "plot @DATA@ using 1:2:3:4 with yerrorbars pt 0 lw 1.2 lc rgb '#202020' " . (@N_CI@ > 0 ? "title '95% interval'" : "notitle")
 if (@N_BETTER@ > 0) { p = p . ", '' using 1:($5 > 0 ? $2 : NaN):7 with boxes lc rgb '#1a9850' title 'better'" }
 if (@N_WORSE@ > 0) { p = p . ", '' using 1:($5 < 0 ? $2 : NaN):7 with boxes lc rgb '#d73027' title 'worse'" }
-if (@N_SAME@ > 0) { p = p . ", '' using 1:($5 == 0 ? $2 : NaN):7 with boxes lc rgb '#9e9e9e' title 'no difference shown (within 2% or the interval holds 1)'" }
+if (@N_SAME@ > 0) { p = p . ", '' using 1:($5 == 0 ? $2 : NaN):7 with boxes lc rgb '#9e9e9e' title 'no difference shown'" }
 p = p . ", '' using 1:2:(sprintf('%d', $6 + 1)) with labels offset 0,-0.8 font ',8' notitle"
 p = p . sprintf(", for [k=2:%d] keyentry with points pt -1 title sprintf('%%d: %%s', k, L[k])", @N@)
 eval p
