@@ -672,7 +672,7 @@ void k25_report_fit_nonneg(double sx, double sy, double sxx, double sxy, double 
 static int data_ttft_len(const struct k25_bench_run *r, const char *plot_dir, const char *prefix,
                          const char *heading, struct k25_plot_list *pl, struct k25_error *err)
 {
-    char path[PATH_MAX + 256], name[128], stem[96], title[200], q[300];
+    char path[PATH_MAX + 256], name[128], stem[96], title[200], q[900];
     int rc;
     FILE *f;
     snprintf(name, sizeof(name), "%sttft_len.tsv", prefix);
