@@ -406,7 +406,7 @@ static void stop_fillers(struct sched *S)
 /* --dry-run: the selected points, what is done, and the time left at the measured pace. */
 static void dry_run_report(const struct k25_sweep_spec *spec, const struct k25_sweep_opts *o,
                            const struct k25_sweep_point *pts, int n, const bool *sel, int n_all, int n_done,
-                           int n_tasks)
+                           const struct k25_sweep_task *tasks, int n_tasks)
 {
     int n_sel = 0, ref = k25_sweep_reference_index(spec, pts, n);
     for (int i = 0; i < n; i++)
@@ -426,8 +426,29 @@ static void dry_run_report(const struct k25_sweep_spec *spec, const struct k25_s
         fmt_duration(per * n_tasks / (o->jobs > 0 ? o->jobs : 1), d, sizeof(d));
         printf("estimated time: %s (%.1f s per run, measured on the %s runs already done, %d job%s)\n", d, per,
                "previous", o->jobs, o->jobs == 1 ? "" : "s");
+    } else if (n_tasks > 0) {
+        /* no run yet: a probe of the engine on this machine and the runs' sizes (estimate.c) */
+        struct k25_sweep_probe pr;
+        char why[600] = "";
+        int rc = k25_sweep_probe(spec, &pts[ref >= 0 ? ref : tasks[0].point], &pr, why, sizeof(why));
+        if (rc == K25_OK) {
+            double total = 0;
+            for (int t = 0; t < n_tasks; t++)
+                total += k25_sweep_estimate_run_s(spec, &pts[tasks[t].point], &pr);
+            char d[32];
+            int jobs = o->jobs > 0 ? o->jobs : 1;
+            fmt_duration(total / jobs, d, sizeof(d));
+            printf("estimated time: about %s (rough: from a probe of the engine on this machine, %.3g ms per prompt "
+                   "token and %.3g ms per decode step at %d prompt tokens, %.2g s to load, and each run's requests "
+                   "from the gold set; %d job%s)\n",
+                   d, 1e3 * pr.prefill_s_per_tok, 1e3 * pr.decode_s_per_step, pr.probe_tokens, pr.load_s, o->jobs,
+                   o->jobs == 1 ? "" : "s");
+        } else {
+            printf("estimated time: unknown until the first run finishes (%s)\n", why);
+        }
+        k25_sweep_probe_free(&pr);
     } else {
-        printf("estimated time: unknown until the first run finishes (no earlier runs under %s)\n", o->out);
+        printf("estimated time: none, every run is done\n");
     }
 }
 
@@ -601,7 +622,7 @@ int k25_sweep_run(const struct k25_sweep_spec *spec, const struct k25_sweep_opts
             tasks[n_tasks++] = all[k];
     }
     if (o->dry_run) {
-        dry_run_report(spec, o, pts, n, sel, n_all, n_done, n_tasks);
+        dry_run_report(spec, o, pts, n, sel, n_all, n_done, tasks, n_tasks);
         goto out;
     }
     if ((rc = prepare_folders(o, pts, n, sel, all, err)))

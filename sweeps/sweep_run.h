@@ -96,6 +96,31 @@ pid_t k25_sweep_spawn_search(const struct k25_sweep_spec *spec, const struct k25
                              const struct k25_sweep_point *p, int rep, const char *logpath, int c0, int nc,
                              int threads, const struct k25_sweep_slow_rule *slow);
 
+/* ------------------------------------- dry-run time estimate (estimate.c) */
+
+/* The engine on this machine, measured by one probe request, and the gold set's sizes. */
+struct k25_sweep_probe {
+    double load_s;            /* model load and engine start */
+    double prefill_s_per_tok; /* prompt tokens */
+    double decode_s_per_step; /* one new token of one sequence */
+    int probe_tokens;         /* the probe's prompt length */
+    int64_t *in, *out;        /* [n] the filtered gold set's prompt / expected reply lengths (owned) */
+    size_t n;
+};
+
+/*
+ * Probes the spec's model with the reference point's config (ref); on
+ * failure or where no probe is made (a server sweep, a model folder, more
+ * than 2 GiB of weights) returns non-zero with why[] saying so in a few
+ * words.  k25_sweep_probe_free releases pr either way.
+ */
+int k25_sweep_probe(const struct k25_sweep_spec *spec, const struct k25_sweep_point *ref,
+                    struct k25_sweep_probe *pr, char *why, size_t why_n);
+void k25_sweep_probe_free(struct k25_sweep_probe *pr);
+/* Rough seconds one run of p takes (estimate.c's header); NaN without a probe. */
+double k25_sweep_estimate_run_s(const struct k25_sweep_spec *spec, const struct k25_sweep_point *p,
+                                const struct k25_sweep_probe *pr);
+
 /* True once SIGINT or SIGTERM asked the sweep to stop (runner.c). */
 bool k25_sweep_stopping(void);
 

@@ -14,6 +14,7 @@
 
 #include "harness.h"
 #include "sweep.h"
+#include "sweep_run.h"
 
 #include <errno.h>
 #include <math.h>
@@ -766,6 +767,42 @@ static void test_tasks_and_merge(void **state)
     free(out);
 }
 
+/*
+ * Issue 32: `--dry-run` before any run estimates the time from a probe of
+ * the engine and the runs' sizes: the arithmetic on a hand-made probe, and
+ * the command on a fresh folder (one short probe request of the tiny model).
+ */
+static void test_dry_run_estimate(void **state)
+{
+    (void)state;
+    struct k25_error err;
+    const char *p = write_spec("dry.yaml", HEAD "repeats: 2\n" OBJ "model: tiny\n"
+                               "axes:\n  max_batch_size: [1, 4]\n");
+    assert_int_equal(k25_sweep_spec_load(p, &g_spec, &err), K25_OK);
+    struct k25_sweep_point *pts;
+    int n;
+    assert_int_equal(k25_sweep_expand(&g_spec, &pts, &n, &err), K25_OK);
+    int64_t in[2] = {100, 300}, out[2] = {10, 5000};
+    struct k25_sweep_probe pr = {.load_s = 0.5, .prefill_s_per_tok = 0.001, .decode_s_per_step = 0.01,
+                                 .probe_tokens = 200, .in = in, .out = out, .n = 2};
+    /* 4 requests (HEAD: requests 4, no warm-up) cycle the set: prompts 100 300 100 300, replies capped */
+    for (int i = 0; i < n; i++) {
+        int cap = pts[i].cfg.decode_max_tokens;
+        int together = pts[i].cfg.max_batch_size < 2 ? pts[i].cfg.max_batch_size : 2; /* concurrency 2 */
+        double want = 0.5 + 0.8 + (2 * 10 + 2 * (5000 < cap ? 5000 : cap)) * 0.01 / together;
+        double got = k25_sweep_estimate_run_s(&g_spec, &pts[i], &pr);
+        if (fabs(got - want) > 1e-9)
+            fail_msg("point %d: %g s, wanted %g", i, got, want);
+    }
+    k25_sweep_points_free(pts, n);
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "%s sweep %s --out %s/dry-out --dry-run", tu_k25(), p, tu_dir);
+    char *o = run_expect(cmd, 0);
+    if (!strstr(o, "estimated time: about ") || !strstr(o, "ms per prompt token") || strstr(o, "unknown"))
+        fail_msg("%s", o);
+    free(o);
+}
+
 /* The Slurm script: absolute quoted paths, --chdir, --only kept, no --exclusive needed. */
 static void test_slurm_script(void **state)
 {
@@ -839,6 +876,7 @@ int main(void)
         cmocka_unit_test(test_pareto_ties),
         cmocka_unit_test(test_analyze),
         cmocka_unit_test(test_leader_and_knob_effect),
+        cmocka_unit_test(test_dry_run_estimate),
         cmocka_unit_test(test_slurm_script),
         cmocka_unit_test(test_ci_smoke),
         cmocka_unit_test(test_equivalent_points_no_best),
