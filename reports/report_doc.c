@@ -246,7 +246,7 @@ static void sla_section(const struct k25_report_doc *d, struct k25_doc_out *o)
 {
     if (d->in->kind == K25_REPORT_ATTN || d->sla->n_lines == 0)
         return;
-    char t[1200];
+    char t[2400];
     o->heading(o, 2, "SLA");
     const char *on = "";
     if (d->in->kind == K25_REPORT_SWEEP)
@@ -257,7 +257,7 @@ static void sla_section(const struct k25_report_doc *d, struct k25_doc_out *o)
                  : "";
     snprintf(t, sizeof(t), "From `%s`.%s", d->sla->path, on);
     o->para(o, t);
-    char cells[2 + K25_REPORT_MAX_COLS * 4][200];
+    char cells[2 + K25_REPORT_MAX_COLS * 4][800];
     const char *cp[2 + K25_REPORT_MAX_COLS * 4];
     for (size_t i = 0; i < sizeof(cp) / sizeof(cp[0]); i++)
         cp[i] = cells[i];
@@ -670,7 +670,7 @@ static void provenance_runs(struct k25_doc_out *o, const struct k25_report_run *
                                         "GPUs", "kernel", "host", "dataset", "dataset SHA-256", "filter",
                                         "model / seed", "started (UTC)", "finished (UTC)", "command line"};
     enum { NI = sizeof(items) / sizeof(items[0]) };
-    char cells[K25_REPORT_MAX_COLS + 1][512];
+    char cells[K25_REPORT_MAX_COLS + 1][2048];
     const char *cp[K25_REPORT_MAX_COLS + 1];
     for (int i = 0; i <= n; i++)
         cp[i] = cells[i];
