@@ -1011,6 +1011,19 @@ static void test_report_sweep(void **state)
     md = slurp(p);
     assert_non_null(strstr(md, "has no neighbour on this axis"));
     free(md);
+    /* neither the best nor the reference has a trace: the provenance from a trace the folder holds */
+    snprintf(cmd, sizeof(cmd), "rm -rf %s/sw-ref/points/97ae9d7e85634043", tu_dir);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    snprintf(cmd, sizeof(cmd), "%s/sw-ref", tu_dir);
+    snprintf(out, sizeof(out), "%s/rep-sweep-any", tu_dir);
+    static const char *const plots3[] = {"sweep_heatmap_0_1", NULL};
+    report_ok(cmd, out, plots3, "png");
+    snprintf(p, sizeof(p), "%s/report.md", out);
+    md = slurp(p);
+    assert_non_null(strstr(md, "Build and machine from the first trace found in the sweep folder"));
+    assert_non_null(strstr(md, "| CPU |"));
+    assert_non_null(strstr(md, "no run trace (points/ID/rep-K.h5) was found for the best or the reference point"));
+    free(md);
     (void)o;
 }
 
