@@ -844,7 +844,24 @@ void k25_report_doc_write(const struct k25_report_doc *d, struct k25_doc_out *o)
     for (int i = 0; i < d->opts->n_inputs && u < sizeof(t); i++)
         u += (size_t)snprintf(t + u, sizeof(t) - u, "%s%s", i ? "`, `" : "", d->opts->inputs[i]);
     if (u < sizeof(t))
-        snprintf(t + u, sizeof(t) - u, "`.");
+        u += (size_t)snprintf(t + u, sizeof(t) - u, "`.");
+    /* the box this signs off, up front (issue 32: nothing identified the hardware) */
+    const struct k25_report_input *in0 = d->in;
+    const struct k25_report_run *pr = in0->kind == K25_REPORT_RUN || in0->kind == K25_REPORT_COMPARE ? &in0->runs[0]
+                                      : in0->kind != K25_REPORT_SWEEP ? NULL
+                                      : in0->sweep->n_best_runs      ? &in0->sweep->best_runs[0]
+                                      : in0->sweep->n_ref_runs       ? &in0->sweep->ref_runs[0]
+                                                                     : in0->sweep->any_run;
+    const json_t *m = pr ? json_object_get(pr->provenance, "machine") : NULL;
+    if (m && u < sizeof(t))
+    {
+        long long cores = (long long)json_integer_value(json_object_get(m, "cores_online"));
+        long long thr = (long long)json_integer_value(json_object_get(m, "threads_used"));
+        snprintf(t + u, sizeof(t) - u, " Measured on %s (%s, %lld core%s online, %lld thread%s used).",
+                 js(m, "hostname"), js(m, "cpu_model"), cores, cores == 1 ? "" : "s", thr, thr == 1 ? "" : "s");
+    }
+    else if (in0->kind == K25_REPORT_ATTN && u < sizeof(t))
+        snprintf(t + u, sizeof(t) - u, " Measured on %s.", js(in0->attn->meta, "cpu_model"));
     o->para(o, t);
     verdict_section(d, o);
     conditions_section(d, o);

@@ -1070,6 +1070,7 @@ static void test_report_sweep_no_winner(void **state)
     assert_null(strstr(md, "Not evaluated"));
     assert_non_null(strstr(md, "the reference point's first repetition (the point judged)"));
     assert_non_null(strstr(md, "| CPU |"));                                        /* the hardware */
+    assert_non_null(strstr(md, "`. Measured on "));                                /* ... up front too */
     assert_null(strstr(md, "No run trace"));
     assert_null(strstr(md, "defaults (defaults)"));
     assert_non_null(strstr(md, "| defaults (the reference) |"));
