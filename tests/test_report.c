@@ -1114,7 +1114,9 @@ static void test_report_sweep_no_winner(void **state)
              "rm -rf %s/nowin-ref && cp -r %s %s/nowin-ref && jq '(.all_points |= map(if .reference then "
              ".metrics.ttft_p50_ms = 1 else (.knob_warning = \"kv_compression_ratio had almost no effect on what it "
              "controls: peak KV 4 MiB against 4 MiB\") end)) | .warnings = [\"p: kv_compression_ratio had almost no "
-             "effect on what it controls: peak KV 4 MiB against 4 MiB at q\"]' %s/summary.json > %s/nowin-ref/summary.json",
+             "effect on what it controls: peak KV 4 MiB against 4 MiB at q\"] | "
+             ".all_points[1].vs_reference.ratio = 0.6 | .all_points[1].vs_reference.ratio_ci = [0.5, 0.8]' "
+             "%s/summary.json > %s/nowin-ref/summary.json",
              tu_dir, fix, tu_dir, fix, tu_dir);
     assert_int_equal(tu_run(cmd, NULL), 0);
     snprintf(out, sizeof(out), "%s/rep-nowin-ref", tu_dir);
@@ -1128,6 +1130,12 @@ static void test_report_sweep_no_winner(void **state)
     assert_non_null(strstr(md, "WARN: p: kv_compression_ratio had almost no effect"));
     assert_non_null(strstr(md, "WARN: kv_compression_ratio had almost no effect")); /* the point's row */
     free(md);
+    /* a cell told apart (interval [0.5, 0.8]) is coloured, clamped to the fixed scale's end (x1/1.5) */
+    snprintf(p, sizeof(p), "%s/plots/data/heat_0_1.tsv", out);
+    heat = read_all(p);
+    assert_non_null(strstr(heat, "\t0.6\t0.5\t0.8\t"));
+    assert_non_null(strstr(heat, "\t0.666666667\t0\n"));
+    free(heat);
     /* the Pareto plot's star and the heatmap's frame are on the reference */
     snprintf(p, sizeof(p), "%s/plots/sweep_pareto.gp", out);
     gp = read_all(p);
