@@ -397,8 +397,8 @@ static void log_evict(struct k25_kv_tier *t, int32_t id, const char *reason, int
 {
     t->tot.evictions++;
     if (k25_log_on(t->log, K25_LOG_DEBUG))
-        k25_log_write(t->log, K25_LOG_DEBUG, "KV_CACHE", "block_id=%d evict_reason=%s from=%s to=%s", id, reason,
-                      tier_name(from), tier_name(to));
+        k25_log_write(t->log, K25_LOG_DEBUG, "KV_CACHE", "block_id=%d evict_reason=%s from=%s to=%s step=%llu", id, reason,
+                      tier_name(from), tier_name(to), (unsigned long long)t->step);
 }
 
 /* Frees the staging slot of unit (id, l), if any (under t->mu); one being read is cancelled. */
@@ -975,14 +975,16 @@ static void promo_finish(struct k25_kv_tier *t)
         K25_ASSERT(k->promo == w && t->warm_owner[w] == id);
         k->promo = -1;
         if (st == PR_READY && k->where == AT_COLD && k->cold_ok) {
+            block_drop_units(t, id); /* units staged while it was cold: it is read in place from now on */
             k->where = AT_WARM;
             k->warm = w;
             t->tot.promotions++;
             t->tot.bytes_moved += (int64_t)bb;
             if (k25_log_on(t->log, K25_LOG_DEBUG))
                 k25_log_write(t->log, K25_LOG_DEBUG, "KV_CACHE",
-                              "block_id=%d event=promote reason=HOT_ACCESS_PATTERN from=cold to=warm heat=%.4f", id,
-                              (double)k->rank);
+                              "block_id=%d event=promote reason=HOT_ACCESS_PATTERN from=cold to=warm score=%.4f "
+                              "queued_step=%llu step=%llu",
+                              id, (double)k->rank, (unsigned long long)k->moved, (unsigned long long)t->step);
         } else {
             t->warm_owner[w] = -1;
         }
@@ -1039,14 +1041,18 @@ static int rank_blocks(struct k25_kv_tier *t, struct k25_kv_seq *seq, bool updat
             k->heat = k25_kv_heat_step(k->heat, seq->tier_mass[i]);
             seq->tier_mass[i] = 0.0f;
         }
-        t->span_sc[k25_kv_span_of(sp, i)] += k->heat;
+        if (!hot_protected(t, seq, i)) /* the sink's heat would lift its span: protected blocks stay out */
+            t->span_sc[k25_kv_span_of(sp, i)] += k->heat;
     }
     for (int x = 0; x < ns; x++) {
-        int b0, b1;
+        int b0, b1, free_blocks = 0;
         k25_kv_span_range(sp, x, &b0, &b1);
         b1 = b1 < nb ? b1 : nb;
         for (int i = b0; i < b1; i++)
-            t->b[seq->ids[i]].rank = hot_protected(t, seq, i) ? INFINITY : (float)(t->span_sc[x] / (b1 - b0));
+            free_blocks += !hot_protected(t, seq, i);
+        t->span_sc[x] = free_blocks ? t->span_sc[x] / free_blocks : 0.0; /* the mean over its unprotected blocks */
+        for (int i = b0; i < b1; i++)
+            t->b[seq->ids[i]].rank = hot_protected(t, seq, i) ? INFINITY : (float)t->span_sc[x];
     }
     return K25_OK;
 }
@@ -1077,7 +1083,7 @@ static int rebalance(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct k25_e
         b1 = b1 < nb ? b1 : nb;
         for (int i = b0; i < b1; i++)
             cold += promotable(t, seq, i);
-        float r = b1 > b0 ? (float)(t->span_sc[x] / (b1 - b0)) : 0.0f; /* rank_blocks' sums */
+        float r = (float)t->span_sc[x]; /* rank_blocks' means */
         if (cold > 0 && isfinite(r) && r > best_rank) {
             best = x;
             best_rank = r;
