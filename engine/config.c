@@ -137,7 +137,7 @@ static const struct key_def keys[] = {
     {{"block_pattern_hint", "enum", "auto",
       "KV tiers, hotness policy: the spans it scores and moves as one unit: legal_doc cuts at "
       "section headings (Article N, Section N, \u00a7 N, \u7b2cN\u6761), plain_text fixed spans, auto "
-      "picks from the density of headings; a gold set's field overrides it per request",
+      "picks from the density of headings; with auto a gold set's field applies per request",
       "auto|legal_doc|plain_text"},
      KIND_ENUM, F(block_pattern_hint), 0, 0, 0, 0, false, false, NAMES(hint_names)},
     {{"memory_budget_mb", "int", "0",

@@ -78,7 +78,7 @@ bool k25_backend_find_name(const char *name);
 enum k25_dtype { K25_DTYPE_FP32, K25_DTYPE_FP16, K25_DTYPE_INT8, K25_DTYPE_INT4, K25_DTYPE_BF16, K25_DTYPE_N };
 /* block_pattern_hint (issue 36): how the KV tiers cut a sequence into spans, the unit the
  * hotness policy scores and moves (docs/engine.md "KV tiers"); also a gold set's per-document
- * field (datasets/), which overrides the config's for its request when not auto. */
+ * field (datasets/), which applies to its request when the config's is auto. */
 enum k25_hint { K25_HINT_AUTO, K25_HINT_LEGAL_DOC, K25_HINT_PLAIN_TEXT };
 /* kv_tier_policy: which blocks stay resident (warm) when the warm pool is full. */
 enum k25_tier_policy { K25_TIER_POSITIONAL, K25_TIER_HOTNESS };
@@ -317,7 +317,8 @@ struct k25_request {
     /* KV tiers, hotness policy (issue 36; docs/engine.md "KV tiers"): the token positions where
      * sections of the prompt start (strictly ascending, < n_input), computed by the caller from
      * the text and its tokenizer's offsets (datasets: k25_gold_section_starts, then
-     * k25_gold_sections_to_tokens), and the request's block_pattern_hint (auto: the config's).
+     * k25_gold_sections_to_tokens), and the request's block_pattern_hint (used when the config's
+     * is auto; a hint set in the config or by its flag wins).
      * They choose the spans the tiers score and move; copied at submit. */
     const int32_t *section_starts; /* [n_section_starts] */
     int n_section_starts;

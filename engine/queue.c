@@ -367,8 +367,9 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
         }
     }
     if (e->cfg.kv_hot_tokens > 0 && e->cfg.kv_tier_policy == K25_TIER_HOTNESS) {
-        /* the tier spans (kvspan.c): the request's hint wins over the config's unless auto */
-        enum k25_hint h = req->block_pattern_hint != K25_HINT_AUTO ? req->block_pattern_hint : e->cfg.block_pattern_hint;
+        /* the tier spans (kvspan.c): a hint set in the config (or its flag) wins; with auto there the
+         * request's own (a gold set's field) applies; auto on both decides from the section density */
+        enum k25_hint h = e->cfg.block_pattern_hint != K25_HINT_AUTO ? e->cfg.block_pattern_hint : req->block_pattern_hint;
         int src = k25_kv_spans_cut(h, req->section_starts, req->n_section_starts, req->n_input, e->cfg.kv_block_size,
                                    &sl->spans, err);
         if (src != K25_OK) {

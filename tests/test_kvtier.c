@@ -801,8 +801,9 @@ static void test_hotness_dwell(void **state)
     int32_t sec[9];
     for (int i = 0; i < 9; i++)
         sec[i] = 40 + 64 * i;
-    g_sec = sec, g_nsec = 9, g_hint = K25_HINT_AUTO, g_inject = true; /* auto: 9 starts in 600 tokens is
-                                                                          * 15 per 1000, too dense: plain */
+    /* the request says plain_text, the config legal_doc: the config's wins (auto would pick plain:
+     * 9 starts in 600 tokens is 15 per 1000, too dense) */
+    g_sec = sec, g_nsec = 9, g_hint = K25_HINT_PLAIN_TEXT, g_inject = true;
     c.block_pattern_hint = K25_HINT_LEGAL_DOC;
     run_case(&c, n, true, &o);
     g_sec = NULL, g_nsec = 0, g_inject = false;
@@ -811,7 +812,6 @@ static void test_hotness_dwell(void **state)
     assert_int_equal(count(s, "event=promote reason=HOT_ACCESS_PATTERN from=cold to=warm"),
                      (int)o.st.kv_tier_promotions);
     assert_int_equal(count(s, "evict_reason=STALE_ACCESS_PATTERN from=warm to=cold"), (int)o.st.kv_tier_demotions);
-    /* the request's hint is auto: the config's legal_doc applies */
     assert_true(count(s, "event=spans hint=legal_doc mode=legal_doc decided=False sections=9") == 1);
     /* a block promoted (queued) at step q is not demoted for hotness before q + K25_KV_HOT_DWELL */
     long long queued[4096];
