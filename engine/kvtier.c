@@ -27,6 +27,15 @@
  * read least recently goes first; among equals the one with the least
  * attention mass (mean compression score of its slots, where compression
  * still keeps scores for them; unknown counts as least), then the lowest id.
+ * With kv_tier_policy hotness (issue 36) the block's rank comes first: its
+ * span's mean decayed attention mass (sampled layers, every slot: forward.c
+ * -> k25_kv_tier_observe), +inf for the sink and the recent window; after
+ * each release the best-ranked span with cold blocks is promoted as a unit
+ * when it beats the warm blocks it displaces by K25_KV_HOT_MARGIN and none
+ * of them moved in the last K25_KV_HOT_DWELL steps (rebalance): the
+ * displaced go cold at once, the promoted blocks are read into their warm
+ * slots by the prefetch thread (after its staging units) and become warm
+ * at a later step's end (promo_finish).  Spans: kvspan.c.
  *
  * Prefetch works in units of one layer of one block (layer_bytes).  The
  * staging area is the tail of the warm pool's memory, in units: at least 2

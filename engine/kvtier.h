@@ -34,6 +34,11 @@
  * and k25_kv_tier_prefetch queues the cold units the sequence's next step
  * reads first.  A block read that had to wait (a cold unit not yet staged)
  * is a miss; the wait is timed.
+ *
+ * kv_tier_policy hotness (issue 36): blocks are ranked by the attention they
+ * received (decayed per step, per span: kvspan.c), and the warm pool keeps the
+ * best-ranked spans; cold -> warm promotions go through the prefetch thread,
+ * with hysteresis (kvtier.c, docs/engine.md "Hotness policy and spans").
  */
 #ifndef K25_KVTIER_H
 #define K25_KVTIER_H
