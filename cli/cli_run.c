@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "harness.h"
 #include "cliopt.h"
+#include "gold.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -148,7 +149,7 @@ static double peak_rss_mb(void)
 
 /* KV tiers (kv_hot_tokens > 0): the request's block reads and hits, its hit rate, its wait and the
  * bytes it moved between tiers, with the engine's copy time and evictions (docs/engine.md "KV tiers"). */
-static json_t *kv_tiers_json(const k25_engine_t *eng, const struct k25_result *r)
+static json_t *kv_tiers_json(const struct k25_config *cfg, const k25_engine_t *eng, const struct k25_result *r)
 {
     struct k25_engine_stats st;
     k25_engine_get_stats(eng, &st);
@@ -161,6 +162,18 @@ static json_t *kv_tiers_json(const k25_engine_t *eng, const struct k25_result *r
     json_object_set_new(o, "bytes_moved", json_integer(r->kv_tier_bytes_moved));
     json_object_set_new(o, "copy_ms", json_real((double)st.kv_tier_copy_ns / 1e6));
     json_object_set_new(o, "evictions", json_integer(st.kv_tier_evictions));
+    /* the policy and, with hotness, its moves and the request's spans (issue 36) */
+    json_object_set_new(o, "policy", json_string(k25_tier_policy_name(cfg->kv_tier_policy)));
+    json_object_set_new(o, "promotions", json_integer(st.kv_tier_promotions));
+    json_object_set_new(o, "demotions", json_integer(st.kv_tier_demotions));
+    if (cfg->kv_tier_policy == K25_TIER_HOTNESS) {
+        json_t *sp = json_object();
+        json_object_set_new(sp, "mode", json_string(k25_hint_name(r->kv_span_mode)));
+        json_object_set_new(sp, "decided_by_auto", json_boolean(r->kv_span_auto));
+        json_object_set_new(sp, "spans", json_integer(r->kv_spans));
+        json_object_set_new(sp, "sections", json_integer(r->kv_sections));
+        json_object_set_new(o, "spans", sp);
+    }
     return o;
 }
 
@@ -207,7 +220,7 @@ static int print_json(const struct k25_config *cfg, const k25_model_t *model, co
     json_object_set_new(o, "timing", timing);
     json_object_set_new(o, "cached_tokens", json_integer(r->cached_tokens));
     if (cfg->kv_hot_tokens > 0)
-        json_object_set_new(o, "kv_tiers", kv_tiers_json(eng, r));
+        json_object_set_new(o, "kv_tiers", kv_tiers_json(cfg, eng, r));
     json_object_set_new(o, "memory", mem);
     json_object_set_new(o, "threads", json_integer(k25_get_threads()));
     json_object_set_new(o, "model", jm);
@@ -309,7 +322,8 @@ int k25_cmd_run(int argc, char **argv)
     k25_error_clear(&err);
     k25_config_init(&cfg);
     int status = 2;
-    int32_t *ids = NULL;
+    int32_t *ids = NULL, *sections = NULL;
+    int n_sections = 0;
     int n_ids = 0;
     char *text = NULL;
     k25_model_t *model = NULL;
@@ -369,8 +383,23 @@ int k25_cmd_run(int argc, char **argv)
     struct progress pg = {!quiet && isatty(2), n_ids,
                           cfg.disable_prefill_optimization ? n_ids : cfg.prefill_chunk_size, k25_now_ns()};
     k25_engine_set_event_cb(eng, on_event, &pg);
+    /* section starts of a text prompt (byte tokenizer: byte offsets), for the KV tiers' spans */
+    size_t *sec_off = NULL, n_sec = 0;
+    bool clauses;
+    if (text && !prompt_len && k25_gold_section_starts(text, strlen(text), &sec_off, &n_sec, &clauses, &err) != K25_OK)
+        goto out_err;
+    sections = n_sec ? malloc(sizeof(int32_t) * n_sec) : NULL;
+    if (n_sec && !sections) {
+        free(sec_off);
+        k25_error_set(&err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out_err;
+    }
+    if (n_sec)
+        k25_gold_sections_to_tokens(sec_off, n_sec, NULL, n_ids, sections, &n_sections);
+    free(sec_off);
     struct k25_request req = {.id = "run", .input_ids = ids, .n_input = n_ids,
-                              .max_new_tokens = (int)max_tokens};
+                              .max_new_tokens = (int)max_tokens, .section_starts = sections,
+                              .n_section_starts = n_sections};
     int h;
     if (k25_engine_submit(eng, &req, &h, &err) != K25_OK || k25_engine_run(eng, &err) != K25_OK)
         goto out_err;
@@ -399,6 +428,7 @@ out:
     k25_engine_destroy(eng);
     k25_model_destroy(model);
     free(ids);
+    free(sections);
     free(text);
     return status;
 }

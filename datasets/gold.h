@@ -95,6 +95,26 @@ void k25_gold_request_free(struct k25_gold_request *r); /* frees members, zeroes
 int k25_gold_request_input(const struct k25_gold_request *r, char **out, size_t *len,
                            struct k25_error *err);
 
+/*
+ * Section starts of a document (issue 36; datasets/sections.c): byte
+ * offsets of the lines that begin with a heading (Article N, Section N,
+ * § N, 第N条), or, when the text has none, a numbered clause ("4.2 The
+ * ..."; *clauses = true).  *offs is malloc'd (NULL when none), the
+ * caller frees it.  K25_ENOMEM.
+ */
+int k25_gold_section_starts(const char *text, size_t len, size_t **offs, size_t *n_offs, bool *clauses,
+                            struct k25_error *err);
+/*
+ * Byte offsets to token positions for the engine's request
+ * (section_starts): tok_start[n_tok] is each token's first byte in the
+ * text (ascending), NULL for the byte tokenizer (position = offset).  A
+ * start maps to the first token beginning at or after it; starts that fall
+ * in one token or past the last one are dropped.  out has room for n_offs;
+ * *n_out = how many were written (strictly ascending).
+ */
+int k25_gold_sections_to_tokens(const size_t *offs, size_t n_offs, const size_t *tok_start, int n_tok,
+                                int32_t *out, int *n_out);
+
 /* Writes r as one compact JSONL line (fields in schema order, then extras). */
 int k25_gold_request_write(FILE *out, const struct k25_gold_request *r, struct k25_error *err);
 

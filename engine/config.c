@@ -58,6 +58,7 @@ struct key_def {
 
 static const char *const dtype_names[] = {"fp32", "fp16", "int8", "int4"};
 static const char *const hint_names[] = {"auto", "legal_doc", "plain_text"};
+static const char *const tier_policy_names[] = {"positional", "hotness"};
 static const char *const log_level_names[] = {"off", "info", "debug"};
 static const char *const attn_names[] = {"chunked", "flash2", "naive"};
 static const char *const wdtype_names[] = {"fp32", "bf16", "fp16"};
@@ -127,6 +128,18 @@ static const struct key_def keys[] = {
       "KV tiers: folder of the cold tier (an unlinked file read by a prefetch thread); empty = no "
       "cold tier", "< 1024 bytes"},
      KIND_STR, F(kv_cold_dir), 0, 0, 0, 0, false, false, NULL, 0},
+    {{"kv_tier_policy", "enum", "positional",
+      "KV tiers: which blocks stay warm when the warm pool is full: positional (the blocks read "
+      "most recently, then by id) or hotness (spans ranked by the attention mass they received, "
+      "decayed per step; promotions through the prefetch thread, with hysteresis)",
+      "positional|hotness"},
+     KIND_ENUM, F(kv_tier_policy), 0, 0, 0, 0, false, false, NAMES(tier_policy_names)},
+    {{"block_pattern_hint", "enum", "auto",
+      "KV tiers, hotness policy: the spans it scores and moves as one unit: legal_doc cuts at "
+      "section headings (Article N, Section N, \u00a7 N, \u7b2cN\u6761), plain_text fixed spans, auto "
+      "picks from the density of headings; with auto a gold set's field applies per request",
+      "auto|legal_doc|plain_text"},
+     KIND_ENUM, F(block_pattern_hint), 0, 0, 0, 0, false, false, NAMES(hint_names)},
     {{"memory_budget_mb", "int", "0",
       "KV + activation budget in MiB the engine must live within, 0 = no budget", ">= 0"},
      KIND_I64, F(memory_budget_mb), 0, MEM_MB_MAX, 0, 0, false, false, NULL, 0},
@@ -307,6 +320,11 @@ const char *k25_cpu_kernels_name(enum k25_cpu_kernels k)
 const char *k25_hint_name(enum k25_hint h)
 {
     return (unsigned)h < sizeof(hint_names) / sizeof(hint_names[0]) ? hint_names[h] : "?";
+}
+
+const char *k25_tier_policy_name(enum k25_tier_policy p)
+{
+    return (unsigned)p < sizeof(tier_policy_names) / sizeof(tier_policy_names[0]) ? tier_policy_names[p] : "?";
 }
 
 const char *k25_attn_impl_name(enum k25_attn_impl a)
@@ -925,6 +943,16 @@ int k25_config_validate(const struct k25_config *cfg, struct k25_error *err)
         return k25_error_set(err, K25_ERANGE, NULL, 0, "kv_quant_group",
                              "%d does not divide kv_block_size (%d): a key scale group must lie in one block",
                              cfg->kv_quant_group, cfg->kv_block_size);
+    if (cfg->kv_tier_policy == K25_TIER_HOTNESS && cfg->kv_hot_tokens == 0)
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "kv_tier_policy",
+                             "hotness takes effect only with KV tiers on: set kv_hot_tokens > 0");
+    if (cfg->kv_tier_policy == K25_TIER_HOTNESS && !cfg->kv_cold_dir[0])
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "kv_tier_policy",
+                             "hotness moves blocks between the warm pool and the cold tier: set kv_cold_dir");
+    if (cfg->block_pattern_hint != K25_HINT_AUTO && cfg->kv_tier_policy != K25_TIER_HOTNESS)
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "block_pattern_hint",
+                             "%s takes effect only with kv_tier_policy: hotness (the spans it scores and moves)",
+                             k25_hint_name(cfg->block_pattern_hint));
     if (cfg->kv_hot_tokens == 0 && (cfg->kv_warm_budget_mb > 0.0 || cfg->kv_cold_dir[0]))
         return k25_error_set(err, K25_EINVAL, NULL, 0, cfg->kv_cold_dir[0] ? "kv_cold_dir" : "kv_warm_budget_mb",
                              "takes effect only with KV tiers on: set kv_hot_tokens > 0");

@@ -318,6 +318,7 @@ void k25_engine_slot_free(struct k25_engine *e, struct k25_slot *sl)
     free(sl->res.token_t_ns);
     free(sl->res.logits);
     free(sl->res.margins);
+    k25_kv_spans_free(&sl->spans);
     free(sl);
 }
 
@@ -654,6 +655,7 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         struct k25_slot *sl = e->slots[e->running[i]];
         if (sl->res.state != K25_REQ_DECODE)
             continue;
+        sl->seq.tier_spans = sl->spans.first ? &sl->spans : NULL; /* hotness: its span table */
         spans[n_spans] = (struct k25_span){&sl->seq, &sl->res.output_ids[sl->res.n_output - 1], 1,
                                            sl->seq.n_pos, logit_buf + (size_t)n_spans * V,
                                            sl->keep_attn ? probe_buf + (size_t)n_spans * pw : NULL};
@@ -679,6 +681,7 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
             budget -= chunk;
         }
         bool last = chunk == left;
+        sl->seq.tier_spans = sl->spans.first ? &sl->spans : NULL;
         spans[n_spans] = (struct k25_span){&sl->seq, sl->prompt + sl->n_prefilled, chunk, sl->n_prefilled,
                                            last ? logit_buf + (size_t)n_spans * V : NULL,
                                            last && sl->keep_attn ? probe_buf + (size_t)n_spans * pw : NULL};
@@ -825,6 +828,8 @@ void k25_engine_get_stats(const k25_engine_t *e, struct k25_engine_stats *out)
         out->kv_tier_bytes_moved = tt.bytes_moved;
         out->kv_tier_copy_ns = tt.copy_ns;
         out->kv_tier_evictions = tt.evictions;
+        out->kv_tier_promotions = tt.promotions;
+        out->kv_tier_demotions = tt.demotions;
     }
     out->kv_cache_hit_rate = out->kv_block_reads > 0 ? (double)out->kv_block_hits / out->kv_block_reads : 1.0;
     struct k25_prefix_stats ps;

@@ -35,6 +35,7 @@ struct k25_slot {
     bool released;
     uint64_t spill_seq;       /* its record in the spill log, when spill_live */
     bool spill_live;          /* a spill record without its done record yet */
+    struct k25_kv_spans spans; /* hotness policy: the request's tier spans (kvspan.c; owned) */
 };
 
 /* A contiguous run of one sequence's tokens in a forward pass. */

@@ -129,10 +129,13 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, int n
         }
     }
 
+    /* scores: compression's (every layer, slots from comp_hi) and the hotness policy's (its sampled
+     * layers, every slot: k25_kv_tier_observes) */
+    const bool hot = k25_kv_tier_observes(e->tier, k25_kv_hot_stride(s->n_layers) - 1);
     score_off[0] = 0;
     for (int i = 0; i < n_spans; i++) {
         aseq[i].score_off = score_off[i];
-        score_off[i + 1] = score_off[i] + (e->pool.compress ? (size_t)nkv * spans[i].seq->n_tokens : 0);
+        score_off[i + 1] = score_off[i] + (e->pool.compress || hot ? (size_t)nkv * spans[i].seq->n_tokens : 0);
         spans[i].seq->score_window = K25_KV_SCORE_WINDOW;
     }
     if (score_off[n_spans] > 0 &&
@@ -168,16 +171,34 @@ int k25_forward(struct k25_engine *e, struct k25_span *spans, int n_spans, int n
             B->kv_write(ctx, &e->pool, spans[i].seq, l, aseq[i].q_slot0, &k, &v);
             e->stats.kv_block_accesses += spans[i].seq->n_blocks;
         }
-        for (int i = 0; scores && i < n_spans; i++) { /* only the columns that get scores */
-            const int n = spans[i].seq->n_tokens, k0 = spans[i].seq->comp_hi;
+        const bool observe = k25_kv_tier_observes(e->tier, l);
+        for (int i = 0; scores && (e->pool.compress || observe) && i < n_spans; i++) { /* only the columns that get scores */
+            spans[i].seq->score_all = observe;
+            const int n = spans[i].seq->n_tokens, k0 = observe ? 0 : spans[i].seq->comp_hi;
             for (int g = 0; g < nkv && k0 < n; g++)
                 B->buf_clear(ctx, scores, sizeof(float) * (score_off[i] + (size_t)g * n + k0),
                              sizeof(float) * (size_t)(n - k0));
         }
         struct k25_attn_call c = call;
         c.layer = l;
+        if (!e->pool.compress && !observe)
+            c.score = NULL;
         B->attention(ctx, &c);
-        for (int i = 0; scores && i < n_spans; i++) {
+        for (int i = 0; observe && i < n_spans; i++) { /* hotness: the attention mass of each block */
+            struct k25_kv_seq *sq = spans[i].seq;
+            const size_t nf = score_off[i + 1] - score_off[i];
+            float *host = k25_kv_tier_obs_buf(e->tier, nf);
+            if (!host) {
+                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV hotness scores)");
+                goto out_free;
+            }
+            B->buf_get(ctx, scores, sizeof(float) * score_off[i], host, sizeof(float) * nf);
+            int w = spans[i].n < K25_KV_SCORE_WINDOW ? spans[i].n : K25_KV_SCORE_WINDOW;
+            if ((rc = k25_kv_tier_observe(e->tier, sq, host, sq->n_tokens, w, nh, err)) != K25_OK)
+                goto out_free;
+            sq->score_all = false;
+        }
+        for (int i = 0; e->pool.compress && scores && i < n_spans; i++) {
             struct k25_tensor sc = k25_tensor_view(&SC, 0, 1, (int64_t)score_off[i],
                                                    (int64_t)(score_off[i + 1] - score_off[i]));
             int w = spans[i].n < K25_KV_SCORE_WINDOW ? spans[i].n : K25_KV_SCORE_WINDOW;

@@ -76,8 +76,12 @@ bool k25_backend_find_name(const char *name);
 /* Element types.  KV storage uses the first four (kv_cache_dtype); BF16 is
  * a weight format (backend supports(), issue 16). */
 enum k25_dtype { K25_DTYPE_FP32, K25_DTYPE_FP16, K25_DTYPE_INT8, K25_DTYPE_INT4, K25_DTYPE_BF16, K25_DTYPE_N };
-/* A gold set's per-document block_pattern_hint (datasets/); not an engine setting. */
+/* block_pattern_hint (issue 36): how the KV tiers cut a sequence into spans, the unit the
+ * hotness policy scores and moves (docs/engine.md "KV tiers"); also a gold set's per-document
+ * field (datasets/), which applies to its request when the config's is auto. */
 enum k25_hint { K25_HINT_AUTO, K25_HINT_LEGAL_DOC, K25_HINT_PLAIN_TEXT };
+/* kv_tier_policy: which blocks stay resident (warm) when the warm pool is full. */
+enum k25_tier_policy { K25_TIER_POSITIONAL, K25_TIER_HOTNESS };
 /* Weight storage (issue 16, docs/engine.md "Weight formats").  weight_dtype: how the loaded
  * model holds its matrices (dummy weights are generated in it, safetensors converted to it);
  * quantize_weights: what the engine's GEMMs read, quantized group-wise from the loaded
@@ -118,6 +122,8 @@ struct k25_config {
     int kv_hot_tokens;           /* first tokens of a sequence kept hot; 0 = tiers off */
     double kv_warm_budget_mb;    /* host pool for blocks that are not hot (MiB) */
     char kv_cold_dir[1024];      /* folder of the cold tier's file; "" = no cold tier */
+    enum k25_tier_policy kv_tier_policy; /* positional|hotness (issue 36) */
+    enum k25_hint block_pattern_hint;    /* auto|legal_doc|plain_text: spans of the hotness policy */
     int64_t memory_budget_mb;    /* 0 = no budget (all memory) */
     bool disable_prefill_optimization; /* one-pass prefill */
     bool enable_prefix_caching;  /* reuse finished requests' full KV blocks for matching prompt prefixes */
@@ -188,6 +194,7 @@ char *k25_config_to_json(const struct k25_config *cfg);
 
 const char *k25_dtype_name(enum k25_dtype d);
 const char *k25_hint_name(enum k25_hint h);
+const char *k25_tier_policy_name(enum k25_tier_policy p);
 const char *k25_attn_impl_name(enum k25_attn_impl a);
 /* K25_ENOTFOUND (err names the valid ones) for an unknown name. */
 int k25_attn_impl_parse(const char *name, enum k25_attn_impl *out, struct k25_error *err);
@@ -307,6 +314,15 @@ struct k25_request {
      * first-token admission check (`k25 bench --fidelity` measures that model against the full
      * one with it).  Not kept in the spill log: a replayed request is routed as usual. */
     bool force_degraded;
+    /* KV tiers, hotness policy (issue 36; docs/engine.md "KV tiers"): the token positions where
+     * sections of the prompt start (strictly ascending, < n_input), computed by the caller from
+     * the text and its tokenizer's offsets (datasets: k25_gold_section_starts, then
+     * k25_gold_sections_to_tokens), and the request's block_pattern_hint (used when the config's
+     * is auto; a hint set in the config or by its flag wins).
+     * They choose the spans the tiers score and move; copied at submit. */
+    const int32_t *section_starts; /* [n_section_starts] */
+    int n_section_starts;
+    enum k25_hint block_pattern_hint;
 };
 
 /* Why a completed request stopped generating. */
@@ -362,6 +378,13 @@ struct k25_result {
     double kv_cache_hit_rate;
     uint64_t kv_tier_wait_ns;
     int64_t kv_tier_bytes_moved;
+    /* KV tiers, hotness policy: how its KV was cut into spans (kvspan.c): the mode used (auto
+     * resolved; K25_HINT_AUTO when the policy is positional), whether auto chose it, the spans
+     * over the prompt and the section starts the request supplied. */
+    enum k25_hint kv_span_mode;
+    bool kv_span_auto;
+    int kv_spans;
+    int kv_sections;
     int cached_tokens;         /* prompt tokens reused from the prefix cache (not prefilled) */
     uint64_t submit_t_ns;
     uint64_t admit_t_ns;       /* left the waiting queue */
@@ -434,6 +457,8 @@ struct k25_engine_stats {
     int64_t kv_tier_bytes_moved;
     uint64_t kv_tier_copy_ns;
     int64_t kv_tier_evictions;
+    int64_t kv_tier_promotions;  /* hotness: cold blocks read into the warm pool (HOT_ACCESS_PATTERN) */
+    int64_t kv_tier_demotions;   /* hotness: warm blocks sent cold for a hotter span (STALE_ACCESS_PATTERN) */
     /* prefix caching (enable_prefix_caching; docs/engine.md "Prefix caching") */
     int64_t prefix_lookups;      /* admitted requests looked up */
     int64_t prefix_hits;         /* of them, those that reused at least one block */

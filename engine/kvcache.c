@@ -350,6 +350,7 @@ void k25_kv_seq_release(struct k25_kv_pool *p, struct k25_kv_seq *seq,
             on_free(seq->ids[i], user);
     free(seq->ids);
     free(seq->n_quant);
+    free(seq->tier_mass);
     if (seq->res)
         p->be->be->buf_free(p->be, seq->res);
     if (seq->stats)
@@ -395,7 +396,7 @@ void k25_kv_seq_view(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, 
     }
     view->has_meta = p->compress;
     view->meta_off = p->meta_off;
-    view->score_k0 = seq->comp_hi < seq->n_tokens ? seq->comp_hi : seq->n_tokens;
+    view->score_k0 = seq->score_all ? 0 : seq->comp_hi < seq->n_tokens ? seq->comp_hi : seq->n_tokens;
     view->score_window = seq->score_window;
 }
 

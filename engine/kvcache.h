@@ -114,6 +114,11 @@ struct k25_kv_seq {
     int tier_access;               /* the last step's slowest tier read: 0 hot, 1 warm, 2 cold */
     int32_t tier_access_id;        /* a block read from that tier (the newest block when hot) */
     bool tier_step_hit;            /* the last step read every block without waiting */
+    /* KV tiers, hotness policy (issue 36, kvtier.c) */
+    const struct k25_kv_spans *tier_spans; /* the request's spans (its slot owns them), NULL: fixed */
+    float *tier_mass;              /* [tier_mass_cap] attention mass each block got this step (malloc'd) */
+    int tier_mass_cap;
+    bool score_all;                /* the layer being computed scores every slot, not from comp_hi */
 };
 
 /*

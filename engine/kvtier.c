@@ -27,6 +27,15 @@
  * read least recently goes first; among equals the one with the least
  * attention mass (mean compression score of its slots, where compression
  * still keeps scores for them; unknown counts as least), then the lowest id.
+ * With kv_tier_policy hotness (issue 36) the block's rank comes first: its
+ * span's mean decayed attention mass (sampled layers, every slot: forward.c
+ * -> k25_kv_tier_observe), +inf for the sink and the recent window; after
+ * each release the best-ranked span with cold blocks is promoted as a unit
+ * when it beats the warm blocks it displaces by K25_KV_HOT_MARGIN and none
+ * of them moved in the last K25_KV_HOT_DWELL steps (rebalance): the
+ * displaced go cold at once, the promoted blocks are read into their warm
+ * slots by the prefetch thread (after its staging units) and become warm
+ * at a later step's end (promo_finish).  Spans: kvspan.c.
  *
  * Prefetch works in units of one layer of one block (layer_bytes).  The
  * staging area is the tail of the warm pool's memory, in units: at least 2
@@ -50,6 +59,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +68,9 @@
 
 enum { AT_HOT, AT_WARM, AT_COLD };
 enum { ST_FREE, ST_QUEUED, ST_READING, ST_READY, ST_FAILED, ST_CANCEL, ST_HELD };
+/* A promotion (hotness) reads a whole cold block into the warm slot it owns, by warm slot:
+ * PR_FREE -> PR_QUEUED -> PR_READING -> PR_READY | PR_FAILED, under t->mu. */
+enum { PR_FREE, PR_QUEUED, PR_READING, PR_READY, PR_FAILED };
 
 /* Tier state of one pool block id. */
 struct blk {
@@ -68,8 +81,14 @@ struct blk {
     int32_t warm;      /* its warm slot (current bytes unless hot and written since), or -1 */
     uint64_t last_use; /* step of its last read */
     float mass;        /* mean attention score of its slots; -1 unknown */
+    /* hotness policy */
+    float heat;        /* decayed attention mass (k25_kv_heat_step) */
+    float rank;        /* its span's mean heat at the last rebalance; +inf protected (sink, recent) */
+    int32_t promo;     /* warm slot a pending promotion reads it into, or -1 */
+    uint64_t moved;    /* step it was last promoted or demoted by hotness */
 };
-#define BLK_NEW ((struct blk){AT_HOT, false, false, false, -1, 0, -1.0f})
+#define BLK_NEW \
+    ((struct blk){.where = AT_HOT, .warm = -1, .mass = -1.0f, .promo = -1, .moved = 0})
 
 struct stage {
     int state;          /* ST_* */
@@ -108,6 +127,18 @@ struct k25_kv_tier {
     uint64_t qno, step;
     uint64_t step_wait_ns;    /* the wait of the current step so far */
     uint64_t thr_read_ns;     /* the prefetch thread's pread time (under mu) */
+    /* hotness policy (issue 36) */
+    bool hotness;
+    int stride, n_sampled;    /* sampled layers: l % stride == stride - 1 */
+    int recent_blocks;        /* the newest blocks of a sequence never demoted (kv_recent_tokens) */
+    int8_t *pr_state;         /* [W] PR_* of the promotion into each warm slot (malloc'd) */
+    int32_t *pr_id;           /* [W] its block */
+    uint64_t *pr_qno;         /* [W] FIFO order */
+    float *obs;               /* [obs_cap] host copy of a layer's scores (forward.c -> observe; malloc'd) */
+    size_t obs_cap;
+    double *span_sc;          /* [span_cap] rebalance scratch: heat sums by span (malloc'd) */
+    int span_cap;
+    struct k25_kv_spans plain; /* fixed plain-text spans, for sequences without a span table */
     struct k25_kv_tier_totals tot; /* the engine thread's */
 };
 
@@ -147,7 +178,25 @@ static void *prefetch_main(void *arg)
         for (int s = 0; s < t->n_stage; s++)
             if (t->st[s].state == ST_QUEUED && (pick < 0 || t->st[s].qno < t->st[pick].qno))
                 pick = s;
-        if (pick < 0) {
+        if (pick < 0) { /* staging units first: a promotion only moves a block for later steps */
+            int w = -1;
+            for (int x = 0; t->pr_state && x < t->W; x++)
+                if (t->pr_state[x] == PR_QUEUED && (w < 0 || t->pr_qno[x] < t->pr_qno[w]))
+                    w = x;
+            if (w >= 0) {
+                t->pr_state[w] = PR_READING;
+                off_t off = unit_off(t, t->pr_id[w], 0);
+                unsigned char *dst = t->warm_mem + t->pool->block_bytes * (size_t)w;
+                pthread_mutex_unlock(&t->mu);
+                uint64_t t0 = nsec();
+                bool ok = io_at(t->fd, false, off, t->pool->block_bytes, dst);
+                uint64_t dt = nsec() - t0;
+                pthread_mutex_lock(&t->mu);
+                t->thr_read_ns += dt;
+                t->pr_state[w] = ok ? PR_READY : PR_FAILED;
+                pthread_cond_broadcast(&t->cv_done);
+                continue;
+            }
             if (t->quit)
                 break;
             pthread_cond_wait(&t->cv_work, &t->mu);
@@ -194,6 +243,10 @@ int k25_kv_tier_create(struct k25_kv_pool *pool, const struct k25_config *cfg, s
                              "%.3f MB holds %lld KV blocks of %zu bytes; the cold tier needs at least 2 "
                              "(its prefetch staging slots)",
                              cfg->kv_warm_budget_mb, (long long)slots, bb);
+    if (cfg->kv_tier_policy == K25_TIER_HOTNESS && !k25_attn_impl_get(cfg->attention)->compression)
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "kv_tier_policy",
+                             "hotness reads attention scores, which attention: %s does not give (use chunked)",
+                             k25_attn_impl_name(cfg->attention));
     struct k25_kv_tier *t = calloc(1, sizeof(*t));
     if (!t)
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV tiers)");
@@ -209,6 +262,13 @@ int k25_kv_tier_create(struct k25_kv_pool *pool, const struct k25_config *cfg, s
     t->prefetch_on = true;
     t->cur_layer = -1;
     t->W = (int)slots;
+    t->hotness = cfg->kv_tier_policy == K25_TIER_HOTNESS;
+    t->stride = k25_kv_hot_stride(t->L);
+    t->n_sampled = t->L / t->stride;
+    t->recent_blocks = (cfg->kv_recent_tokens + cfg->kv_block_size - 1) / cfg->kv_block_size;
+    t->recent_blocks = t->recent_blocks > 0 ? t->recent_blocks : 1;
+    t->plain.mode = K25_HINT_PLAIN_TEXT;
+    t->plain.fixed_blocks = K25_KV_SPAN_PLAIN_TOKENS / cfg->kv_block_size > 0 ? K25_KV_SPAN_PLAIN_TOKENS / cfg->kv_block_size : 1;
     t->sb = cold ? 2 : 0; /* grown between steps to what the steps stream (above) */
     t->n_warm = t->W - t->sb;
     t->n_stage = t->sb * t->L;
@@ -219,7 +279,13 @@ int k25_kv_tier_create(struct k25_kv_pool *pool, const struct k25_config *cfg, s
     t->st = calloc((size_t)(t->W > 0 ? t->W * t->L : 1), sizeof(*t->st));
     t->warm_mem = t->W > 0 ? k25_alloc_acct(t->acct, K25_MEM_KV, bb * (size_t)t->W) : NULL;
     t->tmp = k25_alloc_acct(t->acct, K25_MEM_KV, bb);
-    if (!t->warm_owner || !t->st || (t->W > 0 && !t->warm_mem) || !t->tmp) {
+    if (t->hotness) {
+        t->pr_state = calloc((size_t)(t->W > 0 ? t->W : 1), sizeof(*t->pr_state));
+        t->pr_id = calloc((size_t)(t->W > 0 ? t->W : 1), sizeof(*t->pr_id));
+        t->pr_qno = calloc((size_t)(t->W > 0 ? t->W : 1), sizeof(*t->pr_qno));
+    }
+    if (!t->warm_owner || !t->st || (t->W > 0 && !t->warm_mem) || !t->tmp ||
+        (t->hotness && (!t->pr_state || !t->pr_id || !t->pr_qno))) {
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, "kv_warm_budget_mb", "cannot allocate the warm KV pool (%.1f MB)",
                            cfg->kv_warm_budget_mb);
         goto out_destroy;
@@ -263,6 +329,9 @@ void k25_kv_tier_destroy(struct k25_kv_tier *t)
         for (int s = 0; s < t->n_stage; s++) /* nothing queued is needed any more */
             if (t->st[s].state == ST_QUEUED)
                 t->st[s].state = ST_FREE;
+        for (int w = 0; t->pr_state && w < t->W; w++)
+            if (t->pr_state[w] == PR_QUEUED)
+                t->pr_state[w] = PR_FREE;
         pthread_cond_broadcast(&t->cv_work);
         pthread_mutex_unlock(&t->mu);
         pthread_join(t->thr, NULL);
@@ -283,6 +352,11 @@ void k25_kv_tier_destroy(struct k25_kv_tier *t)
     k25_free(t->warm_mem);
     k25_free(t->tmp);
     free(t->warm_owner);
+    free(t->pr_state);
+    free(t->pr_id);
+    free(t->pr_qno);
+    free(t->obs);
+    free(t->span_sc);
     free(t->st);
     free(t->unit);
     free(t->b);
@@ -332,8 +406,8 @@ static void log_evict(struct k25_kv_tier *t, int32_t id, const char *reason, int
 {
     t->tot.evictions++;
     if (k25_log_on(t->log, K25_LOG_DEBUG))
-        k25_log_write(t->log, K25_LOG_DEBUG, "KV_CACHE", "block_id=%d evict_reason=%s from=%s to=%s", id, reason,
-                      tier_name(from), tier_name(to));
+        k25_log_write(t->log, K25_LOG_DEBUG, "KV_CACHE", "block_id=%d evict_reason=%s from=%s to=%s step=%llu", id, reason,
+                      tier_name(from), tier_name(to), (unsigned long long)t->step);
 }
 
 /* Frees the staging slot of unit (id, l), if any (under t->mu); one being read is cancelled. */
@@ -366,6 +440,24 @@ static void release_held_locked(struct k25_kv_tier *t, int keep)
         }
 }
 
+/* Cancels block id's pending promotion (hotness), waiting out a read in flight, and frees its
+ * warm slot: its bytes are going out of date, or the slot is needed for something else. */
+static void promo_cancel(struct k25_kv_tier *t, int32_t id)
+{
+    struct blk *k = &t->b[id];
+    if (k->promo < 0)
+        return;
+    int w = k->promo;
+    pthread_mutex_lock(&t->mu);
+    while (t->pr_state[w] == PR_READING)
+        pthread_cond_wait(&t->cv_done, &t->mu);
+    t->pr_state[w] = PR_FREE;
+    pthread_mutex_unlock(&t->mu);
+    if (t->warm_owner[w] == id)
+        t->warm_owner[w] = -1;
+    k->promo = -1;
+}
+
 /* Writes warm slot w's block to the cold file (when not there yet) and frees the slot. */
 static int warm_to_cold(struct k25_kv_tier *t, int w, const char *reason, struct k25_error *err)
 {
@@ -390,9 +482,13 @@ static int warm_to_cold(struct k25_kv_tier *t, int w, const char *reason, struct
     return K25_OK;
 }
 
-/* Whether block a should leave the warm pool before block b (the eviction order above). */
-static bool evict_before(const struct blk *a, int32_t ida, const struct blk *b, int32_t idb)
+/* Whether block a should leave the warm pool before block b (the eviction order above; the
+ * hotness policy ranks by span score first). */
+static bool evict_before(const struct k25_kv_tier *t, const struct blk *a, int32_t ida, const struct blk *b,
+                         int32_t idb)
 {
+    if (t->hotness && a->rank != b->rank)
+        return a->rank < b->rank;
     if (a->last_use != b->last_use)
         return a->last_use < b->last_use;
     if (a->mass != b->mass)
@@ -413,10 +509,11 @@ static int warm_take(struct k25_kv_tier *t, int32_t id, struct k25_error *err, i
         if (o < 0)
             return w;
         if (t->b[o].where == AT_WARM && !t->b[o].streamed &&
-            (victim < 0 || evict_before(&t->b[o], o, &t->b[t->warm_owner[victim]], t->warm_owner[victim])))
+            (victim < 0 || evict_before(t, &t->b[o], o, &t->b[t->warm_owner[victim]], t->warm_owner[victim])))
             victim = w;
     }
-    if (victim < 0 || t->fd < 0 || evict_before(&t->b[id], id, &t->b[t->warm_owner[victim]], t->warm_owner[victim]))
+    if (victim < 0 || t->fd < 0 ||
+        evict_before(t, &t->b[id], id, &t->b[t->warm_owner[victim]], t->warm_owner[victim]))
         return -1;
     if ((*rc = warm_to_cold(t, victim, "MEMORY_PRESSURE", err)) != K25_OK)
         return -1;
@@ -433,6 +530,9 @@ static int grow_staging(struct k25_kv_tier *t, int want, struct k25_error *err)
         want = t->W;
     if (want <= t->sb)
         return K25_OK;
+    for (int w = t->W - want; w < t->n_warm; w++)
+        if (t->warm_owner[w] >= 0 && t->b[t->warm_owner[w]].promo == w)
+            promo_cancel(t, t->warm_owner[w]);
     for (int w = t->W - want; w < t->n_warm; w++)
         if (t->warm_owner[w] >= 0) {
             int rc = warm_to_cold(t, w, "MEMORY_PRESSURE", err);
@@ -690,6 +790,7 @@ int k25_kv_tier_acquire(struct k25_kv_tier *t, struct k25_kv_seq *seq, int first
         int32_t id = seq->ids[i];
         struct blk *k = &t->b[id];
         if ((int64_t)i * p->block_size >= first_written) { /* a block new to seq: no tier copy is its */
+            promo_cancel(t, id);
             block_drop_units(t, id);
             if (k->warm >= 0 && t->warm_owner[k->warm] == id)
                 t->warm_owner[k->warm] = -1;
@@ -803,6 +904,257 @@ static void stream_end(struct k25_kv_tier *t, int32_t id)
     t->pool->stream_l[id] = -1;
 }
 
+/* ------------------------------------------------------------ hotness */
+
+int k25_kv_hot_stride(int n_layers)
+{
+    int s = n_layers / 4;
+    return s > 1 ? s : 1;
+}
+
+bool k25_kv_tier_observes(const struct k25_kv_tier *t, int layer)
+{
+    return t && t->hotness && layer % t->stride == t->stride - 1 && layer / t->stride < t->n_sampled;
+}
+
+float *k25_kv_tier_obs_buf(struct k25_kv_tier *t, size_t n)
+{
+    if (n > t->obs_cap) {
+        float *o = realloc(t->obs, sizeof(float) * n);
+        if (!o)
+            return NULL;
+        t->obs = o;
+        t->obs_cap = n;
+    }
+    return t->obs;
+}
+
+int k25_kv_tier_observe(struct k25_kv_tier *t, struct k25_kv_seq *seq, const float *score, int n, int n_q,
+                        int n_heads, struct k25_error *err)
+{
+    const struct k25_kv_pool *p = t->pool;
+    if (seq->tier_mass_cap < seq->n_blocks) {
+        int ncap = seq->n_blocks + 64;
+        float *m = realloc(seq->tier_mass, sizeof(float) * (size_t)ncap);
+        if (!m)
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV hotness)");
+        for (int i = seq->tier_mass_cap; i < ncap; i++)
+            m[i] = 0.0f;
+        seq->tier_mass = m;
+        seq->tier_mass_cap = ncap;
+    }
+    /* each scoring query spreads a probability of 1 per query head: n_heads n_q per sampled layer */
+    const double norm = 1.0 / ((double)n_heads * (n_q > 0 ? n_q : 1) * t->n_sampled);
+    for (int b = 0; b * p->block_size < n; b++) {
+        int s0 = b * p->block_size, s1 = s0 + p->block_size < n ? s0 + p->block_size : n;
+        double m = 0.0;
+        for (int g = 0; g < p->n_kv_heads; g++)
+            for (int x = s0; x < s1; x++)
+                m += score[(size_t)g * n + x];
+        seq->tier_mass[b] += (float)(m * norm);
+    }
+    return K25_OK;
+}
+
+/* A span table for sequences without one: fixed plain-text spans. */
+static const struct k25_kv_spans *spans_of(const struct k25_kv_tier *t, const struct k25_kv_seq *seq)
+{
+    return seq->tier_spans ? seq->tier_spans : &t->plain;
+}
+
+/*
+ * End of a step, hotness: promotions the prefetch thread has finished
+ * make their blocks warm (their bytes are the cold file's, which did not
+ * change while the block stayed cold); a failed read leaves it cold.
+ * Never waits: a promotion still being read finishes at a later step.
+ */
+static void promo_finish(struct k25_kv_tier *t)
+{
+    const size_t bb = t->pool->block_bytes;
+    for (int w = 0; w < t->W; w++) {
+        pthread_mutex_lock(&t->mu);
+        int st = t->pr_state[w];
+        if (st == PR_READY || st == PR_FAILED)
+            t->pr_state[w] = PR_FREE;
+        pthread_mutex_unlock(&t->mu);
+        if (st != PR_READY && st != PR_FAILED)
+            continue;
+        int32_t id = t->pr_id[w];
+        struct blk *k = &t->b[id];
+        K25_ASSERT(k->promo == w && t->warm_owner[w] == id);
+        k->promo = -1;
+        if (st == PR_READY && k->where == AT_COLD && k->cold_ok) {
+            block_drop_units(t, id); /* units staged while it was cold: it is read in place from now on */
+            k->where = AT_WARM;
+            k->warm = w;
+            t->tot.promotions++;
+            t->tot.bytes_moved += (int64_t)bb;
+            if (k25_log_on(t->log, K25_LOG_DEBUG))
+                k25_log_write(t->log, K25_LOG_DEBUG, "KV_CACHE",
+                              "block_id=%d event=promote reason=HOT_ACCESS_PATTERN from=cold to=warm score=%.4f "
+                              "queued_step=%llu step=%llu",
+                              id, (double)k->rank, (unsigned long long)k->moved, (unsigned long long)t->step);
+        } else {
+            t->warm_owner[w] = -1;
+        }
+    }
+}
+
+/* Whether block i of seq is protected by the hotness policy: the hot sink, the recent window. */
+static bool hot_protected(const struct k25_kv_tier *t, const struct k25_kv_seq *seq, int i)
+{
+    return (int64_t)i * t->pool->block_size < t->hot_tokens || i >= seq->n_blocks - t->recent_blocks;
+}
+
+/* Whether block k may move now (hysteresis in time: K25_KV_HOT_DWELL steps after its last move). */
+static bool may_move(const struct k25_kv_tier *t, const struct blk *k)
+{
+    return k->moved == 0 || k->moved + K25_KV_HOT_DWELL <= t->step;
+}
+
+/*
+ * Hotness, after seq's release: ranks its blocks by their span's mean
+ * heat (protected blocks +inf), then promotes the best-ranked span that
+ * has cold blocks, as one unit, when the warm pool has free slots or warm
+ * blocks it displaces (k25_kv_hot_displaces: by the margin; neither side
+ * moved in the last K25_KV_HOT_DWELL steps).  Displaced blocks go cold
+ * now (STALE_ACCESS_PATTERN: written to the cold file if it lacks their
+ * bytes); the promoted blocks' reads are queued on the prefetch thread
+ * (promo_finish makes them warm).  One span per sequence per step, so the
+ * moves of a step stay small.  K25_EIO when a demotion cannot be written.
+ */
+/*
+ * Hotness: with update, this step's attention mass goes into each block's
+ * decayed heat; then every block of seq gets its span's mean heat as its
+ * rank (protected blocks +inf), which the eviction order and rebalance read.
+ */
+static int rank_blocks(struct k25_kv_tier *t, struct k25_kv_seq *seq, bool update, struct k25_error *err)
+{
+    const struct k25_kv_spans *sp = spans_of(t, seq);
+    const int nb = seq->n_blocks;
+    if (nb == 0)
+        return K25_OK;
+    const int ns = k25_kv_span_of(sp, nb - 1) + 1;
+    if (ns > t->span_cap) {
+        double *sc = realloc(t->span_sc, sizeof(double) * (size_t)ns);
+        if (!sc)
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (KV hotness)");
+        t->span_sc = sc;
+        t->span_cap = ns;
+    }
+    for (int x = 0; x < ns; x++)
+        t->span_sc[x] = 0.0;
+    for (int i = 0; i < nb; i++) {
+        struct blk *k = &t->b[seq->ids[i]];
+        if (update && i < seq->tier_mass_cap) {
+            k->heat = k25_kv_heat_step(k->heat, seq->tier_mass[i]);
+            seq->tier_mass[i] = 0.0f;
+        }
+        if (!hot_protected(t, seq, i)) /* the sink's heat would lift its span: protected blocks stay out */
+            t->span_sc[k25_kv_span_of(sp, i)] += k->heat;
+    }
+    for (int x = 0; x < ns; x++) {
+        int b0, b1, free_blocks = 0;
+        k25_kv_span_range(sp, x, &b0, &b1);
+        b1 = b1 < nb ? b1 : nb;
+        for (int i = b0; i < b1; i++)
+            free_blocks += !hot_protected(t, seq, i);
+        t->span_sc[x] = free_blocks ? t->span_sc[x] / free_blocks : 0.0; /* the mean over its unprotected blocks */
+        for (int i = b0; i < b1; i++)
+            t->b[seq->ids[i]].rank = hot_protected(t, seq, i) ? INFINITY : (float)t->span_sc[x];
+    }
+    return K25_OK;
+}
+
+/* Whether block i of seq is a promotion candidate: cold, not moving, not shared, dwell over. */
+static bool promotable(const struct k25_kv_tier *t, const struct k25_kv_seq *seq, int i)
+{
+    const struct blk *k = &t->b[seq->ids[i]];
+    return k->where == AT_COLD && k->promo < 0 && k->cold_ok && !k->streamed && may_move(t, k) &&
+           (!t->pool->refs || t->pool->refs[seq->ids[i]] <= 1);
+}
+
+static int rebalance(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct k25_error *err)
+{
+    const struct k25_kv_spans *sp = spans_of(t, seq);
+    const int nb = seq->n_blocks;
+    if (nb == 0 || t->fd < 0 || !t->thr_on)
+        return K25_OK;
+    int rc = rank_blocks(t, seq, false, err);
+    if (rc != K25_OK)
+        return rc;
+    const int ns = k25_kv_span_of(sp, nb - 1) + 1;
+    int best = -1, need = 0;
+    float best_rank = -1.0f;
+    for (int x = 0; x < ns; x++) {
+        int b0, b1, cold = 0;
+        k25_kv_span_range(sp, x, &b0, &b1);
+        b1 = b1 < nb ? b1 : nb;
+        for (int i = b0; i < b1; i++)
+            cold += promotable(t, seq, i);
+        float r = (float)t->span_sc[x]; /* rank_blocks' means */
+        if (cold > 0 && isfinite(r) && r > best_rank) {
+            best = x;
+            best_rank = r;
+            need = cold;
+        }
+    }
+    if (best < 0 || need > t->n_warm)
+        return K25_OK;
+    /* slots: free ones, then the lowest-ranked displaceable warm blocks */
+    int slots[need], got = 0;
+    for (int w = 0; w < t->n_warm && got < need; w++)
+        if (t->warm_owner[w] < 0)
+            slots[got++] = w;
+    while (got < need) {
+        int v = -1;
+        for (int w = 0; w < t->n_warm; w++) {
+            int32_t o = t->warm_owner[w];
+            if (o < 0 || t->b[o].where != AT_WARM || t->b[o].streamed || !may_move(t, &t->b[o]) ||
+                !k25_kv_hot_displaces(best_rank, t->b[o].rank))
+                continue;
+            bool taken = false;
+            for (int j = 0; j < got && !taken; j++)
+                taken = slots[j] == w;
+            if (!taken && (v < 0 || t->b[o].rank < t->b[t->warm_owner[v]].rank))
+                v = w;
+        }
+        if (v < 0)
+            return K25_OK; /* the span does not displace enough: it moves as a unit or not at all */
+        slots[got++] = v;
+    }
+    for (int j = 0; j < got; j++) {
+        int32_t o = t->warm_owner[slots[j]];
+        if (o < 0)
+            continue;
+        rc = warm_to_cold(t, slots[j], "STALE_ACCESS_PATTERN", err);
+        if (rc != K25_OK)
+            return rc;
+        t->b[o].moved = t->step;
+        t->tot.demotions++;
+    }
+    int b0, b1, j = 0;
+    k25_kv_span_range(sp, best, &b0, &b1);
+    b1 = b1 < nb ? b1 : nb;
+    pthread_mutex_lock(&t->mu);
+    for (int i = b0; i < b1 && j < got; i++) {
+        int32_t id = seq->ids[i];
+        struct blk *k = &t->b[id];
+        if (!promotable(t, seq, i))
+            continue;
+        int w = slots[j++];
+        t->warm_owner[w] = id;
+        k->promo = w;
+        k->moved = t->step;
+        t->pr_id[w] = id;
+        t->pr_qno[w] = t->qno++;
+        t->pr_state[w] = PR_QUEUED;
+    }
+    pthread_cond_signal(&t->cv_work);
+    pthread_mutex_unlock(&t->mu);
+    return K25_OK;
+}
+
 int k25_kv_tier_release(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct k25_error *err)
 {
     struct k25_kv_pool *p = t->pool;
@@ -815,6 +1167,8 @@ int k25_kv_tier_release(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct k2
     release_held_locked(t, -1);
     pthread_mutex_unlock(&t->mu);
     t->cur_layer = -1;
+    if (t->hotness && (rc = rank_blocks(t, seq, true, err)) != K25_OK) /* before the demotions, which rank */
+        return rc;
     for (int i = 0; i < seq->n_blocks; i++) {
         int32_t id = seq->ids[i];
         struct blk *k = &t->b[id];
@@ -828,6 +1182,7 @@ int k25_kv_tier_release(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct k2
         if (k->where != AT_HOT)
             continue;
         if (dirty) { /* its tier copies are out of date */
+            promo_cancel(t, id);
             block_drop_units(t, id);
             k->cold_ok = false;
             if (k->warm >= 0 && t->warm_owner[k->warm] == id)
@@ -868,7 +1223,7 @@ int k25_kv_tier_release(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct k2
     }
     seq->tier_dirty_from = INT_MAX;
     seq->tier_qdirty_lo = seq->tier_qdirty_hi = 0;
-    return K25_OK;
+    return t->hotness ? rebalance(t, seq, err) : K25_OK;
 }
 
 /*
@@ -878,6 +1233,8 @@ int k25_kv_tier_release(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct k2
  */
 int k25_kv_tier_end_step(struct k25_kv_tier *t, struct k25_error *err)
 {
+    if (t->hotness)
+        promo_finish(t);
     t->step++;
     t->step_wait_ns = 0;
     int64_t streamed = t->step_streamed;
@@ -950,6 +1307,7 @@ int k25_kv_tier_forget(struct k25_kv_tier *t, struct k25_kv_seq *seq, struct k25
                 t->tot.hits++;
             }
         }
+        promo_cancel(t, id);
         block_drop_units(t, id);
         if (k->warm >= 0 && t->warm_owner[k->warm] == id)
             t->warm_owner[k->warm] = -1;

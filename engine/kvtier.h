@@ -34,6 +34,11 @@
  * and k25_kv_tier_prefetch queues the cold units the sequence's next step
  * reads first.  A block read that had to wait (a cold unit not yet staged)
  * is a miss; the wait is timed.
+ *
+ * kv_tier_policy hotness (issue 36): blocks are ranked by the attention they
+ * received (decayed per step, per span: kvspan.c), and the warm pool keeps the
+ * best-ranked spans; cold -> warm promotions go through the prefetch thread,
+ * with hysteresis (kvtier.c, docs/engine.md "Hotness policy and spans").
  */
 #ifndef K25_KVTIER_H
 #define K25_KVTIER_H
@@ -53,6 +58,8 @@ struct k25_kv_tier_totals {
                                 * where it lies: nothing moves) */
     uint64_t copy_ns;          /* time spent in tier copies (buf_set, kv_block_get, pread, pwrite) */
     int64_t evictions;         /* blocks moved down a tier */
+    int64_t promotions;        /* hotness: cold blocks read into the warm pool by the prefetch thread */
+    int64_t demotions;         /* hotness: warm blocks sent cold for a hotter span (STALE_ACCESS_PATTERN) */
     int staging_blocks, warm_blocks; /* the warm budget's split now: prefetch staging, warm slots */
 };
 
@@ -110,5 +117,67 @@ void k25_kv_tier_set_prefetch(struct k25_kv_tier *t, bool on);
 
 /* Steps a warm block may go unread before it moves cold. */
 #define K25_KV_STALE_STEPS 64
+
+/* ------------------------------------------------ spans (kvspan.c, issue 36) */
+
+/* How a sequence is cut into spans: runs of whole blocks that the hotness policy scores and
+ * moves as one unit (the physical block stays kv_block_size tokens). */
+struct k25_kv_spans {
+    enum k25_hint mode;  /* legal_doc or plain_text: the mode used (auto resolved) */
+    bool decided;        /* auto chose mode */
+    double density;      /* section starts per 1000 prompt tokens */
+    int n_sections;      /* section starts supplied */
+    int32_t *first;      /* [n] first block of each span over the prompt, ascending, first[0] = 0 (malloc'd) */
+    int n;
+    int doc_blocks;      /* blocks of the prompt; spans past it are fixed_blocks long */
+    int fixed_blocks;    /* plain_text span length in blocks */
+};
+#define K25_KV_SPAN_PLAIN_TOKENS 1024     /* plain_text: fixed spans of this many tokens */
+#define K25_KV_SPAN_LEGAL_MAX_TOKENS 4096 /* legal_doc: a longer section is cut in pieces */
+#define K25_KV_SPAN_AUTO_MIN_SECTIONS 3   /* auto: legal_doc needs this many section starts ... */
+#define K25_KV_SPAN_AUTO_MIN_DENSITY 0.05 /* ... and between these many per 1000 tokens */
+#define K25_KV_SPAN_AUTO_MAX_DENSITY 4.0
+
+/* Cuts spans for a prompt of n_tokens with section starts[n_starts] (token positions, strictly
+ * ascending, < n_tokens) under hint (auto decides; kvspan.c).  K25_EINVAL naming section_starts
+ * for bad starts; K25_ENOMEM.  *out is the caller's (k25_kv_spans_free). */
+int k25_kv_spans_cut(enum k25_hint hint, const int32_t *starts, int n_starts, int n_tokens, int block_size,
+                     struct k25_kv_spans *out, struct k25_error *err);
+void k25_kv_spans_free(struct k25_kv_spans *s);
+/* The span holding block `block`, and the blocks [*b0, *b1) of a span. */
+int k25_kv_span_of(const struct k25_kv_spans *s, int block);
+void k25_kv_span_range(const struct k25_kv_spans *s, int span, int *b0, int *b1);
+
+/* --------------------------------------------------- hotness (issue 36) */
+
+#define K25_KV_HEAT_DECAY 0.9f  /* per step of the sequence: heat = 0.9 heat + mass (half-life 6.6 steps) */
+#define K25_KV_HOT_MARGIN 0.5f  /* a cold span displaces warm blocks only when its score > 1.5x theirs */
+#define K25_KV_HOT_DWELL 8      /* steps a promoted or demoted block stays where it went */
+
+/* A block's heat after one step in which it received `mass` (a fraction of the step's attention). */
+static inline float k25_kv_heat_step(float heat, float mass)
+{
+    return K25_KV_HEAT_DECAY * heat + mass;
+}
+
+/* Hysteresis: whether a cold span of score `cand` may take the warm slot of a block of score
+ * `victim` (both mean heats; a protected block's score is +inf). */
+static inline bool k25_kv_hot_displaces(float cand, float victim)
+{
+    return cand > (1.0f + K25_KV_HOT_MARGIN) * victim;
+}
+
+/* The layers hotness samples: every stride-th, stride = max(1, n_layers / 4), from stride - 1
+ * (tiny, 4 layers: all; small, 8: 1, 3, 5, 7; 32 layers: 7, 15, 23, 31). */
+int k25_kv_hot_stride(int n_layers);
+/* Whether t runs the hotness policy and samples layer l (forward.c passes scores then). */
+bool k25_kv_tier_observes(const struct k25_kv_tier *t, int layer);
+/* Adds one sampled layer's attention, score[n_kv][n] (probabilities summed over each KV head's
+ * query heads, from n_q queries), to seq's per-block mass of this step, normalized so a step's
+ * masses over its blocks sum to about 1. */
+int k25_kv_tier_observe(struct k25_kv_tier *t, struct k25_kv_seq *seq, const float *score, int n, int n_q,
+                        int n_heads, struct k25_error *err);
+/* A host buffer of n floats for a layer's scores (the tier's, reused); NULL when out of memory. */
+float *k25_kv_tier_obs_buf(struct k25_kv_tier *t, size_t n);
 
 #endif

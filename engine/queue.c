@@ -281,6 +281,17 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
     if (req->has_sampling && !(req->top_p > 0.0 && req->top_p <= 1.0))
         return k25_error_set(err, K25_EINVAL, NULL, 0, "top_p", "request '%s': top_p %g outside (0, 1]", id,
                              req->top_p);
+    if ((unsigned)req->block_pattern_hint > K25_HINT_PLAIN_TEXT)
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "block_pattern_hint", "request '%s': unknown hint %d", id,
+                             (int)req->block_pattern_hint);
+    if (req->n_section_starts < 0 || (req->n_section_starts > 0 && !req->section_starts))
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "section_starts", "request '%s': bad section starts", id);
+    for (int i = 0; i < req->n_section_starts; i++)
+        if (req->section_starts[i] < 0 || req->section_starts[i] >= req->n_input ||
+            (i > 0 && req->section_starts[i] <= req->section_starts[i - 1]))
+            return k25_error_set(err, K25_EINVAL, NULL, 0, "section_starts",
+                                 "request '%s': section start %d is %d: starts must ascend strictly within the "
+                                 "prompt's %d tokens", id, i, req->section_starts[i], req->n_input);
     if (req->n_stop < 0 || (req->n_stop > 0 && (!req->stop_ids || !req->stop_lens)))
         return k25_error_set(err, K25_EINVAL, NULL, 0, "stop", "request '%s': bad stop sequences", id);
     for (int i = 0; i < req->n_stop; i++) {
@@ -354,6 +365,30 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
             k25_engine_slot_free(e, sl);
             return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
         }
+    }
+    if (e->cfg.kv_hot_tokens > 0 && e->cfg.kv_tier_policy == K25_TIER_HOTNESS) {
+        /* the tier spans (kvspan.c): a hint set in the config (or its flag) wins; with auto there the
+         * request's own (a gold set's field) applies; auto on both decides from the section density */
+        enum k25_hint h = e->cfg.block_pattern_hint != K25_HINT_AUTO ? e->cfg.block_pattern_hint : req->block_pattern_hint;
+        int src = k25_kv_spans_cut(h, req->section_starts, req->n_section_starts, req->n_input, e->cfg.kv_block_size,
+                                   &sl->spans, err);
+        if (src != K25_OK) {
+            k25_engine_slot_free(e, sl);
+            return src;
+        }
+        sl->res.kv_span_mode = sl->spans.mode;
+        sl->res.kv_span_auto = sl->spans.decided;
+        sl->res.kv_spans = sl->spans.n;
+        sl->res.kv_sections = sl->spans.n_sections;
+        if (k25_log_on(&e->log, K25_LOG_INFO))
+            k25_log_write(&e->log, K25_LOG_INFO, "KV_CACHE",
+                          "req_id=%s event=spans hint=%s mode=%s decided=%s sections=%d density=%.3f spans=%d "
+                          "block_size=%d",
+                          sl->res.id, k25_hint_name(h), k25_hint_name(sl->spans.mode),
+                          sl->spans.decided ? "True" : "False", sl->spans.n_sections, sl->spans.density,
+                          sl->spans.n, e->cfg.kv_block_size);
+    } else {
+        sl->res.kv_sections = req->n_section_starts;
     }
     if (req->has_sampling) {
         sl->temperature = req->temperature;

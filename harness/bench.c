@@ -115,9 +115,32 @@ static void diag_stderr(void *user, enum k25_gold_severity sev, const struct k25
 
 static void free_inputs(struct k25_bench_input *in, size_t n)
 {
-    for (size_t i = 0; in && i < n; i++)
+    for (size_t i = 0; in && i < n; i++) {
         free(in[i].ids);
+        free(in[i].sections);
+    }
     free(in);
+}
+
+/*
+ * The section starts of an input's text as token positions (KV tiers' spans, issue 36):
+ * tok_start[b->n_ids] holds each token's first byte in the text, NULL for the byte tokenizer.
+ */
+static int input_sections(const char *text, size_t len, const size_t *tok_start, struct k25_bench_input *b,
+                          struct k25_error *err)
+{
+    size_t *offs = NULL, n = 0;
+    bool clauses;
+    int rc = k25_gold_section_starts(text, len, &offs, &n, &clauses, err);
+    if (rc != K25_OK || n == 0)
+        return rc;
+    if (!(b->sections = malloc(sizeof(int32_t) * n))) {
+        free(offs);
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    }
+    k25_gold_sections_to_tokens(offs, n, tok_start, b->n_ids, b->sections, &b->n_sections);
+    free(offs);
+    return K25_OK;
 }
 
 /* Tokenizes the selected gold requests (the engine's byte tokenizer, or their input_ids). */
@@ -134,6 +157,7 @@ static int make_inputs(const struct k25_gold_set *set, struct k25_bench_input **
         b->line = g->line;
         b->max_new = g->expected_output_length > INT32_MAX ? INT32_MAX : (int)g->expected_output_length;
         b->priority = g->priority;
+        b->hint = g->hint;
         if (g->input_ids) {
             if (g->n_input_ids > INT32_MAX || !(b->ids = malloc(sizeof(int32_t) * (g->n_input_ids + 1)))) {
                 rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
@@ -148,6 +172,8 @@ static int make_inputs(const struct k25_gold_set *set, struct k25_bench_input **
             if ((rc = k25_gold_request_input(g, &text, &len, err)) != K25_OK)
                 break;
             rc = k25_tok_encode(text, len, &b->ids, &b->n_ids, err);
+            if (rc == K25_OK) /* section starts, for the KV tiers' spans (byte tokenizer: NULL offsets) */
+                rc = input_sections(text, len, NULL, b, err);
             free(text);
             if (rc != K25_OK)
                 break;

@@ -61,6 +61,9 @@ static json_t *kv_tiers_json(const struct k25_bench_summary *s)
                   num(e->kv_tier_copy_ns > 0 ? (double)e->kv_tier_bytes_moved / ((double)e->kv_tier_copy_ns / 1e9)
                                              : NAN),
                   "evictions", (json_int_t)e->kv_tier_evictions));
+    /* issue 36: the hotness policy's moves (the policy itself is in the config) */
+    json_object_set_new(kt, "promotions", json_integer(e->kv_tier_promotions));
+    json_object_set_new(kt, "demotions", json_integer(e->kv_tier_demotions));
     return kt;
 }
 
@@ -272,6 +275,9 @@ static void print_requests(FILE *out, const struct k25_bench_summary *s)
                 s->kv_cache_hit_rate, (long long)s->kv_block_hits, (long long)s->kv_block_reads,
                 (double)s->kv_tier_wait_ns / 1e6, (double)s->kv_tier_bytes_moved / (1 << 20),
                 s->kv_bytes_moved.n > 0 ? s->kv_bytes_moved.mean / 1024 : 0.0);
+        if (s->eng.kv_tier_promotions || s->eng.kv_tier_demotions)
+            fprintf(out, "  KV tiers (hotness): %lld blocks promoted, %lld demoted\n",
+                    (long long)s->eng.kv_tier_promotions, (long long)s->eng.kv_tier_demotions);
     }
     if (s->n_degraded > 0 || s->ttft_prio[K25_PRIORITY_HIGH][0].n > 0 || s->ttft_prio[K25_PRIORITY_LOW][0].n > 0) {
         fprintf(out, "  TTFT by priority:");

@@ -231,6 +231,10 @@ struct k25_bench_input {
     int64_t line;        /* line in the gold set */
     bool pretokenized;   /* from the line's input_ids (else ids are the text's bytes) */
     enum k25_priority priority; /* the gold set's `priority` (standard when absent) */
+    enum k25_hint hint;  /* the gold set's `block_pattern_hint` (auto when absent) */
+    int32_t *sections;   /* [n_sections] token positions of section starts in ids (owned; NULL when none or
+                          * pretokenized: the text is not known) */
+    int n_sections;
 };
 
 /* Deterministic order of n requests for a seed (Fisher-Yates, splitmix64); caller frees. */
@@ -342,6 +346,7 @@ struct k25_bench_engine_totals {
     int64_t kv_block_reads, kv_block_hits;
     int64_t kv_tier_wait_ns, kv_tier_max_step_wait_ns; /* max: the longest of one step (whole run, warm-up too) */
     int64_t kv_tier_bytes_moved, kv_tier_copy_ns, kv_tier_evictions;
+    int64_t kv_tier_promotions, kv_tier_demotions; /* hotness policy's moves (0: positional) */
     int64_t prefix_hit_tokens;
     int64_t rejected_degraded, spill_fsyncs, breaker_opens;
 };

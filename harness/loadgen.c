@@ -677,7 +677,9 @@ static int issue_due(struct loop *L, uint64_t now, struct k25_error *err)
             break;
         const struct k25_bench_input *bi = &in[L->due[n].input];
         L->reqs[n++] = (struct k25_request){.id = bi->id, .input_ids = bi->ids, .n_input = bi->n_ids,
-                                            .max_new_tokens = bi->max_new, .priority = bi->priority};
+                                            .max_new_tokens = bi->max_new, .priority = bi->priority,
+                                            .section_starts = bi->sections, .n_section_starts = bi->n_sections,
+                                            .block_pattern_hint = bi->hint};
     }
     if (n > 0) {
         uint64_t s0 = k25_now_ns();

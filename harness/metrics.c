@@ -207,6 +207,8 @@ void k25_bench_engine_totals_diff(const struct k25_engine_stats *a, const struct
     out->kv_tier_bytes_moved = b->kv_tier_bytes_moved - a->kv_tier_bytes_moved;
     out->kv_tier_copy_ns = (int64_t)(b->kv_tier_copy_ns - a->kv_tier_copy_ns);
     out->kv_tier_evictions = b->kv_tier_evictions - a->kv_tier_evictions;
+    out->kv_tier_promotions = b->kv_tier_promotions - a->kv_tier_promotions;
+    out->kv_tier_demotions = b->kv_tier_demotions - a->kv_tier_demotions;
     out->prefix_hit_tokens = b->prefix_hit_tokens - a->prefix_hit_tokens;
     out->rejected_degraded = b->rejected_degraded - a->rejected_degraded;
     out->spill_fsyncs = b->spill_fsyncs - a->spill_fsyncs;

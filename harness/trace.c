@@ -246,6 +246,8 @@ static int write_summary(struct k25_h5 *h, const struct k25_bench_run *run, cons
         {"kv_tier_bytes_moved", e->kv_tier_bytes_moved},
         {"kv_tier_copy_ns", e->kv_tier_copy_ns},
         {"kv_tier_evictions", e->kv_tier_evictions},
+        {"kv_tier_promotions", e->kv_tier_promotions},
+        {"kv_tier_demotions", e->kv_tier_demotions},
         {"prefix_hit_tokens", e->prefix_hit_tokens},
         {"rejected_degraded", e->rejected_degraded},
         {"spill_fsyncs", e->spill_fsyncs},
@@ -513,6 +515,16 @@ static int read_engine_totals(hid_t g, struct k25_bench_engine_totals *e, struct
     for (size_t i = 0; i < sizeof(a) / sizeof(a[0]); i++)
         if ((rc = k25_h5_get_attr_i64(g, a[i].name, a[i].v, err)) != K25_OK)
             return rc;
+    /* issue 36: the hotness policy's moves (absent in older files: 0) */
+    const char *opt[] = {"kv_tier_promotions", "kv_tier_demotions"};
+    int64_t *optv[] = {&e->kv_tier_promotions, &e->kv_tier_demotions};
+    for (size_t i = 0; i < 2; i++) {
+        htri_t ex = H5Aexists(g, opt[i]);
+        if (ex < 0)
+            return k25_error_set(err, K25_EIO, NULL, 0, opt[i], "cannot read the /summary attribute");
+        if (ex > 0 && (rc = k25_h5_get_attr_i64(g, opt[i], optv[i], err)) != K25_OK)
+            return rc;
+    }
     e->measured = measured != 0;
     e->kv_tiers = tiers != 0;
     return K25_OK;

@@ -115,10 +115,10 @@ static void test_key_table(void **state)
 {
     (void)state;
     int n = k25_config_key_count();
-    assert_int_equal(n, 42); /* + kv_quant_*, kv_sink/recent_tokens, backend, the queue and breaker keys,
+    assert_int_equal(n, 44); /* + kv_quant_*, kv_sink/recent_tokens, backend, the queue and breaker keys,
                                * weight_dtype, quantize_weights, weight_quant_group, cpu_kernels,
-                               * enable_prefix_caching, kv_hot_tokens, kv_warm_budget_mb, kv_cold_dir;
-                               * - block_pattern_hint (removed: it was accepted and ignored) */
+                               * enable_prefix_caching, kv_hot_tokens, kv_warm_budget_mb, kv_cold_dir,
+                               * kv_tier_policy and block_pattern_hint (issue 36: built, no longer removed) */
     assert_null(k25_config_key(-1));
     assert_null(k25_config_key(n));
     struct k25_config def, c;
@@ -232,11 +232,16 @@ static void test_set_wrong_type(void **state)
     check_bad("kv_cache_dtype", "fp64", K25_EINVAL,
               "expected one of fp32, fp16, int8, int4, got \"fp64\"");
     check_bad("attention", "flash3", K25_EINVAL, "expected one of chunked, flash2, naive, got \"flash3\"");
-    {   /* removed (issue 18): no key is accepted and ignored */
+    check_bad("block_pattern_hint", "legal", K25_EINVAL,
+              "expected one of auto, legal_doc, plain_text, got \"legal\"");
+    check_bad("kv_tier_policy", "lru", K25_EINVAL, "expected one of positional, hotness, got \"lru\"");
+    {   /* issue 36: the hint takes effect only with the hotness policy, which needs tiers: refused otherwise */
         struct k25_config c;
         struct k25_error err;
         k25_config_init(&c);
-        assert_int_equal(k25_config_set(&c, "block_pattern_hint", "legal_doc", NULL, 0, &err), K25_ENOTFOUND);
+        assert_int_equal(k25_config_set(&c, "block_pattern_hint", "legal_doc", NULL, 0, &err), K25_OK);
+        assert_int_equal(k25_config_validate(&c, &err), K25_EINVAL);
+        assert_string_equal(err.field, "block_pattern_hint");
     }
     check_bad("log_level", "warn", K25_EINVAL, "expected one of off, info, debug, got \"warn\"");
     check_bad("model", "", K25_EINVAL, "must not be empty");

@@ -22,6 +22,9 @@
 #include "k25.h"
 #include "kvtier.h"
 #include "harness.h"
+#include "gold.h"
+
+#include <jansson.h>
 
 #include <math.h>
 
@@ -71,6 +74,29 @@ static void tier_cfg(struct k25_config *c, int n)
     snprintf(c->kv_cold_dir, sizeof(c->kv_cold_dir), "%s", tu_dir);
 }
 
+/* Section starts and hint run_case passes with its request (hotness tests). */
+static const int32_t *g_sec;
+static int g_nsec;
+static enum k25_hint g_hint;
+/* When set, run_case adds attention mass between decode steps to blocks [g_inject_b0, +4) (the first
+ * half of the decode) then [g_inject_b1, +4): a hot section that moves, which the dummy model's
+ * near-uniform attention does not give (its blocks' heats differ by less than the margin). */
+static bool g_inject;
+static int g_inject_b0 = 8, g_inject_b1 = 24;
+
+static void inject_mass(k25_engine_t *e, int h, int n_out)
+{
+    struct k25_kv_seq *sq = &e->slots[h]->seq;
+    const int nkv = e->pool.n_kv_heads, n = sq->n_tokens, b = n_out < N_NEW / 2 ? g_inject_b0 : g_inject_b1;
+    float *sc = calloc((size_t)nkv * n, sizeof(float));
+    for (int g = 0; g < nkv; g++)
+        for (int x = b * BLOCK; x < (b + 4) * BLOCK && x < n; x++)
+            sc[(size_t)g * n + x] = 1.0f;
+    struct k25_error err;
+    assert_int_equal(k25_kv_tier_observe(e->tier, sq, sc, n, 1, 8 * nkv, &err), K25_OK);
+    free(sc);
+}
+
 static void run_case(const struct k25_config *cfg, int n_prompt, bool prefetch, struct run_out *o)
 {
     struct k25_error err;
@@ -85,13 +111,16 @@ static void run_case(const struct k25_config *cfg, int n_prompt, bool prefetch, 
     for (int i = 0; i < n_prompt; i++)
         ids[i] = (int32_t)((i * 7919 + 13) % V);
     struct k25_request req = {.id = "t", .input_ids = ids, .n_input = n_prompt, .max_new_tokens = N_NEW,
-                              .keep_logits = true};
+                              .keep_logits = true, .section_starts = g_sec, .n_section_starts = g_nsec,
+                              .block_pattern_hint = g_hint};
     int h;
     assert_int_equal(k25_engine_submit(e, &req, &h, &err), K25_OK);
     while (!k25_engine_idle(e)) {
         if (k25_engine_step(e, &err) != K25_OK)
             fail_msg("step: %s", err.msg);
         const struct k25_result *r = k25_engine_result(e, h);
+        if (g_inject && e->tier && r->state == K25_REQ_DECODE)
+            inject_mass(e, h, r->n_output);
         if (r->state == K25_REQ_DECODE && r->n_output > 1) { /* between decode steps */
             struct k25_mem_stats m;
             k25_engine_mem(e, &m);
@@ -658,6 +687,339 @@ static void test_run_json_tiers(void **state)
     }
 }
 
+
+/* ------------------------------------------------------------ hotness (issue 36) */
+
+/* Tiers whose warm pool keeps slots after the prefetch staging takes its share (tiny's 4 layers
+ * stage 2 (S - W) / 2 blocks: a budget of 60% of the KV leaves about a fifth of it warm). */
+static void hot_cfg(struct k25_config *c, int n, enum k25_tier_policy pol)
+{
+    c->kv_hot_tokens = BLOCK;
+    c->kv_warm_budget_mb = 0.6 * seq_kv_bytes(c, n) / 1048576.0;
+    snprintf(c->kv_cold_dir, sizeof(c->kv_cold_dir), "%s", tu_dir);
+    c->kv_tier_policy = pol;
+    c->kv_recent_tokens = 2 * BLOCK; /* the recent window (never demoted): 2 of the test's small blocks */
+}
+
+/*
+ * Residency moves bytes, not values: the hotness policy (plain_text and
+ * legal_doc spans), the positional one and the all-in-RAM engine give the
+ * same tokens and logits bit for bit, fp32 and with compression (r = 0.5,
+ * where compaction rewrites blocks and the scoring of every slot on the
+ * sampled layers runs beside compression's own); and hotness moves blocks.
+ */
+static void test_hotness_identical(void **state)
+{
+    (void)state;
+    const int n = 600;
+    /* sections every 64 tokens (4 blocks of 16; plain spans would be 1024 tokens: the whole prompt),
+     * two of them in one block (one span start) */
+    int32_t sec[10];
+    for (int i = 0; i < 9; i++)
+        sec[i] = 40 + 64 * i;
+    sec[9] = sec[8] + 3;
+    for (int pass = 0; pass < 2; pass++) {
+        struct k25_config c;
+        base_cfg(&c);
+        if (pass == 1)
+            c.kv_compression_ratio = 0.5;
+        c.kv_recent_tokens = 2 * BLOCK; /* hot_cfg's recent window, for every run (compression reads it) */
+        struct run_out ram, pos, hot, legal;
+        g_sec = NULL, g_nsec = 0, g_hint = K25_HINT_AUTO;
+        run_case(&c, n, true, &ram);
+        hot_cfg(&c, n + N_NEW, K25_TIER_POSITIONAL);
+        run_case(&c, n, true, &pos);
+        hot_cfg(&c, n + N_NEW, K25_TIER_HOTNESS);
+        run_case(&c, n, true, &hot);
+        g_sec = sec, g_nsec = 10, g_hint = K25_HINT_LEGAL_DOC, g_inject = true;
+        run_case(&c, n, true, &legal);
+        g_sec = NULL, g_nsec = 0, g_hint = K25_HINT_AUTO, g_inject = false;
+        assert_identical(&ram, &pos);
+        assert_identical(&ram, &hot);
+        assert_identical(&ram, &legal);
+        assert_int_equal(pos.st.kv_tier_promotions + pos.st.kv_tier_demotions, 0); /* positional: none */
+        assert_int_equal(legal.res.kv_span_mode, K25_HINT_LEGAL_DOC);
+        assert_false(legal.res.kv_span_auto);
+        assert_int_equal(legal.res.kv_sections, 10);
+        assert_int_equal(legal.res.kv_spans, 10); /* block 0, then one per section but the doubled one */
+        assert_int_equal(hot.res.kv_span_mode, K25_HINT_PLAIN_TEXT); /* auto without sections */
+        assert_true(hot.res.kv_span_auto);
+        print_message("  r=%.1f: hit rate positional %.3f hotness %.3f legal %.3f; promotions %lld / %lld, "
+                      "demotions %lld / %lld\n", c.kv_compression_ratio, pos.res.kv_cache_hit_rate,
+                      hot.res.kv_cache_hit_rate, legal.res.kv_cache_hit_rate, (long long)hot.st.kv_tier_promotions,
+                      (long long)legal.st.kv_tier_promotions, (long long)hot.st.kv_tier_demotions,
+                      (long long)legal.st.kv_tier_demotions);
+        if (pass == 0) /* uncompressed: cold blocks stay cold between steps, so hot spans get promoted */
+            assert_true(legal.st.kv_tier_promotions > 0 && legal.st.kv_tier_demotions > 0);
+        free(ram.logits);
+        free(pos.logits);
+        free(hot.logits);
+        free(legal.logits);
+    }
+}
+
+/* Decay and the hysteresis rules, against their definitions. */
+static void test_heat_and_hysteresis(void **state)
+{
+    (void)state;
+    float h = 0.0f;
+    for (int i = 0; i < 200; i++)
+        h = k25_kv_heat_step(h, 0.1f);
+    assert_float_equal(h, 0.1f / (1.0f - K25_KV_HEAT_DECAY), 1e-4); /* a constant mass m: m / (1 - decay) */
+    float g = 1.0f;
+    int steps = 0;
+    while (g > 0.5f) {
+        g = k25_kv_heat_step(g, 0.0f);
+        steps++;
+    }
+    assert_int_equal(steps, 7); /* 0.9^7 = 0.478: the half-life is 6.6 steps */
+    assert_true(k25_kv_heat_step(2.0f, 0.5f) == K25_KV_HEAT_DECAY * 2.0f + 0.5f);
+    /* margin: 1.5x, strictly */
+    assert_false(k25_kv_hot_displaces(1.5f, 1.0f));
+    assert_true(k25_kv_hot_displaces(1.51f, 1.0f));
+    assert_false(k25_kv_hot_displaces(0.2f, 0.2f)); /* equals never swap: no bouncing between twins */
+    assert_false(k25_kv_hot_displaces(1e9f, INFINITY)); /* protected blocks never go */
+    assert_true(k25_kv_hot_displaces(1e-9f, 0.0f));
+    assert_int_equal(k25_kv_hot_stride(4), 1);
+    assert_int_equal(k25_kv_hot_stride(8), 2);
+    assert_int_equal(k25_kv_hot_stride(32), 8);
+    assert_int_equal(k25_kv_hot_stride(1), 1);
+}
+
+/* Dwell: in a hotness run no block moves (promote or demote) twice within K25_KV_HOT_DWELL steps,
+ * read from the DEBUG log's [KV_CACHE] lines in step order. */
+static void test_hotness_dwell(void **state)
+{
+    (void)state;
+    struct k25_config c;
+    base_cfg(&c);
+    const int n = 600;
+    hot_cfg(&c, n + N_NEW, K25_TIER_HOTNESS);
+    c.log_level = K25_LOG_DEBUG;
+    snprintf(c.log_file, sizeof(c.log_file), "%s/hot.log", tu_dir);
+    struct run_out o;
+    int32_t sec[9];
+    for (int i = 0; i < 9; i++)
+        sec[i] = 40 + 64 * i;
+    /* the request says plain_text, the config legal_doc: the config's wins (auto would pick plain:
+     * 9 starts in 600 tokens is 15 per 1000, too dense) */
+    g_sec = sec, g_nsec = 9, g_hint = K25_HINT_PLAIN_TEXT, g_inject = true;
+    c.block_pattern_hint = K25_HINT_LEGAL_DOC;
+    run_case(&c, n, true, &o);
+    g_sec = NULL, g_nsec = 0, g_inject = false;
+    free(o.logits);
+    char *s = slurp(c.log_file);
+    assert_int_equal(count(s, "event=promote reason=HOT_ACCESS_PATTERN from=cold to=warm"),
+                     (int)o.st.kv_tier_promotions);
+    assert_int_equal(count(s, "evict_reason=STALE_ACCESS_PATTERN from=warm to=cold"), (int)o.st.kv_tier_demotions);
+    assert_true(count(s, "event=spans hint=legal_doc mode=legal_doc decided=False sections=9") == 1);
+    /* a block promoted (queued) at step q is not demoted for hotness before q + K25_KV_HOT_DWELL */
+    long long queued[4096];
+    int moves = 0;
+    for (int i = 0; i < 4096; i++)
+        queued[i] = -1;
+    for (char *p = s; p && *p;) {
+        char *nl = strchr(p, '\n');
+        if (nl)
+            *nl = 0;
+        int id;
+        long long q, st;
+        char *b = strstr(p, "block_id=");
+        if (b && sscanf(b, "block_id=%d", &id) == 1 && id >= 0 && id < 4096) {
+            char *qs = strstr(p, "queued_step="), *ss = strstr(p, " step=");
+            if (strstr(p, "event=promote") && qs && sscanf(qs, "queued_step=%lld", &q) == 1) {
+                queued[id] = q;
+                moves++;
+            } else if (strstr(p, "evict_reason=STALE_ACCESS_PATTERN") && ss && sscanf(ss, " step=%lld", &st) == 1) {
+                if (queued[id] >= 0)
+                    assert_true(st - queued[id] >= K25_KV_HOT_DWELL);
+                moves++;
+            }
+        }
+        p = nl ? nl + 1 : NULL;
+    }
+    print_message("  %d hotness moves logged\n", moves);
+    assert_true(o.st.kv_tier_promotions >= 4 && o.st.kv_tier_demotions >= 4); /* both injected sections */
+    free(s);
+}
+
+/* Spans: plain_text fixed, legal_doc at sections (long ones cut, same-block starts merged), auto by density. */
+static void test_spans_cut(void **state)
+{
+    (void)state;
+    struct k25_kv_spans sp;
+    struct k25_error err;
+    /* plain: 1024-token spans of 256-token blocks = 4 blocks; 10 000 tokens = 40 blocks, 10 spans */
+    assert_int_equal(k25_kv_spans_cut(K25_HINT_PLAIN_TEXT, NULL, 0, 10000, 256, &sp, &err), K25_OK);
+    assert_int_equal(sp.n, 10);
+    assert_int_equal(sp.first[3], 12);
+    assert_int_equal(k25_kv_span_of(&sp, 13), 3);
+    assert_int_equal(k25_kv_span_of(&sp, 40), 10); /* generated tokens: fixed spans on */
+    int b0, b1;
+    k25_kv_span_range(&sp, 9, &b0, &b1);
+    assert_int_equal(b0, 36);
+    assert_int_equal(b1, 40);
+    k25_kv_span_range(&sp, 11, &b0, &b1);
+    assert_int_equal(b0, 44);
+    assert_int_equal(b1, 48);
+    k25_kv_spans_free(&sp);
+    /* legal: sections at 300, 700 (same block as 600? no: block 2), 800 (block 3), 900 (block 3: merged),
+     * 6000 (block 23); the section from block 3 to 23 (20 blocks > 16) is cut at 19 */
+    static const int32_t st[] = {300, 700, 800, 900, 6000};
+    assert_int_equal(k25_kv_spans_cut(K25_HINT_LEGAL_DOC, st, 5, 8000, 256, &sp, &err), K25_OK);
+    int want[] = {0, 1, 2, 3, 19, 23};
+    assert_int_equal(sp.n, 6);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(sp.first[i], want[i]);
+    assert_int_equal(sp.doc_blocks, 32);
+    assert_int_equal(k25_kv_span_of(&sp, 22), 4);
+    assert_int_equal(k25_kv_span_of(&sp, 31), 5);
+    assert_false(sp.decided);
+    k25_kv_spans_free(&sp);
+    /* auto: 5 sections in 8000 tokens (0.625 per 1000): legal; 2: plain; 100 in 8000 (12.5): plain */
+    assert_int_equal(k25_kv_spans_cut(K25_HINT_AUTO, st, 5, 8000, 256, &sp, &err), K25_OK);
+    assert_true(sp.decided && sp.mode == K25_HINT_LEGAL_DOC);
+    assert_float_equal(sp.density, 0.625, 1e-9);
+    k25_kv_spans_free(&sp);
+    assert_int_equal(k25_kv_spans_cut(K25_HINT_AUTO, st, 2, 8000, 256, &sp, &err), K25_OK);
+    assert_true(sp.decided && sp.mode == K25_HINT_PLAIN_TEXT);
+    k25_kv_spans_free(&sp);
+    int32_t dense[100];
+    for (int i = 0; i < 100; i++)
+        dense[i] = 10 + 80 * i;
+    assert_int_equal(k25_kv_spans_cut(K25_HINT_AUTO, dense, 100, 8000, 256, &sp, &err), K25_OK);
+    assert_true(sp.decided && sp.mode == K25_HINT_PLAIN_TEXT);
+    k25_kv_spans_free(&sp);
+    /* bad starts: not ascending, past the prompt; the engine refuses them at submit, naming the field */
+    static const int32_t bad[] = {50, 40};
+    assert_int_equal(k25_kv_spans_cut(K25_HINT_LEGAL_DOC, bad, 2, 100, 16, &sp, &err), K25_EINVAL);
+    assert_string_equal(err.field, "section_starts");
+    static const int32_t past[] = {50, 100};
+    assert_int_equal(k25_kv_spans_cut(K25_HINT_LEGAL_DOC, past, 2, 100, 16, &sp, &err), K25_EINVAL);
+    struct k25_config c;
+    base_cfg(&c);
+    k25_engine_t *e;
+    assert_int_equal(k25_engine_create(&c, tu_tiny, &e, &err), K25_OK);
+    int32_t ids[100] = {0};
+    struct k25_request req = {.id = "b", .input_ids = ids, .n_input = 100, .section_starts = past,
+                              .n_section_starts = 2};
+    int h;
+    assert_int_equal(k25_engine_submit(e, &req, &h, &err), K25_EINVAL);
+    assert_string_equal(err.field, "section_starts");
+    k25_engine_destroy(e);
+}
+
+/* The section finder on the generator's contracts and meeting notes, and on headings of every kind. */
+static void test_section_starts(void **state)
+{
+    (void)state;
+    const char *txt = "PREAMBLE\nArticle 1. Scope\ntext that cites Section 4.2 mid-line\n"
+                      "  ## SECTION IV - Fees\nmore\n\xc2\xa7 12 Haftung\n\xe7\xac\xac\xe5\x8d\x81\xe4\xba\x8c\xe6\x9d\xa1 "
+                      "\xe8\xb4\xa3\xe4\xbb\xbb\nArticles of faith\nSection\n";
+    size_t *o, n;
+    bool clauses;
+    struct k25_error err;
+    assert_int_equal(k25_gold_section_starts(txt, strlen(txt), &o, &n, &clauses, &err), K25_OK);
+    assert_int_equal(n, 4); /* Article 1, SECTION IV, § 12, 第十二条; not the citation, "Articles", bare "Section" */
+    assert_false(clauses);
+    assert_int_equal(o[0], strlen("PREAMBLE\n"));
+    assert_memory_equal(txt + o[1], "  ## SECTION IV", 15);
+    free(o);
+    const char *cl = "Terms\n1. Definitions apply\n1.1 The Customer shall\n2.3.4 (a) more\n12 monkeys\n3.x no\n";
+    assert_int_equal(k25_gold_section_starts(cl, strlen(cl), &o, &n, &clauses, &err), K25_OK);
+    assert_int_equal(n, 3);
+    assert_true(clauses);
+    free(o);
+    /* byte offsets to token positions through token start offsets */
+    size_t offs[] = {0, 5, 6, 30, 99};
+    size_t tok_start[] = {0, 4, 8, 12, 20, 31};
+    int32_t pos[5];
+    int m;
+    k25_gold_sections_to_tokens(offs, 5, tok_start, 6, pos, &m);
+    assert_int_equal(m, 3); /* 0 -> 0, 5 -> 2, 6 -> 2 (same token), 30 -> 5, 99 -> past the end */
+    assert_int_equal(pos[0], 0);
+    assert_int_equal(pos[1], 2);
+    assert_int_equal(pos[2], 5);
+    k25_gold_sections_to_tokens(offs, 5, NULL, 40, pos, &m);
+    assert_int_equal(m, 4); /* the byte tokenizer: identity */
+    assert_int_equal(pos[3], 30);
+    /* the generator: contracts have ARTICLE headings (auto: legal), meeting notes none (auto: plain) */
+    for (int dom = 0; dom < 2; dom++) {
+        struct k25_gold_gen_opts go;
+        k25_gold_gen_opts_init(&go);
+        go.lengths[0] = 16384;
+        go.n_lengths = 1;
+        go.count = 1;
+        go.domain = dom == 0 ? K25_GOLD_DOMAIN_LEGAL : K25_GOLD_DOMAIN_MINUTES;
+        char *buf = NULL;
+        size_t bl = 0;
+        FILE *f = open_memstream(&buf, &bl);
+        assert_int_equal(k25_gold_generate(&go, f, &err), K25_OK);
+        fclose(f);
+        json_error_t je;
+        json_t *j = json_loads(buf, 0, &je);
+        assert_non_null(j);
+        const char *text = json_string_value(json_object_get(j, "text"));
+        assert_int_equal(k25_gold_section_starts(text, strlen(text), &o, &n, &clauses, &err), K25_OK);
+        int32_t *p32 = malloc(sizeof(int32_t) * (n ? n : 1));
+        k25_gold_sections_to_tokens(o, n, NULL, (int)strlen(text), p32, &m);
+        struct k25_kv_spans sp;
+        assert_int_equal(k25_kv_spans_cut(K25_HINT_AUTO, p32, m, (int)strlen(text), 256, &sp, &err), K25_OK);
+        print_message("  %s 16K: %zu section starts, auto -> %s, %d spans\n", dom ? "minutes" : "legal", n,
+                      k25_hint_name(sp.mode), sp.n);
+        assert_int_equal(sp.mode, dom == 0 ? K25_HINT_LEGAL_DOC : K25_HINT_PLAIN_TEXT);
+        if (dom == 0)
+            assert_true(n >= 5);
+        k25_kv_spans_free(&sp);
+        free(p32);
+        free(o);
+        json_decref(j);
+        free(buf);
+    }
+}
+
+/* kv_tier_policy and block_pattern_hint: a YAML value and a flag give the same config; validation. */
+static void test_hotness_config(void **state)
+{
+    (void)state;
+    struct k25_config a, b;
+    struct k25_error err;
+    base_cfg(&a);
+    base_cfg(&b);
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/h.yaml", tu_dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "kv_tier_policy: hotness\nblock_pattern_hint: legal_doc\n");
+    fclose(f);
+    assert_int_equal(k25_config_load_yaml(&a, path, &err), K25_OK);
+    assert_int_equal(k25_config_set(&b, "kv_tier_policy", "hotness", "command line", 0, &err), K25_OK);
+    assert_int_equal(k25_config_set(&b, "block_pattern_hint", "legal_doc", "command line", 0, &err), K25_OK);
+    assert_memory_equal(&a, &b, sizeof(a));
+    assert_int_equal(a.kv_tier_policy, K25_TIER_HOTNESS);
+    assert_int_equal(a.block_pattern_hint, K25_HINT_LEGAL_DOC);
+    /* refused: hotness without tiers, without a cold tier; a hint with the positional policy */
+    assert_int_equal(k25_config_validate(&a, &err), K25_EINVAL);
+    assert_string_equal(err.field, "kv_tier_policy");
+    a.kv_hot_tokens = 16;
+    a.kv_warm_budget_mb = 1;
+    assert_int_equal(k25_config_validate(&a, &err), K25_EINVAL);
+    assert_string_equal(err.field, "kv_tier_policy");
+    assert_non_null(strstr(err.msg, "kv_cold_dir"));
+    snprintf(a.kv_cold_dir, sizeof(a.kv_cold_dir), "%s", tu_dir);
+    assert_int_equal(k25_config_validate(&a, &err), K25_OK);
+    a.kv_tier_policy = K25_TIER_POSITIONAL;
+    assert_int_equal(k25_config_validate(&a, &err), K25_EINVAL);
+    assert_string_equal(err.field, "block_pattern_hint");
+    assert_int_equal(k25_config_set(&a, "kv_tier_policy", "lru", NULL, 0, &err), K25_EINVAL);
+    assert_int_equal(k25_config_set(&a, "block_pattern_hint", "legal", NULL, 0, &err), K25_EINVAL);
+    /* a baseline attention gives no scores: hotness is refused at create */
+    a.kv_tier_policy = K25_TIER_HOTNESS;
+    a.attention = K25_ATTN_FLASH2;
+    k25_engine_t *e;
+    assert_int_equal(k25_engine_create(&a, tu_tiny, &e, &err), K25_EINVAL);
+    assert_string_equal(err.field, "kv_tier_policy");
+}
+
 static int setup(void **state)
 {
     return tu_group_setup(state) || tu_model_setup(state);
@@ -685,6 +1047,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_config_keys),
         cmocka_unit_test(test_bench_summary_hit_rate),
         cmocka_unit_test(test_run_json_tiers),
+        cmocka_unit_test(test_hotness_identical),
+        cmocka_unit_test(test_heat_and_hysteresis),
+        cmocka_unit_test(test_hotness_dwell),
+        cmocka_unit_test(test_spans_cut),
+        cmocka_unit_test(test_section_starts),
+        cmocka_unit_test(test_hotness_config),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -626,6 +626,7 @@ static void test_kv_tier_fields(void **state)
                                                .kv_block_hits = hits, .kv_tier_wait_ns = 123456789,
                                                .kv_tier_max_step_wait_ns = 5000000, .kv_tier_bytes_moved = 1 << 20,
                                                .kv_tier_copy_ns = 2000000, .kv_tier_evictions = 9,
+                                               .kv_tier_promotions = 7, .kv_tier_demotions = 4,
                                                .prefix_hit_tokens = 48, .rejected_degraded = 2, .spill_fsyncs = 5,
                                                .breaker_opens = 1};
     struct k25_bench_summary s;
@@ -649,6 +650,8 @@ static void test_kv_tier_fields(void **state)
     json_t *kt = json_object_get(sj, "kv_tiers");
     assert_int_equal(json_integer_value(json_object_get(kt, "block_reads")), reads);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(kt, "engine"), "evictions")), 9);
+    assert_int_equal(json_integer_value(json_object_get(kt, "promotions")), 7); /* issue 36 */
+    assert_int_equal(json_integer_value(json_object_get(kt, "demotions")), 4);
     json_t *bp = json_object_get(json_object_get(sj, "ttft_ms_by_priority"), "standard");
     assert_int_equal(json_integer_value(json_object_get(json_object_get(bp, "degraded"), "n")), 1);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(sj, "queue"), "spill_fsyncs")), 5);
@@ -675,6 +678,8 @@ static void test_kv_tier_fields(void **state)
     assert_int_equal(eb->kv_tier_bytes_moved, ea->kv_tier_bytes_moved);
     assert_int_equal(eb->kv_tier_copy_ns, ea->kv_tier_copy_ns);
     assert_int_equal(eb->kv_tier_evictions, ea->kv_tier_evictions);
+    assert_int_equal(eb->kv_tier_promotions, 7);
+    assert_int_equal(eb->kv_tier_demotions, 4);
     assert_int_equal(eb->prefix_hit_tokens, ea->prefix_hit_tokens);
     assert_int_equal(eb->rejected_degraded, ea->rejected_degraded);
     assert_int_equal(eb->spill_fsyncs, ea->spill_fsyncs);
