@@ -19,8 +19,8 @@
 #       3. test_backend_ops: every op of every built backend against the double reference
 #          (CUDA: every op and dtype it runs), argmax, and CPU/CUDA greedy-token parity on
 #          tiny and small under the token-identity rule (fp32 KV, fp32 weights, no TF32);
-#       4. k25 run --backend cuda on llama3-8b dummy weights in bf16, fp16 KV, 8K and 32K
-#          prompts, batch 1;
+#       4. k25 run --backend cuda on llama3-8b dummy weights in bf16 (cuda_gemm fast), fp16 KV,
+#          8K and 32K prompts, batch 1 (batch 32 is not in the 5 minutes: its 32 prefills);
 #     then prints one table: each figure beside the probe's peak and bandwidth, also written to
 #     $OUT/device-check.txt with every log under $OUT (DIR/results when OUT is unset).
 #
@@ -148,7 +148,8 @@ run() {
     fi
     step host 60 "${pre[@]}" "$root/bin/test_cuda_host"
     step ops 150 env K25="$K25" "${pre[@]}" "$root/bin/test_backend_ops"
-    local common=(--backend cuda --model llama3-8b --weight-dtype bf16 --kv-cache-dtype fp16
+    # serving configuration: bf16 tensor-core GEMMs (cuda_gemm fast), fp16 KV
+    local common=(--backend cuda --model llama3-8b --weight-dtype bf16 --kv-cache-dtype fp16 --cuda-gemm fast
                   --kv-compression-ratio 1 --prompt "The quick brown fox jumps over the lazy dog. "
                   --max-tokens 32 --json --quiet)
     step run8k 100 "${pre[@]}" "$K25" run "${common[@]}" --prompt-len 8192

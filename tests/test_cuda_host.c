@@ -324,6 +324,12 @@ static void test_launch_arithmetic(void **state)
         int t = k25cm_gemv_mtile(m);
         assert_true(t >= m && t < 2 * m + 1 && (t & (t - 1)) == 0);
     }
+    /* 16-byte weight loads only where every row is aligned and k fills whole vectors */
+    assert_true(k25cm_gemv_vec(4096, 4096 * 2, 4096, 2));
+    assert_false(k25cm_gemv_vec(4096 + 8, 4096 * 2, 4096, 2)); /* a view 8 bytes in */
+    assert_false(k25cm_gemv_vec(4096, 33 * 4, 33, 4));         /* k = 33 fp32 */
+    assert_false(k25cm_gemv_vec(4096, 65 * 2 + 14, 65, 2));
+    assert_true(k25cm_gemv_vec(0, 36 * 4, 36, 4)); /* fp32: 4 values per vector */
     assert_int_equal(k25cm_grid1(0, 256), 1);
     assert_int_equal(k25cm_grid1(256, 256), 1);
     assert_int_equal(k25cm_grid1(257, 256), 2);

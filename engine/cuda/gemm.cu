@@ -3,8 +3,10 @@
  * as stored, activations fp32, fp32 accumulation.
  *
  * Decode (m <= K25CU_GEMV_MAX_M): a GEMV kernel of ours.  One warp per
- * weight row: lane l reads values l, l + 32, ... of the row (coalesced
- * across the warp), converts them to fp32 in registers, multiplies by
+ * weight row: lane l reads 16 bytes at a time (8 fp16/bf16 or 4 fp32
+ * values; l, l + 32, ... in units of 16 bytes, coalesced across the warp)
+ * when the rows allow it (16-byte aligned, k a multiple of the vector),
+ * else one value at a time; converts to fp32 in registers, multiplies by
  * every x row and sums; a fixed shuffle tree reduces.  The order of every row's sum is the same whatever m is, so a
  * row's result does not depend on the other rows of the step (batch
  * invariance, like the CPU's gemv.c).  Weights are read once per step.
@@ -45,7 +47,26 @@ template <> __device__ inline float wval<K25CU_BF16>(const void *w, size_t j)
  * values j = l, l + 32, ... of the row (coalesced across the warp), fixed
  * for any m.
  */
-template <int M, int T>
+/* The 16 bytes at p as fp32 values (8 of fp16/bf16, 4 of fp32): exact conversions. */
+template <int T> __device__ static inline void unpack16(const unsigned char *p, float *v)
+{
+    const uint4 raw = __ldg((const uint4 *)p);
+    const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if (T == K25CU_F32) {
+            v[i] = __uint_as_float(u[i]);
+        } else if (T == K25CU_F16) {
+            v[2 * i] = k25cm_h2f((uint16_t)(u[i] & 0xffffu));
+            v[2 * i + 1] = k25cm_h2f((uint16_t)(u[i] >> 16));
+        } else {
+            v[2 * i] = __uint_as_float(u[i] << 16);
+            v[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+        }
+    }
+}
+
+template <int M, int T, bool VEC>
 __global__ __launch_bounds__(32 * K25CU_GEMV_WARPS) void gemv_kernel(const float *__restrict__ x, size_t xs, int m,
                                                                       const unsigned char *__restrict__ w,
                                                                       size_t wsb, int n, int k,
@@ -55,17 +76,31 @@ __global__ __launch_bounds__(32 * K25CU_GEMV_WARPS) void gemv_kernel(const float
     const int row = blockIdx.x * K25CU_GEMV_WARPS + (threadIdx.x >> 5);
     if (row >= n)
         return;
-    const void *wr = w + (size_t)row * wsb;
+    const unsigned char *wr = w + (size_t)row * wsb;
     float sum[M];
 #pragma unroll
     for (int r = 0; r < M; r++)
         sum[r] = 0.0f;
-    for (int j = lane; j < k; j += 32) {
-        const float wv = wval<T>(wr, (size_t)j);
+    if (VEC) {
+        constexpr int PER = T == K25CU_F32 ? 4 : 8, EB = T == K25CU_F32 ? 4 : 2;
+        for (int j0 = lane * PER; j0 < k; j0 += 32 * PER) {
+            float wv[PER];
+            unpack16<T>(wr + (size_t)j0 * EB, wv);
 #pragma unroll
-        for (int r = 0; r < M; r++)
-            if (r < m)
-                sum[r] = fmaf(wv, __ldg(x + (size_t)r * xs + j), sum[r]);
+            for (int r = 0; r < M; r++)
+                if (r < m)
+#pragma unroll
+                    for (int e = 0; e < PER; e++)
+                        sum[r] = fmaf(wv[e], __ldg(x + (size_t)r * xs + j0 + e), sum[r]);
+        }
+    } else {
+        for (int j = lane; j < k; j += 32) {
+            const float wv = wval<T>(wr, (size_t)j);
+#pragma unroll
+            for (int r = 0; r < M; r++)
+                if (r < m)
+                    sum[r] = fmaf(wv, __ldg(x + (size_t)r * xs + j), sum[r]);
+        }
     }
 #pragma unroll
     for (int r = 0; r < M; r++) {
@@ -83,18 +118,29 @@ __global__ __launch_bounds__(32 * K25CU_GEMV_WARPS) void gemv_kernel(const float
             }
 }
 
+template <int M, bool VEC>
+static void gemv_launch_v(cudaStream_t s, const float *x, size_t xs, int m, const unsigned char *wb, size_t wsb,
+                          enum k25cu_type t, int n, int k, float *y, size_t ys, bool acc)
+{
+    const unsigned grid = k25cm_grid1(n, K25CU_GEMV_WARPS), block = 32 * K25CU_GEMV_WARPS;
+    if (t == K25CU_F32)
+        gemv_kernel<M, K25CU_F32, VEC><<<grid, block, 0, s>>>(x, xs, m, wb, wsb, n, k, y, ys, acc);
+    else if (t == K25CU_F16)
+        gemv_kernel<M, K25CU_F16, VEC><<<grid, block, 0, s>>>(x, xs, m, wb, wsb, n, k, y, ys, acc);
+    else
+        gemv_kernel<M, K25CU_BF16, VEC><<<grid, block, 0, s>>>(x, xs, m, wb, wsb, n, k, y, ys, acc);
+}
+
+/* 16-byte loads when every row starts 16-byte aligned and k fills whole vectors (k25cm_gemv_vec). */
 template <int M>
 static void gemv_launch(cudaStream_t s, const float *x, size_t xs, int m, const void *w, size_t wsb,
                         enum k25cu_type t, int n, int k, float *y, size_t ys, bool acc)
 {
-    const unsigned grid = k25cm_grid1(n, K25CU_GEMV_WARPS), block = 32 * K25CU_GEMV_WARPS;
     const unsigned char *wb = (const unsigned char *)w;
-    if (t == K25CU_F32)
-        gemv_kernel<M, K25CU_F32><<<grid, block, 0, s>>>(x, xs, m, wb, wsb, n, k, y, ys, acc);
-    else if (t == K25CU_F16)
-        gemv_kernel<M, K25CU_F16><<<grid, block, 0, s>>>(x, xs, m, wb, wsb, n, k, y, ys, acc);
+    if (k25cm_gemv_vec((uint64_t)(uintptr_t)w, wsb, k, t == K25CU_F32 ? 4 : 2))
+        gemv_launch_v<M, true>(s, x, xs, m, wb, wsb, t, n, k, y, ys, acc);
     else
-        gemv_kernel<M, K25CU_BF16><<<grid, block, 0, s>>>(x, xs, m, wb, wsb, n, k, y, ys, acc);
+        gemv_launch_v<M, false>(s, x, xs, m, wb, wsb, t, n, k, y, ys, acc);
 }
 
 extern "C" bool k25cu_gemv(struct k25cu_err *e, cudaStream_t s, const float *x, size_t xs, int m, const void *w,

@@ -512,4 +512,11 @@ K25_HD int k25cm_gemv_mtile(int m)
     return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <= 8 ? 8 : 16;
 }
 
+/* Whether the GEMV kernel may read weight rows 16 bytes at a time: the matrix and every row start
+ * 16-byte aligned (row_bytes a multiple of 16) and k is a whole number of 16-byte vectors. */
+K25_HD int k25cm_gemv_vec(uint64_t w_addr, size_t row_bytes, int k, int elem_bytes)
+{
+    return w_addr % 16 == 0 && row_bytes % 16 == 0 && ((size_t)k * elem_bytes) % 16 == 0;
+}
+
 #endif /* K25_CUDA_MATH_H */
