@@ -25,6 +25,8 @@
 #     $OUT/device-check.txt with every log under $OUT (DIR/results when OUT is unset).
 #
 # The device tool runs it as: carry ["device-bundle"], command "ci/device-check.sh run".
+# DEVICE_CHECK_MODEL (default llama3-8b) swaps the model of step 4, for a dry run of the script
+# on a machine without a GPU (DEVICE_CHECK_MODEL=tiny: every CUDA step then fails or skips by name).
 # Exit status: 0 every step passed, 1 a step failed or timed out (the table says which),
 # 2 bad usage or a bundle that cannot be made/found.
 set -uo pipefail
@@ -136,24 +138,35 @@ run() {
             die "k25 does not start here (libraries: ldd $K25)"
         }
     fi
+    if [ ${#pre[@]} -gt 0 ]; then # run everything through the bundled loader; no BLAS re-exec under it
+        export K25_NO_BLAS_REEXEC=1
+        for b in k25 test_backend_ops test_cuda_host; do
+            printf '#!/bin/sh\nexec %q --library-path %q %q "$@"\n' "${pre[0]}" "${pre[2]}" "$root/bin/$b" > "$root/$b"
+            chmod +x "$root/$b"
+        done
+    else
+        for b in k25 test_backend_ops test_cuda_host; do ln -s "$root/bin/$b" "$root/$b"; done
+    fi
+    K25="$root/k25" # the tests run it too (test_cuda_host: the CLI path)
     { echo "commit $(cat "$root/COMMIT")"; nvidia-smi -L 2>/dev/null; nvidia-smi --query-gpu=driver_version,memory.total --format=csv 2>/dev/null
       echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; } > "$out/machine.txt"
 
-    step probe 90 "${pre[@]}" "$K25" device-probe --backend cuda --json
+    step probe 90 "$K25" device-probe --backend cuda --json
     local tflops=0 bw=0 devname="?"
     if [ "$st_probe" = ok ]; then
         tflops=$(sed -n 's/.*"bf16_gemm_tflops":\([0-9.]*\).*/\1/p' "$out/probe.log")
         bw=$(sed -n 's/.*"mem_bw_gbs":\([0-9.]*\).*/\1/p' "$out/probe.log")
         devname=$(sed -n 's/.*"device":"\([^"]*\)".*/\1/p' "$out/probe.log")
     fi
-    step host 60 "${pre[@]}" "$root/bin/test_cuda_host"
-    step ops 150 env K25="$K25" "${pre[@]}" "$root/bin/test_backend_ops"
+    step host 60 env K25="$K25" "$root/test_cuda_host"
+    step ops 150 env K25="$K25" "$root/test_backend_ops"
     # serving configuration: bf16 tensor-core GEMMs (cuda_gemm fast), fp16 KV
-    local common=(--backend cuda --model llama3-8b --weight-dtype bf16 --kv-cache-dtype fp16 --cuda-gemm fast
+    local model=${DEVICE_CHECK_MODEL:-llama3-8b}
+    local common=(--backend cuda --model "$model" --weight-dtype bf16 --kv-cache-dtype fp16 --cuda-gemm fast
                   --kv-compression-ratio 1 --prompt "The quick brown fox jumps over the lazy dog. "
                   --max-tokens 32 --json --quiet)
-    step run8k 100 "${pre[@]}" "$K25" run "${common[@]}" --prompt-len 8192
-    step run32k 160 "${pre[@]}" "$K25" run "${common[@]}" --prompt-len 32768
+    step run8k 100 "$K25" run "${common[@]}" --prompt-len 8192
+    step run32k 160 "$K25" run "${common[@]}" --prompt-len 32768
 
     row "device ($devname)" "$st_probe" "bf16 GEMM ${tflops} TFLOP/s" "memory ${bw} GB/s (the references)"
     row "test_cuda_host" "$st_host" "$(grep -c '^\[       OK \]' "$out/host.log") tests passed" ""
@@ -178,12 +191,12 @@ run() {
                 'BEGIN { w = L * (d * (nh + 2 * nkv) * hd + nh * hd * d + 3 * d * f); a = L * nh * hd * 2 * n;
                          printf "%.1f", pf * (2 * w + a) / 1e12 }')
             dbw=$(awk -v dc="$dc" -v wb="$wb" -v kv="$kvb" 'BEGIN { printf "%.0f", dc * (wb + kv) / 1e9 }')
-            row "run llama3-8b $r prefill" ok "$(printf '%.0f tok/s = %s TFLOP/s' "$pf" "$pfl")" \
+            row "run $model $r prefill" ok "$(printf '%.0f tok/s = %s TFLOP/s' "$pf" "$pfl")" \
                 "$(awk -v a="$pfl" -v b="$tflops" 'BEGIN { if (b > 0) printf "%.0f%% of bf16 peak", 100 * a / b }')"
-            row "run llama3-8b $r decode (batch 1)" ok "$(printf '%.1f tok/s = %s GB/s' "$dc" "$dbw")" \
+            row "run $model $r decode (batch 1)" ok "$(printf '%.1f tok/s = %s GB/s' "$dc" "$dbw")" \
                 "$(awk -v a="$dbw" -v b="$bw" 'BEGIN { if (b > 0) printf "%.0f%% of bandwidth", 100 * a / b }')"
         else
-            row "run llama3-8b $r" "$st_r" "$(tail -1 "$out/$r.log" | cut -c1-60)" ""
+            row "run $model $r" "$st_r" "$(tail -1 "$out/$r.log" | cut -c1-60)" ""
         fi
     done
     row "attn-bench --backend cuda" "not built" "attn-bench times the CPU kernels only" ""
