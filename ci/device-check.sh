@@ -60,7 +60,7 @@ pack() {
     [ -n "$(ls "$stage/glibc" | grep ld-linux)" ] || die "no ld-linux found by ldd"
     git rev-parse HEAD > "$stage/COMMIT" 2>/dev/null || echo unknown > "$stage/COMMIT"
     mkdir -p "$dir"
-    tar -C "$stage" -cf - . | xz -9 -T2 > "$dir/bundle.tar.xz.tmp" && mv "$dir/bundle.tar.xz.tmp" "$dir/bundle.tar.xz" ||
+    tar -C "$stage" -cf - . | xz -6 -T0 > "$dir/bundle.tar.xz.tmp" && mv "$dir/bundle.tar.xz.tmp" "$dir/bundle.tar.xz" ||
         die "cannot write $dir/bundle.tar.xz"
     local raw packed tree
     raw=$(du -sb "$stage" | awk '{ printf "%.1f", $1 / 1048576 }')
@@ -168,11 +168,16 @@ run() {
     step run8k 100 "$K25" run "${common[@]}" --prompt-len 8192
     step run32k 160 "$K25" run "${common[@]}" --prompt-len 32768
 
-    row "device ($devname)" "$st_probe" "bf16 GEMM ${tflops} TFLOP/s" "memory ${bw} GB/s (the references)"
+    if [ "$st_probe" = ok ]; then
+        row "device ($devname)" ok "bf16 GEMM ${tflops} TFLOP/s" "memory ${bw} GB/s (the references)"
+    else
+        row "device" "$st_probe" "$(tail -1 "$out/probe.log" | cut -c1-60)" ""
+    fi
     row "test_cuda_host" "$st_host" "$(grep -c '^\[       OK \]' "$out/host.log") tests passed" ""
     local parity
     parity=$(grep -E 'cuda (tiny|small) vs cpu' "$out/ops.log" | sed 's/^ *//' | tr '\n' ';')
-    row "test_backend_ops (cuda)" "$st_ops" "$(grep -c '^\[       OK \] cuda' "$out/ops.log") cuda checks ok, $(grep -c '^\[  FAILED  \] cuda' "$out/ops.log") failed" ""
+    row "test_backend_ops (cuda)" "$st_ops" "$(grep -c '^\[       OK \] cuda' "$out/ops.log") cuda checks ok, $(grep '^\[  FAILED  \] cuda' "$out/ops.log" | sort -u | wc -l) failed, $(grep '^\[  SKIPPED \] cuda' "$out/ops.log" | sort -u | wc -l) skipped" \
+        "$(grep -m1 'backend cuda: skipped on this machine' "$out/ops.log" | sed 's/.*machine: //' | cut -c1-60)"
     row "token parity tiny/small vs cpu" "$st_ops" "${parity:-none (see ops.log)}" ""
     for r in run8k run32k; do
         local st_r secs_r
