@@ -18,7 +18,12 @@
 #   make asan       AddressSanitizer + UBSan build of the tests, then run them
 #   make fuzz       libFuzzer targets (tests/fuzz/, clang) in build-fuzz/fuzz/; make fuzz-smoke
 #                   runs each FUZZ_SECONDS (30) on seeds from the shipped files
-#   make CUDA=1     reserved for the CUDA backend (engine/cuda/)
+#   make CUDA=1     also the CUDA backend (engine/cuda/: .cu kernels through nvcc for sm_80 and
+#                   sm_90 + PTX, host warnings and nvcc warnings as errors; links cudart, cuBLASLt,
+#                   cuBLAS, cuDNN from CUDA_HOME, default /usr/local/cuda).  Without it nothing
+#                   CUDA is compiled or linked.
+#   make cuda-check compile-only check of every .cu for sm_80 and sm_90 with ptxas -v: no
+#                   warnings, no register spills (ci/cuda-check.sh; skipped without nvcc)
 #   make PORTABLE=1 no -march=native (a binary for other x86-64 machines)
 #   make install    PREFIX=/usr/local: k25, its report templates and the k25-benchmark,
 #                   k25-mem-calculator, k25-log-analyzer, k25-checksum aliases
@@ -27,7 +32,11 @@
 # `make test`, `make demo` and `make asan` call first.
 
 CC       ?= gcc
+ifeq ($(CUDA),1)
+BUILD    ?= build-cuda
+else
 BUILD    ?= build
+endif
 ifeq ($(PORTABLE),1)
 OPT      ?= -O3
 else
@@ -51,6 +60,9 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
 LAYERS         := util engine datasets harness sweeps reports gates cli
 SRCDIRS_util     := util
 SRCDIRS_engine   := engine baselines
+ifeq ($(CUDA),1)
+SRCDIRS_engine   += engine/cuda
+endif
 SRCDIRS_datasets := datasets
 SRCDIRS_harness  := harness
 SRCDIRS_sweeps   := sweeps
@@ -82,9 +94,9 @@ ALL_INC        := $(ALL_SRCDIRS:%=-I%) -I$(GENDIR)
 
 # LAYER_INC is set per object below (pattern-specific); tests use ALL_INC.
 CFLAGS_BASE = -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp $(OPT) $(SAN) -g \
-              -MMD -MP $(PKG_CFLAGS) $(CFLAGS)
+              -MMD -MP $(PKG_CFLAGS) $(CUDA_CFLAGS) $(CFLAGS)
 CFLAGS_ALL  = $(CFLAGS_BASE) $(ALL_INC)
-LDLIBS_ALL = $(SAN) -fopenmp $(PKG_LIBS) -lm -lpthread $(LDLIBS)
+LDLIBS_ALL = $(SAN) -fopenmp $(PKG_LIBS) $(CUDA_LIBS) -lm -lpthread $(LDLIBS)
 
 # One static library per folder (libk25.a: engine + baselines), linked top to bottom.
 LIBNAME_util     := libk25util.a
@@ -98,6 +110,25 @@ LIBNAME_cli      := libk25cli.a
 CLI_MAIN       := cli/main.c
 $(foreach L,$(LAYERS),$(eval SRC_$(L) := $(filter-out $(CLI_MAIN),$(foreach D,$(SRCDIRS_$(L)),$(wildcard $(D)/*.c)))))
 $(foreach L,$(LAYERS),$(eval OBJ_$(L) := $(SRC_$(L):%.c=$(BUILD)/obj/%.o)))
+
+# The CUDA backend (make CUDA=1): engine/cuda/*.cu through nvcc into libk25.a, the host side
+# (engine/cuda/*.c) through $(CC) with the CUDA headers; K25_WITH_CUDA registers it
+# (engine/backend.c, the one #ifdef).  Real code for sm_80 (A100) and sm_90 (H100), PTX of
+# sm_90 for newer GPUs.
+CUDA_HOME   ?= /usr/local/cuda
+NVCC        ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCH   ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+               -gencode arch=compute_90,code=compute_90
+NVCC_WARN   := -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings
+NVCCFLAGS   ?= -std=c++17 -O3 -lineinfo $(NVCC_WARN) -Iengine/cuda
+CU_SRC      := $(wildcard engine/cuda/*.cu)
+ifeq ($(CUDA),1)
+CU_OBJ      := $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+OBJ_engine  += $(CU_OBJ)
+CUDA_CFLAGS := -DK25_WITH_CUDA -isystem $(CUDA_HOME)/include
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lcudart \
+               -lstdc++ -ldl
+endif
 $(foreach L,$(LAYERS),$(eval LIB_$(L) := $(BUILD)/$(LIBNAME_$(L))))
 $(foreach L,$(LAYERS),$(foreach D,$(SRCDIRS_$(L)),$(eval $(BUILD)/obj/$(D)/%.o: LAYER_INC = $(call layer_inc,$(L)))))
 LIBS_TOPDOWN   := $(foreach L,cli gates reports sweeps harness datasets engine util,$(LIB_$(L)))
@@ -107,13 +138,16 @@ TEST_BIN    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 K25         := $(BUILD)/k25
 
-.PHONY: all deps test test-quick demo asan clean cuda-note tests-bin baselines gate-ab layering-check
-all: cuda-note $(K25)
+.PHONY: all deps test test-quick demo asan clean tests-bin baselines gate-ab layering-check cuda-check
+all: $(K25)
 
-cuda-note:
-ifeq ($(CUDA),1)
-	@echo "make CUDA=1: the CUDA backend (engine/cuda/) is not built yet; building the CPU backend only." >&2
-endif
+$(BUILD)/obj/engine/cuda/%.cu.o: engine/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -MMD -MP -c $< -o $@
+
+# Compile-only check of every .cu (CI, where nvcc is installed): ci/cuda-check.sh.
+cuda-check:
+	@NVCC="$(NVCC)" NVCCFLAGS="$(NVCCFLAGS)" ./ci/cuda-check.sh $(CU_SRC)
 
 deps:
 	@./ci/install-deps.sh
@@ -158,7 +192,7 @@ $(K25): $(MAIN_OBJ) $(LIBS_TOPDOWN)
 
 $(BUILD)/tests/%: tests/%.c $(LIBS_TOPDOWN) $(wildcard tests/*.h) | $(GENDIR)/buildinfo.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(LIBS_TOPDOWN) $(LDLIBS_ALL) -lcmocka
+	$(CC) $(CFLAGS_ALL) -Itests -Iengine/cuda -o $@ $< $(LIBS_TOPDOWN) $(LDLIBS_ALL) -lcmocka
 
 # TEST-ONLY: k25 with extra work linked in (2 of 3 GEMMs twice, tests/extra_work.c), the
 # "slower commit" of the timing-gate proof in tests/test_gate.c
@@ -258,6 +292,6 @@ install: $(K25)
 	for a in $(K25_ALIASES); do ln -sf k25 $(DESTDIR)$(PREFIX)/bin/$$a; done
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-cuda
 
 -include $(shell find $(BUILD)/obj $(BUILD)/tests -name '*.d' 2>/dev/null)

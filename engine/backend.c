@@ -116,6 +116,28 @@ void k25_bctx_destroy(struct k25_bctx *ctx)
     ctx->be = NULL;
 }
 
+int k25_backend_status(struct k25_bctx *ctx, struct k25_error *err)
+{
+    return ctx->be && ctx->be->status ? ctx->be->status(ctx, err) : K25_OK;
+}
+
+int k25_device_probe(const char *name, struct k25_device_probe *out, struct k25_error *err)
+{
+    const struct k25_backend *be = k25_backend_find(name);
+    memset(out, 0, sizeof(*out));
+    if (!be)
+        return k25_error_set(err, K25_ENOTFOUND, NULL, 0, "backend", "'%s' is not built into this binary", name);
+    if (!be->probe)
+        return k25_error_set(err, K25_EUNSUPPORTED, NULL, 0, "backend", "backend '%s' has no device probe", name);
+    struct k25_bctx ctx;
+    int rc = k25_bctx_init(&ctx, be, NULL, err);
+    if (rc != K25_OK)
+        return rc;
+    rc = be->probe(&ctx, out, err);
+    k25_bctx_destroy(&ctx);
+    return rc;
+}
+
 int k25_backend_check(const struct k25_bctx *ctx, const struct k25_config *cfg, enum k25_dtype weight_dtype,
                       struct k25_error *err)
 {

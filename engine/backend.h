@@ -167,6 +167,11 @@ struct k25_backend {
      * none.  A setting this machine cannot run is K25_EUNSUPPORTED naming the key.  Without a call
      * (tests that make bare instances) the backend uses its defaults. */
     int (*configure)(struct k25_bctx *ctx, const struct k25_config *cfg, struct k25_error *err);
+    /* Optional (NULL: always K25_OK).  The ops below return nothing: a backend whose calls can fail
+     * (a device) records the first failure - the call, file, line, device - and stops running ops;
+     * status() reports it.  The engine asks once per forward pass and after loading the weights
+     * (k25_backend_status). */
+    int (*status)(struct k25_bctx *ctx, struct k25_error *err);
 
     /* ---- memory.  buf_alloc: zeroed, charged to ctx->acct under cat.
      * buf_map_host: a buffer holding host memory's bytes - the CPU maps it
@@ -227,6 +232,13 @@ struct k25_backend {
      * own, read with buf_get): a tier move of a whole sequence moves that too */
     void (*kv_block_get)(struct k25_bctx *ctx, const struct k25_kv_pool *pool, int32_t id, void *host);
     void (*kv_block_set)(struct k25_bctx *ctx, struct k25_kv_pool *pool, int32_t id, const void *host);
+
+    /* ---- optional (NULL when a backend has none) */
+    /* ids[i] = the index of row i's largest value (the lowest among equal ones), x fp32; ids on the
+     * host.  Greedy sampling on the backend (the engine's sampler reads logits with buf_get) */
+    void (*argmax)(struct k25_bctx *ctx, const struct k25_tensor *x, int32_t *ids);
+    /* measures the device's bf16 GEMM peak and memory bandwidth (seconds of work; k25_device_probe) */
+    int (*probe)(struct k25_bctx *ctx, struct k25_device_probe *out, struct k25_error *err);
 };
 
 /* ---- registry (backend.c) */
@@ -244,6 +256,8 @@ extern const struct k25_backend k25_backend_cpu;
 int k25_bctx_init(struct k25_bctx *ctx, const struct k25_backend *be, struct k25_mem_acct *acct,
                   struct k25_error *err);
 void k25_bctx_destroy(struct k25_bctx *ctx);
+/* K25_OK, or the first failure the backend recorded (its status slot; backends without one: K25_OK). */
+int k25_backend_status(struct k25_bctx *ctx, struct k25_error *err);
 
 /*
  * K25_EINVAL unless the backend runs everything cfg needs with weights in

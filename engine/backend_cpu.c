@@ -56,6 +56,9 @@ static int cpu_init(struct k25_bctx *ctx, struct k25_error *err)
 static int cpu_configure(struct k25_bctx *ctx, const struct k25_config *cfg, struct k25_error *err)
 {
     struct cpu_priv *p = ctx->priv;
+    if (cfg->cuda_gemm != K25_CUDA_GEMM_EXACT) /* the CPU's GEMMs are fp32 whatever it says: refuse it */
+        return k25_error_set(err, K25_EUNSUPPORTED, NULL, 0, "cuda_gemm",
+                             "cuda_gemm applies to backend cuda; the CPU backend's GEMMs are fp32");
     return k25_kpath_resolve(cfg->cpu_kernels, &p->kpath, err);
 }
 
@@ -416,6 +419,21 @@ static void cpu_kv_block_set(struct k25_bctx *ctx, struct k25_kv_pool *pool, int
     memcpy(pool->blocks[id]->data, host, pool->block_bytes);
 }
 
+/* The sampler's greedy rule (sample.c): the first index of the largest value. */
+static void cpu_argmax(struct k25_bctx *ctx, const struct k25_tensor *xt, int32_t *ids)
+{
+    (void)ctx;
+    const float *x = f32(xt);
+    for (int64_t i = 0; i < xt->rows; i++) {
+        const float *r = x + (size_t)i * xt->stride;
+        int32_t best = 0;
+        for (int64_t j = 1; j < xt->cols; j++)
+            if (r[j] > r[best])
+                best = (int32_t)j;
+        ids[i] = best;
+    }
+}
+
 const struct k25_backend k25_backend_cpu = {
     .name = "cpu",
     .description = "host memory; OpenBLAS GEMMs (prefill), SIMD GEMV kernels (decode), OpenMP kernels",
@@ -443,4 +461,5 @@ const struct k25_backend k25_backend_cpu = {
     .kv_compact = cpu_kv_compact,
     .kv_block_get = cpu_kv_block_get,
     .kv_block_set = cpu_kv_block_set,
+    .argmax = cpu_argmax,
 };

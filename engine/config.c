@@ -64,6 +64,7 @@ static const char *const attn_names[] = {"chunked", "flash2", "naive"};
 static const char *const wdtype_names[] = {"fp32", "bf16", "fp16"};
 static const char *const wquant_names[] = {"none", "int8", "int4"};
 static const char *const cpu_kernel_names[] = {"auto", "avx512", "avx2", "scalar"};
+static const char *const cuda_gemm_names[] = {"exact", "fast"};
 
 #define F(field) offsetof(struct k25_config, field), sizeof(((struct k25_config *)0)->field)
 #define NAMES(a) (a), (int)(sizeof(a) / sizeof((a)[0]))
@@ -221,6 +222,11 @@ static const struct key_def keys[] = {
       "CPU backend decode kernels (GEMV / small-M GEMM): auto = the widest the CPU has; a path "
       "the CPU lacks is refused", "auto|avx512|avx2|scalar"},
      KIND_ENUM, F(cpu_kernels), 0, 0, 0, 0, false, false, NAMES(cpu_kernel_names)},
+    {{"cuda_gemm", "enum", "exact",
+      "CUDA backend prefill GEMMs on fp16/bf16 weights: exact = weights widened to fp32, fp32 GEMM "
+      "(CPU parity); fast = activations rounded to the weights' type, tensor cores, fp32 accumulate",
+      "exact|fast"},
+     KIND_ENUM, F(cuda_gemm), 0, 0, 0, 0, false, false, NAMES(cuda_gemm_names)},
 };
 
 #define NKEYS ((int)(sizeof(keys) / sizeof(keys[0])))
@@ -272,6 +278,7 @@ void k25_config_init(struct k25_config *cfg)
     cfg->quantize_weights = K25_WQUANT_NONE;
     cfg->weight_quant_group = 32;
     cfg->cpu_kernels = K25_CPU_KERNELS_AUTO;
+    cfg->cuda_gemm = K25_CUDA_GEMM_EXACT;
 }
 
 int k25_config_key_count(void)

@@ -213,7 +213,7 @@ int k25_engine_create_io(const struct k25_config *cfg, const k25_model_t *model,
     const struct k25_backend *B = k25_backend_find(cfg->backend); /* validated: built in */
     if ((rc = k25_bctx_init(&e->be, B, &e->acct, err)) != K25_OK)
         goto out_free;
-    if ((rc = weights_map(e, err)) != K25_OK)
+    if ((rc = weights_map(e, err)) != K25_OK || (rc = k25_backend_status(&e->be, err)) != K25_OK)
         goto out_free;
     if ((rc = k25_backend_check(&e->be, cfg, e->w.dtype, err)) != K25_OK)
         goto out_free;

@@ -239,5 +239,7 @@ out_free:
     if (scores)
         B->buf_free(ctx, scores);
     free(aseq);
+    if (rc == K25_OK) /* a device backend's first failed call of the pass, if any (backend.h) */
+        rc = k25_backend_status(ctx, err);
     return rc;
 }

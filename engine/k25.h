@@ -71,6 +71,19 @@ int k25_backend_names(char *buf, size_t size);
 /* Whether a backend of that name is built in. */
 bool k25_backend_find_name(const char *name);
 
+/* What a device backend's probe measured (k25 device-probe; the device check's reference figures). */
+struct k25_device_probe {
+    char device[256];        /* model and compute capability */
+    double bf16_gemm_tflops; /* a large bf16 GEMM (fp32 accumulate), best of a few */
+    double mem_bw_gbs;       /* device-memory bandwidth: bytes read + written per second */
+    /* the decode GEMM (bf16 weights, 14336 x 4096) at m = 1 and 16: the backend's GEMV kernel and
+     * cuBLASLt, microseconds (0 when the backend has neither) */
+    double gemv_us[2], lt_us[2];
+};
+/* Measures backend `name`'s device (seconds of work).  K25_ENOTFOUND when not built in,
+ * K25_EUNSUPPORTED when it has no probe (the CPU) or no usable device, K25_EIO on a device error. */
+int k25_device_probe(const char *name, struct k25_device_probe *out, struct k25_error *err);
+
 /* ------------------------------------------------------------ config */
 
 /* Element types.  KV storage uses the first four (kv_cache_dtype); BF16 is
@@ -89,6 +102,10 @@ enum k25_tier_policy { K25_TIER_POSITIONAL, K25_TIER_HOTNESS };
 enum k25_weight_dtype { K25_WEIGHT_FP32, K25_WEIGHT_BF16, K25_WEIGHT_FP16 };
 enum k25_weight_quant { K25_WQUANT_NONE, K25_WQUANT_INT8, K25_WQUANT_INT4 };
 enum k25_cpu_kernels { K25_CPU_KERNELS_AUTO, K25_CPU_KERNELS_AVX512, K25_CPU_KERNELS_AVX2, K25_CPU_KERNELS_SCALAR };
+/* cuda_gemm: the CUDA backend's prefill GEMMs on fp16/bf16 weights - exact: weight tiles widened to
+ * fp32, fp32 GEMM (parity with the CPU); fast: activations rounded to the weights' type, tensor-core
+ * GEMM with fp32 accumulation (lossy by the rounding). */
+enum k25_cuda_gemm { K25_CUDA_GEMM_EXACT, K25_CUDA_GEMM_FAST };
 /* The element type of a weight_dtype / quantize_weights value. */
 enum k25_dtype k25_weight_dtype_of(enum k25_weight_dtype w);
 enum k25_dtype k25_weight_quant_dtype(enum k25_weight_quant q, enum k25_dtype unquantized);
@@ -151,6 +168,7 @@ struct k25_config {
     enum k25_weight_quant quantize_weights; /* none|int8|int4: group-wise at engine create */
     int weight_quant_group;      /* int8/int4 weights: values per scale (a multiple of 32) */
     enum k25_cpu_kernels cpu_kernels;     /* auto|avx512|avx2|scalar (CPU backend) */
+    enum k25_cuda_gemm cuda_gemm;         /* exact|fast (CUDA backend) */
 };
 
 /* Describes one config key, for --help, docs and tests. */
