@@ -27,7 +27,8 @@ int k25_cmd_attn_bench(int argc, char **argv); /* cli_attn_bench.c */
 int k25_cmd_report(int argc, char **argv);     /* cli_report.c; reports from runs, sweeps, attn-bench */
 int k25_cmd_gate(int argc, char **argv);       /* cli_gate.c: 0 pass, 1 regression, 2 bad input */
 int k25_cmd_serve(int argc, char **argv);      /* cli_serve.c: OpenAI-compatible HTTP server (docs/serve.md) */
-int k25_cmd_checksum(int argc, char **argv);   /* cli_checksum.c: 0 ok, 1 mismatch, 2 bad input */
+int k25_cmd_checksum(int argc, char **argv);
+int k25_cmd_tokenize(int argc, char **argv);   /* cli_tokenize.c: tokenizer.json encode/decode/bench */   /* cli_checksum.c: 0 ok, 1 mismatch, 2 bad input */
 
 /*
  * Applies engine configuration from the command line to cfg, in order:

@@ -95,9 +95,9 @@ int k25_tokenizer_encode(const k25_tokenizer_t *t, const char *text, size_t len,
  * Decodes ids[n_ids] into *text (malloc'd, NUL-terminated, valid UTF-8,
  * *len bytes without the NUL; len may be NULL) through the decoder chain,
  * as HF's decode(ids, skip_special_tokens).  Bytes that do not form UTF-8
- * become U+FFFD as HF does.  An id outside the vocabulary is K25_EINVAL
- * naming it.  t NULL: the bytes themselves, invalid UTF-8 replaced, ids
- * >= 256 refused.
+ * become U+FFFD as HF does.  An id no token has (a model's padded vocab)
+ * decodes to nothing, as HF; a negative id is K25_EINVAL.  t NULL: the
+ * bytes themselves, invalid UTF-8 replaced, ids outside 0..255 refused.
  */
 int k25_tokenizer_decode(const k25_tokenizer_t *t, const int32_t *ids, int n_ids, unsigned flags, char **text,
                          size_t *len, struct k25_error *err);
@@ -121,7 +121,7 @@ bool k25_tokenizer_is_special(const k25_tokenizer_t *t, int32_t id);
  */
 typedef struct k25_tok_stream k25_tok_stream_t;
 int k25_tok_stream_create(const k25_tokenizer_t *t, unsigned flags, k25_tok_stream_t **out, struct k25_error *err);
-/* Appends id; *text/*len is the newly completed text ("" and 0 while held back),
+/* Appends id; *text and *len is the newly completed text ("" and 0 while held back),
  * owned by the stream and valid until its next call. */
 int k25_tok_stream_push(k25_tok_stream_t *s, int32_t id, const char **text, size_t *len, struct k25_error *err);
 /* The text still held back (an incomplete tail becomes U+FFFD); resets the stream. */
@@ -150,13 +150,14 @@ enum k25_chat_template {
     K25_CHAT_LLAMA2,   /* <s>[INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST] ... </s> */
     K25_CHAT_CHATML,   /* <|im_start|>role\n...<|im_end|>\n (Qwen 3) */
     K25_CHAT_QWEN25,   /* chatml with Qwen 2.5's default system message */
+    K25_CHAT_QWEN3,    /* chatml with Qwen 3's <think> handling of assistant turns */
     K25_CHAT_GEMMA,    /* <bos><start_of_turn>user\n...<end_of_turn>\n, system folded into the first user turn */
     K25_CHAT_N
 };
 const char *k25_chat_template_name(enum k25_chat_template t); /* "llama3", ... "none" */
 /* K25_EINVAL listing the names for an unknown one. */
 int k25_chat_template_parse(const char *name, enum k25_chat_template *out, struct k25_error *err);
-/* "llama3|llama3.1|llama2|chatml|qwen2.5|gemma", for help texts. */
+/* "llama3|llama3.1|llama2|chatml|qwen2.5|qwen3|gemma", for help texts. */
 const char *k25_chat_template_names(void);
 
 /*
