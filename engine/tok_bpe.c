@@ -143,28 +143,27 @@ out:
 static int merge_parts(const struct tok_ctx *c, json_t *e, size_t i, const char **a, size_t *na, const char **b,
                        size_t *nb, struct k25_error *err)
 {
-    char p[64];
-    snprintf(p, sizeof(p), "/model/merges/%zu", i);
     if (json_is_string(e)) {
         const char *s = json_string_value(e);
         size_t n = json_string_length(e);
         const char *sp = memchr(s, ' ', n);
-        if (!sp || sp == s || sp == s + n - 1)
-            return tok_err_type(c, p, "a merge \"left right\"", err);
-        *a = s;
-        *na = (size_t)(sp - s);
-        *b = sp + 1;
-        *nb = n - *na - 1;
-        return K25_OK;
-    }
-    if (json_is_array(e) && json_array_size(e) == 2 && json_is_string(json_array_get(e, 0)) &&
-        json_is_string(json_array_get(e, 1))) {
+        if (sp && sp != s && sp != s + n - 1) {
+            *a = s;
+            *na = (size_t)(sp - s);
+            *b = sp + 1;
+            *nb = n - *na - 1;
+            return K25_OK;
+        }
+    } else if (json_is_array(e) && json_array_size(e) == 2 && json_is_string(json_array_get(e, 0)) &&
+               json_is_string(json_array_get(e, 1))) {
         *a = json_string_value(json_array_get(e, 0));
         *na = json_string_length(json_array_get(e, 0));
         *b = json_string_value(json_array_get(e, 1));
         *nb = json_string_length(json_array_get(e, 1));
         return K25_OK;
     }
+    char p[64];
+    snprintf(p, sizeof(p), "/model/merges/%zu", i);
     return tok_err_type(c, p, "a merge \"left right\" or [\"left\", \"right\"]", err);
 }
 
