@@ -49,6 +49,9 @@ int tok_bytelevel_byte(uint32_t cp)
     return -1;
 }
 
+static pthread_once_t bl_once = PTHREAD_ONCE_INIT;
+static void bl_init(void);
+
 /* ------------------------------------------------------------ words */
 
 int tok_words_add(struct tok_words *w, const char *s, size_t n, bool first)
@@ -233,6 +236,7 @@ static int load_one(struct tok_pres *ps, const struct tok_ctx *c, json_t *j, con
 int tok_pres_load(struct tok_pres *ps, const struct tok_ctx *c, json_t *j, const char *path, struct k25_error *err)
 {
     memset(ps, 0, sizeof(*ps));
+    pthread_once(&bl_once, bl_init);
     if (!j || json_is_null(j))
         return K25_OK;
     return load_one(ps, c, j, path, err);
@@ -283,9 +287,12 @@ static int on_match(void *user, size_t ms, size_t me)
 
 /* Splits word w[n] by pattern with behavior (HF's NormalizedString::split) into out. */
 static int split_word(const struct tok_pattern *pat, enum tok_split_behavior behavior, bool invert, const char *w,
-                      size_t n, bool first, pcre2_match_data *md, struct tok_words *out, struct k25_error *err)
+                      size_t n, bool first, pcre2_match_data *md, struct segs *gs, struct tok_words *out,
+                      struct k25_error *err)
 {
-    struct segs g = {0};
+    struct segs g = *gs; /* the caller's storage, reused word after word */
+    g.n = 0;
+    g.prev = 0;
     int rc = tok_pattern_each(pat, w, n, md, on_match, &g, err);
     if (rc == K25_OK && g.prev != n && seg_add(&g, g.prev, n, false))
         rc = K25_ENOMEM;
@@ -342,58 +349,95 @@ static int split_word(const struct tok_pattern *pat, enum tok_split_behavior beh
         if (tok_words_add(out, w + g.v[i].s, g.v[i].e - g.v[i].s, first && g.v[i].s == 0))
             rc = K25_ENOMEM;
 out:
-    free(g.v);
+    *gs = g;
     if (rc == K25_ENOMEM)
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     return rc;
 }
 
+/* UTF-8 of each byte's byte-level character (1 or 2 bytes), filled at load (bl_init). */
+static char bl_utf8[256][2];
+static uint8_t bl_len[256];
+
+static void bl_init(void)
+{
+    for (int b = 0; b < 256; b++) {
+        char u[4];
+        bl_len[b] = (uint8_t)tok_utf8_encode(tok_bytelevel_char((unsigned char)b), u);
+        memcpy(bl_utf8[b], u, 2);
+    }
+}
+
 /* Appends the byte-level characters of s[n] to b. */
 static int bytelevel_map(struct tok_buf *b, const char *s, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        char u[4];
-        int l = tok_utf8_encode(tok_bytelevel_char((unsigned char)s[i]), u);
-        if (tok_buf_put(b, u, (size_t)l))
+    if (b->len + 2 * n + 1 > b->cap && tok_buf_put(b, "", 0) == K25_OK) {
+        size_t cap = b->cap;
+        while (cap < b->len + 2 * n + 1)
+            cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d)
             return K25_ENOMEM;
+        b->data = d;
+        b->cap = cap;
     }
+    if (!b->data)
+        return K25_ENOMEM;
+    char *o = b->data + b->len;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        o[0] = bl_utf8[c][0];
+        o[1] = bl_utf8[c][1];
+        o += bl_len[c];
+    }
+    b->len = (size_t)(o - b->data);
+    b->data[b->len] = 0;
     return K25_OK;
 }
 
+/* Per-call scratch of the pre-tokenizers, reused word after word. */
+struct pre_scratch {
+    struct segs g;
+    struct tok_buf tmp, src;
+    struct tok_words parts;
+};
+
 static int apply_one(const struct tok_pre *p, const char *w, size_t n, bool first, pcre2_match_data *md,
-                     struct tok_words *out, struct tok_buf *tmp, struct k25_error *err)
+                     struct tok_words *out, struct pre_scratch *sc, struct k25_error *err)
 {
+    struct tok_buf *tmp = &sc->tmp;
     switch (p->kind) {
     case TOK_PRE_SPLIT:
-        return split_word(&p->pat, p->behavior, p->invert, w, n, first, md, out, err);
+        return split_word(&p->pat, p->behavior, p->invert, w, n, first, md, &sc->g, out, err);
     case TOK_PRE_BYTELEVEL: {
-        struct tok_buf src = {0};
+        tmp->len = 0;
+        if (!p->add_prefix_space && !p->use_regex) { /* the common case: bytes to characters */
+            if (bytelevel_map(tmp, w, n) || tok_words_add(out, tmp->data, tmp->len, first))
+                goto oom;
+            return K25_OK;
+        }
         const char *s = w;
         size_t sn = n;
         if (p->add_prefix_space && (n == 0 || w[0] != ' ')) {
-            if (tok_buf_put(&src, " ", 1) || tok_buf_put(&src, w, n)) {
-                tok_buf_free(&src);
-                return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-            }
-            s = src.data;
-            sn = src.len;
+            sc->src.len = 0;
+            if (tok_buf_put(&sc->src, " ", 1) || tok_buf_put(&sc->src, w, n))
+                goto oom;
+            s = sc->src.data;
+            sn = sc->src.len;
         }
-        struct tok_words parts = {0};
+        struct tok_words *parts = &sc->parts;
+        tok_words_reset(parts);
         int rc = K25_OK;
         if (p->use_regex)
-            rc = split_word(&p->pat, TOK_SPLIT_ISOLATED, false, s, sn, first, md, &parts, err);
-        else if (tok_words_add(&parts, s, sn, first))
-            rc = K25_ENOMEM;
-        for (int i = 0; i < parts.n && rc == K25_OK; i++) {
+            rc = split_word(&p->pat, TOK_SPLIT_ISOLATED, false, s, sn, first, md, &sc->g, parts, err);
+        else if (tok_words_add(parts, s, sn, first))
+            goto oom;
+        for (int i = 0; i < parts->n && rc == K25_OK; i++) {
             tmp->len = 0;
-            if (bytelevel_map(tmp, parts.buf.data + parts.off[i], parts.len[i]) ||
-                tok_words_add(out, tmp->data, tmp->len, parts.first[i]))
-                rc = K25_ENOMEM;
+            if (bytelevel_map(tmp, parts->buf.data + parts->off[i], parts->len[i]) ||
+                tok_words_add(out, tmp->data, tmp->len, parts->first[i]))
+                goto oom;
         }
-        tok_words_free(&parts);
-        tok_buf_free(&src);
-        if (rc == K25_ENOMEM)
-            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
         return rc;
     }
     case TOK_PRE_METASPACE: {
@@ -411,13 +455,10 @@ static int apply_one(const struct tok_pre *p, const char *w, size_t n, bool firs
         if (!p->split)
             return tok_words_add(out, tmp->data, tmp->len, first) ? K25_ENOMEM : K25_OK;
         struct tok_pattern lit = {.is_regex = false, .str = (char *)p->repl, .str_len = (size_t)p->repl_len};
-        char *copy = malloc(tmp->len + 1);
-        if (!copy)
+        sc->src.len = 0;
+        if (tok_buf_put(&sc->src, tmp->data, tmp->len))
             goto oom;
-        memcpy(copy, tmp->data, tmp->len);
-        int rc = split_word(&lit, TOK_SPLIT_MERGED_NEXT, false, copy, tmp->len, first, md, out, err);
-        free(copy);
-        return rc;
+        return split_word(&lit, TOK_SPLIT_MERGED_NEXT, false, sc->src.data, sc->src.len, first, md, &sc->g, out, err);
     }
     }
     return K25_OK;
@@ -431,17 +472,20 @@ int tok_pres_apply(const struct tok_pres *ps, const char *s, size_t n, bool at_s
     tok_words_reset(out);
     if (tok_words_add(out, s, n, at_start))
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
-    struct tok_buf tmp = {0};
+    struct pre_scratch sc;
+    memset(&sc, 0, sizeof(sc));
     int rc = K25_OK;
     for (int i = 0; i < ps->n && rc == K25_OK; i++) {
         tok_words_reset(scratch);
         for (int k = 0; k < out->n && rc == K25_OK; k++)
-            rc = apply_one(&ps->v[i], out->buf.data + out->off[k], out->len[k], out->first[k], md, scratch, &tmp,
-                           err);
+            rc = apply_one(&ps->v[i], out->buf.data + out->off[k], out->len[k], out->first[k], md, scratch, &sc, err);
         struct tok_words t = *out;
         *out = *scratch;
         *scratch = t;
     }
-    tok_buf_free(&tmp);
+    free(sc.g.v);
+    tok_buf_free(&sc.tmp);
+    tok_buf_free(&sc.src);
+    tok_words_free(&sc.parts);
     return rc;
 }
