@@ -355,6 +355,7 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
             return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
         }
     }
+    sl->ignore_eos = req->ignore_eos || e->cfg.ignore_eos;
     if (req->has_sampling) {
         sl->temperature = req->temperature;
         sl->top_p = req->top_p;
