@@ -143,25 +143,47 @@ static int print_ids(const int32_t *ids, int n, bool json, const char *text)
  * 128K tokens is built from copies of the text (each copy cut at a different offset so it is
  * not one repeated block) and timed the same way.
  */
+/* One encode of text[len]: whole, or line by line (lines: each line with its newline a call). */
+static int encode_once(const k25_tokenizer_t *t, const char *text, size_t len, unsigned flags, bool lines, int *n,
+                       struct k25_error *err)
+{
+    int32_t *ids;
+    int k, rc;
+    *n = 0;
+    if (!lines) {
+        rc = k25_tokenizer_encode(t, text, len, flags, &ids, n, err);
+        free(ids);
+        return rc;
+    }
+    for (size_t a = 0; a < len;) {
+        const char *nl = memchr(text + a, '\n', len - a);
+        size_t e = nl ? (size_t)(nl - text) + 1 : len;
+        if ((rc = k25_tokenizer_encode(t, text + a, e - a, flags, &ids, &k, err)) != K25_OK)
+            return rc;
+        free(ids);
+        *n += k;
+        a = e;
+    }
+    return K25_OK;
+}
+
 static int bench(const k25_tokenizer_t *t, const char *text, size_t len, unsigned flags, double min_s, bool json,
-                 struct k25_error *err)
+                 bool lines, struct k25_error *err)
 {
     int32_t *ids;
     int n;
     uint64_t t0 = k25_now_ns();
-    int rc = k25_tokenizer_encode(t, text, len, flags, &ids, &n, err);
+    int rc = encode_once(t, text, len, flags, lines, &n, err);
     uint64_t cold_ns = k25_now_ns() - t0;
     if (rc != K25_OK)
         return rc;
-    free(ids);
     uint64_t best = UINT64_MAX, total = 0;
     int rounds = 0;
     while (total < (uint64_t)(min_s * 1e9) || rounds < 3) {
         t0 = k25_now_ns();
-        if ((rc = k25_tokenizer_encode(t, text, len, flags, &ids, &n, err)) != K25_OK)
+        if ((rc = encode_once(t, text, len, flags, lines, &n, err)) != K25_OK)
             return rc;
         uint64_t dt = k25_now_ns() - t0;
-        free(ids);
         total += dt;
         best = dt < best ? dt : best;
         rounds++;
@@ -207,8 +229,8 @@ static int bench(const k25_tokenizer_t *t, const char *text, size_t len, unsigne
     double tps = s > 0 ? n / s : 0, mbs = s > 0 ? (double)len / 1e6 / s : 0;
     double doc_ms = doc_best == UINT64_MAX ? 0 : (double)doc_best / 1e6;
     if (json) {
-        json_t *o = json_pack("{s:s, s:I, s:i, s:f, s:f, s:f, s:f, s:i, s:i, s:I, s:f, s:i}", "tokenizer",
-                              k25_tokenizer_source(t), "bytes", (json_int_t)len, "tokens", n, "cold_ms",
+        json_t *o = json_pack("{s:s, s:b, s:I, s:i, s:f, s:f, s:f, s:f, s:i, s:i, s:I, s:f, s:i}", "tokenizer",
+                              k25_tokenizer_source(t), "lines", lines, "bytes", (json_int_t)len, "tokens", n, "cold_ms",
                               (double)cold_ns / 1e6, "best_ms", s * 1e3, "tokens_per_s", tps, "mb_per_s", mbs,
                               "rounds", rounds, "threads", 1, "doc_bytes", (json_int_t)dl, "doc_ms", doc_ms,
                               "doc_tokens", dn);
@@ -218,8 +240,8 @@ static int bench(const k25_tokenizer_t *t, const char *text, size_t len, unsigne
     } else {
         printf("tokenizer   %s\n", k25_tokenizer_source(t));
         printf("input       %zu bytes, %d tokens\n", len, n);
-        printf("encode      %.0f tokens/s, %.2f MB/s (best of %d rounds, %.3f ms; first encode %.3f ms), 1 thread\n",
-               tps, mbs, rounds, s * 1e3, (double)cold_ns / 1e6);
+        printf("encode      %.0f tokens/s, %.2f MB/s (best of %d rounds, %.3f ms; first encode %.3f ms), 1 thread%s\n",
+               tps, mbs, rounds, s * 1e3, (double)cold_ns / 1e6, lines ? ", line by line" : "");
         if (dn > 0)
             printf("document    %d tokens (%zu bytes) in %.1f ms (best of 3)\n", dn, dl, doc_ms);
     }
@@ -234,7 +256,7 @@ int k25_cmd_tokenize(int argc, char **argv)
     k25_config_init(&cfg);
     const char *model = NULL, *text_arg = NULL, *tpl_name = NULL;
     bool decode = false, json = false, no_special = false, skip_special = false, do_bench = false, chat = false;
-    bool no_gen = false;
+    bool no_gen = false, bench_lines = false;
     double bench_s = 1.0;
     int status = 2;
     k25_tokenizer_t *t = NULL;
@@ -266,6 +288,8 @@ int k25_cmd_tokenize(int argc, char **argv)
         {.names = {"--bench"}, .type = K25_OPT_FLAG, .dest = &do_bench,
          .help = "encode throughput of the input on one thread (tokens/s, MB/s) and the time of\n"
                  "a >= 128K-token document built from it"},
+        {.names = {"--bench-lines"}, .type = K25_OPT_FLAG, .dest = &bench_lines,
+         .help = "--bench: encode each line of the input as its own call (many short texts)"},
         {.names = {"--bench-seconds"}, .type = K25_OPT_DOUBLE, .dest = &bench_s, .dmin = 0.01, .dmax = 600,
          .metavar = "S", .help = "--bench: measure for at least S seconds"},
         {.type = K25_OPT_END},
@@ -273,7 +297,8 @@ int k25_cmd_tokenize(int argc, char **argv)
     const struct k25_cliopt_cmd cmd = {
         .name = "tokenize",
         .usage = "tokenize --model DIR [FILE | - | --text TEXT] [--decode] [--json] [--chat [--chat-template NAME]]\n"
-                 "                    [--no-special-tokens] [--skip-special-tokens] [--bench [--bench-seconds S]]",
+                 "                    [--no-special-tokens] [--skip-special-tokens]\n"
+                 "                    [--bench [--bench-lines] [--bench-seconds S]]",
         .about = "Encodes text (FILE, stdin, or --text) with the model folder's tokenizer.json into token ids,\n"
                  "printed comma-separated; --decode turns ids back into text.  The same tokenizer as\n"
                  "`k25 run`, `k25 serve` and the gold tools use (docs/models.md \"Tokenizers\").\n",
@@ -316,7 +341,7 @@ int k25_cmd_tokenize(int argc, char **argv)
     int n = 0;
     unsigned eflags = no_special ? 0 : K25_TOK_ADD_SPECIAL;
     if (do_bench) {
-        if (bench(t, input, len, eflags, bench_s, json, &err) != K25_OK)
+        if (bench(t, input, len, eflags, bench_s, json, bench_lines, &err) != K25_OK)
             goto out_err;
     } else if (decode) {
         size_t tl;

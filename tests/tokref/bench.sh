@@ -4,6 +4,7 @@
 # and, where it installed, HF's Rust tokenizers through @anush008/tokenizers), each on one thread,
 # rounds interleaved; prints each one's encode tokens/s and MB/s and the ratios.
 #   tests/tokref/bench.sh [MODEL] [FILE]    MODEL: llama3_1 (default), llama2, qwen3, gemma3, deepseek_v3
+#   LINES=1 tests/tokref/bench.sh ...       each line its own encode call (many short texts)
 # FILE defaults to a 640 KB mixed document from `k25 gold generate` (~128K-160K tokens).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,8 +19,9 @@ if [ -z "$FILE" ]; then
   "$K25" gold generate --domain mixed --lengths 640k --count 1 -q | jq -r .text > "$FILE"
 fi
 for round in 1 2 3; do
-  taskset -c 0 "$K25" tokenize --model "$DIR" "$FILE" --bench --bench-seconds 1 --json > "$TMP/k25-$round.json"
-  K25_TOKREF_NPM="$NPM" taskset -c 0 node tests/tokref/ref.mjs bench "$DIR" "$FILE" 1 > "$TMP/ref-$round.json"
+  LF=(); [ "${LINES:-0}" = 1 ] && LF=(--bench-lines)
+  taskset -c 0 "$K25" tokenize --model "$DIR" "$FILE" --bench "${LF[@]}" --bench-seconds 1 --json > "$TMP/k25-$round.json"
+  K25_TOKREF_LINES="${LINES:-0}" K25_TOKREF_NPM="$NPM" taskset -c 0 node tests/tokref/ref.mjs bench "$DIR" "$FILE" 1 > "$TMP/ref-$round.json"
 done
 jq -s --arg model "$MODEL" '
   ( [.[0:3][] | .tokens_per_s] | max ) as $k25 |
@@ -28,7 +30,7 @@ jq -s --arg model "$MODEL" '
   ( .[0].doc_tokens ) as $doctok |
   ( [.[3:6][] | .js.tokens_per_s] | max ) as $js |
   ( [.[3:6][] | select(.rs != null) | .rs.tokens_per_s] | max ) as $rs |
-  { model: $model, tokens: .[0].tokens, bytes: .[0].bytes,
+  { model: $model, lines: .[0].lines, tokens: .[0].tokens, bytes: .[0].bytes,
     k25_tokens_per_s: $k25, k25_mb_per_s: $k25mb,
     hf_js_tokens_per_s: $js, hf_rust_tokens_per_s: $rs,
     ratio_vs_js: ($k25 / $js), ratio_vs_rust: (if $rs then $k25 / $rs else null end),

@@ -67,7 +67,23 @@ async function encodeMode() {
   fs.closeSync(out);
 }
 
-async function timeIt(fn, text, secs) {
+// K25_TOKREF_LINES=1: each line (with its newline) is one encode call, as `k25 tokenize --bench-lines`.
+const byLines = process.env.K25_TOKREF_LINES === "1";
+function lineSplit(text) {
+  const out = [];
+  let a = 0;
+  while (a < text.length) {
+    const nl = text.indexOf("\n", a);
+    const e = nl < 0 ? text.length : nl + 1;
+    out.push(text.slice(a, e));
+    a = e;
+  }
+  return out;
+}
+async function timeIt(fn0, text, secs) {
+  const fn = byLines
+    ? async (t) => { let n = 0; for (const l of lineSplit(t)) n += (await fn0(l)).length; return { length: n }; }
+    : fn0;
   let n = 0;
   const first = performance.now();
   n = (await fn(text)).length;
