@@ -243,10 +243,9 @@ int k25_tokenizer_for_model(const struct k25_config *cfg, k25_tokenizer_t **out,
 {
     struct k25_model_shape sh;
     *out = NULL;
-    bool dir = is_dir(cfg->model);
-    if (k25_model_preset(cfg->model, &sh) == K25_OK && !dir)
-        return K25_OK; /* a preset: bytes */
-    if (!dir)
+    if (k25_model_preset(cfg->model, &sh) == K25_OK)
+        return K25_OK; /* a preset (before a folder of that name, as k25_model_load): bytes */
+    if (!is_dir(cfg->model))
         return k25_error_set(err, K25_ENOTFOUND, NULL, 0, "model", "'%s' is neither a preset (%s) nor a model directory",
                              cfg->model, k25_model_preset_names());
     return k25_tokenizer_load(cfg->model, out, err);
