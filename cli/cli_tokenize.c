@@ -19,8 +19,7 @@ static char *read_all(const char *path, size_t *len, struct k25_error *err)
 {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) {
-        k25_error_set(err, errno == ENOENT ? K25_ENOTFOUND : K25_EIO, path, 0, NULL, "%s: cannot open: %s", path,
-                      strerror(errno));
+        k25_error_set(err, errno == ENOENT ? K25_ENOTFOUND : K25_EIO, path, 0, NULL, "cannot open: %s", strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0, r;
@@ -35,7 +34,7 @@ static char *read_all(const char *path, size_t *len, struct k25_error *err)
         }
     }
     if (!buf || ferror(f)) {
-        k25_error_set(err, K25_EIO, path, 0, NULL, "%s: cannot read: %s", path, buf ? strerror(errno) : "out of memory");
+        k25_error_set(err, K25_EIO, path, 0, NULL, "cannot read: %s", buf ? strerror(errno) : "out of memory");
         free(buf);
         buf = NULL;
     } else {
@@ -95,13 +94,13 @@ static int parse_chat(const char *text, size_t len, const char *path, json_t **r
                       int *n, struct k25_error *err)
 {
     json_error_t je;
-    *root = json_loadb(text, len, 0, &je);
+    *root = json_loadb(text, len, JSON_DECODE_ANY, &je);
     if (!*root)
-        return k25_error_set(err, K25_EFORMAT, path, je.line, NULL, "%s:%d:%d: %s", path, je.line, je.column, je.text);
+        return k25_error_set(err, K25_EFORMAT, path, je.line, NULL, "column %d: %s", je.column, je.text);
     json_t *arr = json_is_object(*root) ? json_object_get(*root, "messages") : *root;
     if (!json_is_array(arr))
-        return k25_error_set(err, K25_EFORMAT, path, 0, "messages",
-                             "%s: expected an array of {\"role\", \"content\"} (or {\"messages\": [...]})", path);
+        return k25_error_set(err, K25_EFORMAT, path, 0, NULL,
+                             "expected an array of {\"role\", \"content\"} (or {\"messages\": [...]})");
     *n = (int)json_array_size(arr);
     *msgs = calloc((size_t)*n + 1, sizeof(**msgs));
     if (!*msgs)
@@ -109,8 +108,8 @@ static int parse_chat(const char *text, size_t len, const char *path, json_t **r
     for (int i = 0; i < *n; i++) {
         json_t *m = json_array_get(arr, (size_t)i), *r = json_object_get(m, "role"), *c = json_object_get(m, "content");
         if (!json_is_string(r) || !json_is_string(c))
-            return k25_error_set(err, K25_EFORMAT, path, 0, "messages",
-                                 "%s: messages[%d]: needs string \"role\" and \"content\"", path, i);
+            return k25_error_set(err, K25_EFORMAT, path, 0, NULL, "messages[%d]: needs string \"role\" and \"content\"",
+                                 i);
         (*msgs)[i].role = json_string_value(r);
         (*msgs)[i].content = json_string_value(c);
     }
@@ -327,7 +326,7 @@ int k25_cmd_tokenize(int argc, char **argv)
     if (k25_tokenizer_for_model(&cfg, &t, &err) != K25_OK)
         goto out_err;
     size_t len;
-    const char *src = argc == 2 ? argv[1] : "-";
+    const char *src = text_arg ? "--text" : argc == 2 ? argv[1] : "-";
     if (text_arg) {
         input = strdup(text_arg);
         len = strlen(text_arg);

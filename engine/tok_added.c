@@ -189,13 +189,13 @@ int tok_addeds_load(struct tok_addeds *a, const struct tok_ctx *c, json_t *j, co
             (rc = tok_get_bool(c, e, p, "normalized", !t->special, &t->normalized, err)) != K25_OK)
             break;
         if (id < 0 || id >= INT32_MAX / 2) {
-            rc = k25_error_set(err, K25_EFORMAT, c->file, 0, p, "%s: %s/id: %lld is not a valid id", c->file, p,
+            rc = tok_fail(err, K25_EFORMAT, c->file, 0, p, "%s: %s/id: %lld is not a valid id", c->file, p,
                                (long long)id);
             break;
         }
         for (int k = 0; k < a->n; k++) {
             if (a->v[k].id == id) {
-                rc = k25_error_set(err, K25_EFORMAT, c->file, 0, p,
+                rc = tok_fail(err, K25_EFORMAT, c->file, 0, p,
                                    "%s: %s/id: duplicate id %lld (also /added_tokens/%d)", c->file, p,
                                    (long long)id, k);
                 break;
@@ -206,7 +206,7 @@ int tok_addeds_load(struct tok_addeds *a, const struct tok_ctx *c, json_t *j, co
         t->id = (int32_t)id;
         t->len = strlen(content);
         if (t->len == 0) {
-            rc = k25_error_set(err, K25_EFORMAT, c->file, 0, p, "%s: %s/content: empty", c->file, p);
+            rc = tok_fail(err, K25_EFORMAT, c->file, 0, p, "%s: %s/content: empty", c->file, p);
             break;
         }
         if (!(t->content = strdup(content))) {

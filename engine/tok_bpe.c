@@ -120,7 +120,7 @@ static int load_vocab(struct tok_bpe *m, const struct tok_ctx *c, json_t *vocab,
         int32_t id = (int32_t)json_integer_value(v);
         bool dup;
         if (off[id] != SIZE_MAX) {
-            rc = k25_error_set(err, K25_EFORMAT, c->file, 0, "/model/vocab",
+            rc = tok_fail(err, K25_EFORMAT, c->file, 0, "/model/vocab",
                                "%s: /model/vocab/%.300s: duplicate id %d (also \"%.300s\")", c->file, key, id,
                                m->strs.data + off[id]);
             goto out;
@@ -173,7 +173,7 @@ static int load_merges(struct tok_bpe *m, const struct tok_ctx *c, json_t *merge
         return tok_err_type(c, "/model/merges", "an array", err);
     size_t n = json_array_size(merges);
     if (n >= (1u << 30))
-        return k25_error_set(err, K25_EFORMAT, c->file, 0, "/model/merges", "%s: /model/merges: too many", c->file);
+        return tok_fail(err, K25_EFORMAT, c->file, 0, "/model/merges", "%s: /model/merges: too many", c->file);
     m->mcap = 1024;
     while (m->mcap < n * 2 + 2)
         m->mcap *= 2;
@@ -201,7 +201,7 @@ static int load_merges(struct tok_bpe *m, const struct tok_ctx *c, json_t *merge
         if (ia < 0 || ib < 0 || im < 0) {
             const char *what = ia < 0 ? a : ib < 0 ? b : cat.data;
             int wl = (int)(ia < 0 ? na : ib < 0 ? nb : cat.len);
-            rc = k25_error_set(err, K25_EFORMAT, c->file, 0, "/model/merges",
+            rc = tok_fail(err, K25_EFORMAT, c->file, 0, "/model/merges",
                                "%s: /model/merges/%zu: token \"%.*s\" is not in /model/vocab", c->file, i,
                                wl > 200 ? 200 : wl, what);
             break;
@@ -232,7 +232,7 @@ int tok_bpe_load(struct tok_bpe *m, const struct tok_ctx *c, json_t *model, stru
     if ((rc = tok_get(c, model, "/model", "dropout", false, &v, err)) != K25_OK)
         return rc;
     if (v && (!json_is_number(v) || json_number_value(v) != 0.0))
-        return k25_error_set(err, K25_EUNSUPPORTED, c->file, 0, "/model/dropout",
+        return tok_fail(err, K25_EUNSUPPORTED, c->file, 0, "/model/dropout",
                              "%s: /model/dropout: BPE dropout is not supported (deterministic tokenization only)",
                              c->file);
     const char *s;
@@ -259,7 +259,7 @@ int tok_bpe_load(struct tok_bpe *m, const struct tok_ctx *c, json_t *model, stru
     if ((rc = tok_get_str(c, model, "/model", "unk_token", false, &s, err)) != K25_OK)
         return rc;
     if (s && (m->unk_id = tok_strmap_get(&m->vocab, s, strlen(s))) < 0)
-        return k25_error_set(err, K25_EFORMAT, c->file, 0, "/model/unk_token",
+        return tok_fail(err, K25_EFORMAT, c->file, 0, "/model/unk_token",
                              "%s: /model/unk_token: \"%.200s\" is not in /model/vocab", c->file, s);
     if ((rc = tok_get(c, model, "/model", "merges", true, &v, err)) != K25_OK || (rc = load_merges(m, c, v, err)))
         return rc;

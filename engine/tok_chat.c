@@ -34,7 +34,7 @@ int k25_chat_template_parse(const char *name, enum k25_chat_template *out, struc
         }
     }
     return k25_error_set(err, K25_EINVAL, "command line", 0, "--chat-template",
-                         "--chat-template: unknown template \"%s\" (one of %s)", name, k25_chat_template_names());
+                         "unknown template \"%s\" (one of %s)", name, k25_chat_template_names());
 }
 
 /*
@@ -75,9 +75,9 @@ int k25_tokenizer_chat_template(const k25_tokenizer_t *t, enum k25_chat_template
                              "the byte tokenizer of the presets has no chat template: chat needs a model folder "
                              "(or name one with --chat-template)");
     if (t->chat == K25_CHAT_NONE)
-        return k25_error_set(err, K25_EUNSUPPORTED, t->config_path[0] ? t->config_path : NULL, 0, "chat_template",
-                             "chat is refused: %s; name one with --chat-template %s", t->chat_why,
-                             k25_chat_template_names());
+        return tok_fail(err, K25_EUNSUPPORTED, t->config_path[0] ? t->config_path : NULL, 0, "chat_template",
+                        "chat is refused: %s; name one with --chat-template %s", t->chat_why,
+                        k25_chat_template_names());
     *out = t->chat;
     return K25_OK;
 }

@@ -448,7 +448,7 @@ static int post_one(struct tok_post *p, const struct tok_ctx *c, json_t *j, cons
             if ((rc = tok_get_str(c, sq, q, "id", true, &sid, err)) != K25_OK)
                 return rc;
             if (strcmp(sid, "A") || seq_seen) {
-                return k25_error_set(err, K25_EFORMAT, c->file, 0, q,
+                return tok_fail(err, K25_EFORMAT, c->file, 0, q,
                                      "%s: %s/Sequence/id: a single-sequence template has one sequence \"A\"",
                                      c->file, q);
             }
@@ -462,7 +462,7 @@ static int post_one(struct tok_post *p, const struct tok_ctx *c, json_t *j, cons
         tok = specials ? json_object_get(specials, name) : NULL;
         ids = tok ? json_object_get(tok, "ids") : NULL;
         if (!json_is_array(ids))
-            return k25_error_set(err, K25_EFORMAT, c->file, 0, q,
+            return tok_fail(err, K25_EFORMAT, c->file, 0, q,
                                  "%s: %s/SpecialToken/id: \"%.200s\" has no ids in %s/special_tokens", c->file, q,
                                  name, path);
         for (size_t k = 0; k < json_array_size(ids); k++) {
@@ -476,7 +476,7 @@ static int post_one(struct tok_post *p, const struct tok_ctx *c, json_t *j, cons
         }
     }
     if (!seq_seen)
-        return k25_error_set(err, K25_EFORMAT, c->file, 0, sub, "%s: %s: no {\"Sequence\": {\"id\": \"A\"}}", c->file,
+        return tok_fail(err, K25_EFORMAT, c->file, 0, sub, "%s: %s: no {\"Sequence\": {\"id\": \"A\"}}", c->file,
                              sub);
     return K25_OK;
 }

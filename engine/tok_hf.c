@@ -33,7 +33,7 @@ static char *slurp(const char *path, size_t *len, bool *missing, struct k25_erro
     FILE *f = fopen(path, "rb");
     if (!f) {
         *missing = errno == ENOENT;
-        k25_error_set(err, *missing ? K25_ENOTFOUND : K25_EIO, path, 0, NULL, "%s: cannot open: %s", path,
+        tok_fail(err, *missing ? K25_ENOTFOUND : K25_EIO, path, 0, NULL, "%s: cannot open: %s", path,
                       strerror(errno));
         return NULL;
     }
@@ -49,7 +49,7 @@ static char *slurp(const char *path, size_t *len, bool *missing, struct k25_erro
         }
     }
     if (!buf || ferror(f)) {
-        k25_error_set(err, buf ? K25_EIO : K25_ENOMEM, path, 0, NULL, "%s: cannot read: %s", path,
+        tok_fail(err, buf ? K25_EIO : K25_ENOMEM, path, 0, NULL, "%s: cannot read: %s", path,
                       buf ? strerror(errno) : "out of memory");
         free(buf);
         buf = NULL;
@@ -69,7 +69,7 @@ static int refuse_if_set(const struct tok_ctx *c, json_t *root, const char *key,
     if (v && !json_is_null(v)) {
         char p[64];
         snprintf(p, sizeof(p), "/%s", key);
-        return k25_error_set(err, K25_EUNSUPPORTED, c->file, 0, p, "%s: %s: %s is not supported (null only)", c->file,
+        return tok_fail(err, K25_EUNSUPPORTED, c->file, 0, p, "%s: %s: %s is not supported (null only)", c->file,
                              p, what);
     }
     return K25_OK;
@@ -147,7 +147,7 @@ int k25_tokenizer_load_mem(const char *json, size_t len, const char *config, siz
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     int rc;
     if (!root) {
-        rc = k25_error_set(err, K25_EFORMAT, t->source, je.line, NULL, "%s:%d:%d: %s", t->source, je.line, je.column,
+        rc = tok_fail(err, K25_EFORMAT, t->source, je.line, NULL, "%s:%d:%d: %s", t->source, je.line, je.column,
                            je.text);
         goto fail;
     }
@@ -181,7 +181,7 @@ int k25_tokenizer_load_mem(const char *json, size_t len, const char *config, siz
     for (int i = 0; i < t->post.before.n + t->post.after.n; i++) {
         int32_t id = i < t->post.before.n ? t->post.before.v[i] : t->post.after.v[i - t->post.before.n];
         if (id >= t->n_ids || !t->id_tok[id]) {
-            rc = k25_error_set(err, K25_EFORMAT, t->source, 0, "/post_processor",
+            rc = tok_fail(err, K25_EFORMAT, t->source, 0, "/post_processor",
                                "%s: /post_processor: the template's token id %d is in neither /model/vocab nor "
                                "/added_tokens", t->source, id);
             goto fail;
@@ -209,7 +209,7 @@ int k25_tokenizer_load(const char *dir, k25_tokenizer_t **out, struct k25_error 
     char *json = slurp(path, &len, &missing, err);
     if (!json) {
         if (missing)
-            k25_error_set(err, K25_ENOTFOUND, path, 0, NULL,
+            tok_fail(err, K25_ENOTFOUND, path, 0, NULL,
                           "%s: file not found (a model folder needs a Hugging Face tokenizer.json for text)", path);
         return err->code;
     }

@@ -100,6 +100,12 @@ typedef int (*tok_match_fn)(void *user, size_t ms, size_t me);
 int tok_pattern_each(const struct tok_pattern *p, const char *s, size_t n, pcre2_match_data *md, tok_match_fn fn,
                      void *user, struct k25_error *err);
 
+/* err as k25_error_set sets it (code, file, line, field), with the message exactly fmt's text:
+ * the tokenizer's messages name the file and JSON path themselves ("tokenizer.json:
+ * /model/type: unsupported model \"WordPiece\""). */
+int tok_fail(struct k25_error *err, int code, const char *file, int line, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
 /* JSON reading with paths in errors ("tokenizer.json: /model/merges/3: expected a string"). */
 struct tok_ctx {
     const char *file;  /* name errors give the file */

@@ -330,7 +330,7 @@ int tok_regex_compile(struct tok_regex *re, const char *pattern, size_t n, const
     if (!re->code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof(msg));
-        return k25_error_set(err, K25_EFORMAT, file, 0, path, "%s: %s: regex error at offset %zu: %s", file, path,
+        return tok_fail(err, K25_EFORMAT, file, 0, path, "%s: %s: regex error at offset %zu: %s", file, path,
                              (size_t)off, (const char *)msg);
     }
     /* JIT where the library has it; the interpreter matches the same strings otherwise */
@@ -435,15 +435,31 @@ int tok_pattern_each(const struct tok_pattern *p, const char *s, size_t n, pcre2
 
 /* ------------------------------------------------------------ JSON */
 
+int tok_fail(struct k25_error *err, int code, const char *file, int line, const char *field, const char *fmt, ...)
+{
+    char what[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    k25_error_set(err, code, NULL, 0, NULL, "%s", what);
+    if (err) {
+        err->line = line;
+        snprintf(err->file, sizeof(err->file), "%s", file ? file : "");
+        snprintf(err->field, sizeof(err->field), "%s", field ? field : "");
+    }
+    return code;
+}
+
 int tok_err_type(const struct tok_ctx *c, const char *path, const char *want, struct k25_error *err)
 {
-    return k25_error_set(err, K25_EFORMAT, c->file, 0, path, "%s: %s: expected %s", c->file, path, want);
+    return tok_fail(err, K25_EFORMAT, c->file, 0, path, "%s: %s: expected %s", c->file, path, want);
 }
 
 int tok_unsupported(const struct tok_ctx *c, const char *path, const char *what, const char *name,
                     struct k25_error *err)
 {
-    return k25_error_set(err, K25_EUNSUPPORTED, c->file, 0, path, "%s: %s: unsupported %s \"%s\"", c->file, path,
+    return tok_fail(err, K25_EUNSUPPORTED, c->file, 0, path, "%s: %s: unsupported %s \"%s\"", c->file, path,
                          what, name);
 }
 
@@ -453,7 +469,7 @@ int tok_get(const struct tok_ctx *c, json_t *o, const char *path, const char *ke
     json_t *v = o ? json_object_get(o, key) : NULL;
     *out = v && !json_is_null(v) ? v : NULL;
     if (!*out && required)
-        return k25_error_set(err, K25_EFORMAT, c->file, 0, path, "%s: %s/%s: missing", c->file, path, key);
+        return tok_fail(err, K25_EFORMAT, c->file, 0, path, "%s: %s/%s: missing", c->file, path, key);
     return K25_OK;
 }
 

@@ -505,6 +505,64 @@ static void test_chat_template_refused(void **state)
     free(j);
 }
 
+/* `k25 tokenize` end to end on a folder with the byte-level fixture. */
+static void test_tokenize_command(void **state)
+{
+    (void)state;
+    char *j = bl_json("null", BL_PRE), path[600], cmd[2048];
+    char dir[520];
+    snprintf(dir, sizeof(dir), "%s/tokcli", tu_dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    tu_write_file(path, j);
+    free(j);
+    struct {
+        const char *args;
+        int status;
+        const char *want;
+    } cases[] = {
+        {"--text abc", 0, "15,0,6\n"},
+        {"--text abc --no-special-tokens", 0, "0,6\n"},
+        {"--text abc --json", 0, "{\"n_tokens\":3,\"ids\":[15,0,6]}\n"},
+        {"--decode --text 15,3,8,9,10", 0, "<|bos|>d a\xc3\xa9"},
+        {"--decode --skip-special-tokens --text '[15, 3, 8]'", 0, "d a"},
+        {"--decode --json --text 0,6", 0, "{\"text\":\"abc\"}\n"},
+        {"--decode --text 1,x", 2, "bad item"},
+        {"--text \"$(printf 'a\\377')\"", 2, "not valid UTF-8"},
+        {"--text abc --chat", 2, "--text:1: column 3:"},
+        {"--text 7 --chat", 2, "--text: expected an array of"},
+        {"--text '[{\"role\":\"user\",\"content\":\"x\"}]' --chat", 2, "--chat-template"},
+        {"--text abc --bench --bench-seconds 0.01 --json", 0, "\"tokens_per_s\""},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "%s tokenize --model '%s' %s", tu_k25(), dir, cases[i].args);
+        char *out = NULL;
+        int st = tu_run(cmd, &out);
+        if (st != cases[i].status || !out || !strstr(out, cases[i].want))
+            fail_msg("%s: exit %d (want %d), output:\n%s\nwanted: %s", cmd, st, cases[i].status, out ? out : "",
+                     cases[i].want);
+        if (cases[i].status == 0 && !strstr(cases[i].args, "--bench") && strcmp(out, cases[i].want))
+            fail_msg("%s: output %s, want exactly %s", cmd, out, cases[i].want);
+        free(out);
+    }
+    /* a folder without tokenizer.json, and no --model */
+    char *out = NULL;
+    snprintf(cmd, sizeof(cmd), "%s tokenize --model '%s' --text a", tu_k25(), tu_dir);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "tokenizer.json: file not found"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s tokenize --text a", tu_k25());
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "--model"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s tokenize --help", tu_k25());
+    assert_int_equal(tu_run(cmd, &out), 0);
+    assert_non_null(strstr(out, "--bench-lines"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* ------------------------------------------------------------ chat templates */
 
 static void expect_render(enum k25_chat_template tpl, const struct k25_chat_msg *m, int n, bool gen, const char *want)
@@ -1121,6 +1179,7 @@ int main(void)
         cmocka_unit_test(test_presets_are_bytes),
         cmocka_unit_test(test_bad_tokenizer_json),
         cmocka_unit_test(test_chat_template_refused),
+        cmocka_unit_test(test_tokenize_command),
         cmocka_unit_test(test_chat_templates),
         cmocka_unit_test(test_chat_templates_against_jinja),
         cmocka_unit_test(test_against_huggingface),
