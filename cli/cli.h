@@ -29,6 +29,7 @@ int k25_cmd_gate(int argc, char **argv);       /* cli_gate.c: 0 pass, 1 regressi
 int k25_cmd_serve(int argc, char **argv);      /* cli_serve.c: OpenAI-compatible HTTP server (docs/serve.md) */
 int k25_cmd_device_probe(int argc, char **argv); /* cli_probe.c: 0 measured, 2 no device/backend, 1 error */
 int k25_cmd_checksum(int argc, char **argv);   /* cli_checksum.c: 0 ok, 1 mismatch, 2 bad input */
+int k25_cmd_tokenize(int argc, char **argv);   /* cli_tokenize.c: tokenizer.json encode/decode/bench */
 
 /*
  * Applies engine configuration from the command line to cfg, in order:

@@ -7,6 +7,7 @@
 #include "harness.h"
 #include "cliopt.h"
 #include "gold.h"
+#include "k25_tok.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -178,8 +179,8 @@ static json_t *kv_tiers_json(const struct k25_config *cfg, const k25_engine_t *e
 }
 
 static int print_json(const struct k25_config *cfg, const k25_model_t *model, const k25_engine_t *eng,
-                      const int32_t *ids, int n_ids, const struct k25_result *r, double ttft_ms, double prefill_tps,
-                      double decode_tps)
+                      const k25_tokenizer_t *tok, const int32_t *ids, int n_ids, const struct k25_result *r,
+                      double ttft_ms, double prefill_tps, double decode_tps)
 {
     json_t *o = json_object(), *in = json_array(), *out = json_array(), *mem = json_object();
     json_t *timing = json_object();
@@ -191,7 +192,14 @@ static int print_json(const struct k25_config *cfg, const k25_model_t *model, co
         json_array_append_new(in, json_integer(ids[i]));
     for (int i = 0; i < r->n_output; i++)
         json_array_append_new(out, json_integer(r->output_ids[i]));
-    char *text = k25_tok_decode(r->output_ids, r->n_output);
+    char *text = NULL;
+    struct k25_error derr;
+    if (tok) {
+        if (k25_tokenizer_decode(tok, r->output_ids, r->n_output, K25_TOK_SKIP_SPECIAL, &text, NULL, &derr) != K25_OK)
+            text = NULL;
+    } else {
+        text = k25_tok_decode(r->output_ids, r->n_output);
+    }
     json_object_set_new(timing, "ttft_ms", json_real(ttft_ms));
     json_object_set_new(timing, "prefill_ms", json_real((double)(r->prefill_done_t_ns - r->admit_t_ns) / 1e6));
     json_object_set_new(timing, "decode_ms", json_real((double)(r->finish_t_ns - r->prefill_done_t_ns) / 1e6));
@@ -217,6 +225,8 @@ static int print_json(const struct k25_config *cfg, const k25_model_t *model, co
     json_object_set_new(o, "input_ids", in);
     json_object_set_new(o, "output_ids", out);
     json_object_set_new(o, "text", json_string(text ? text : ""));
+    json_object_set_new(o, "finish_reason", json_string(k25_finish_reason_name(r->finish)));
+    json_object_set_new(o, "tokenizer", json_string(k25_tokenizer_source(tok)));
     json_object_set_new(o, "timing", timing);
     json_object_set_new(o, "cached_tokens", json_integer(r->cached_tokens));
     if (cfg->kv_hot_tokens > 0)
@@ -233,12 +243,12 @@ static int print_json(const struct k25_config *cfg, const k25_model_t *model, co
 
 /*
  * Turns the one prompt option given into token ids: --input-ids parsed, --prompt or --prompt-file text
- * encoded, then repeated (or cut) to prompt_len tokens where that is > 0. *ids and *text are malloc'd and
+ * encoded with the model's tokenizer (tok; NULL: the presets' bytes), then repeated (or cut) to prompt_len tokens where that is > 0. *ids and *text are malloc'd and
  * the caller frees them, on failure too; fails with err set on a bad list, an unreadable file or an
  * empty prompt.
  */
-static int build_prompt(const char *id_list, const char *prompt, const char *prompt_file, int prompt_len,
-                        int32_t **ids_out, int *n_out, char **text_out, struct k25_error *err)
+static int build_prompt(const k25_tokenizer_t *tok, const char *id_list, const char *prompt, const char *prompt_file,
+                        int prompt_len, int32_t **ids_out, int *n_out, char **text_out, struct k25_error *err)
 {
     size_t text_len = 0;
     int32_t *ids = NULL;
@@ -257,7 +267,8 @@ static int build_prompt(const char *id_list, const char *prompt, const char *pro
             *text_out = strdup(prompt);
             text_len = strlen(prompt);
         }
-        if ((rc = k25_tok_encode(*text_out, text_len, &ids, &n_ids, err)) != K25_OK)
+        /* the model's tokenizer with its BOS template (a preset: bytes) */
+        if ((rc = k25_tokenizer_encode(tok, *text_out, text_len, K25_TOK_ADD_SPECIAL, &ids, &n_ids, err)) != K25_OK)
             goto out;
     }
     if (n_ids == 0) {
@@ -288,7 +299,8 @@ out:
  * stdout failed (errno says why).
  */
 static int print_result(const struct k25_config *cfg, const k25_model_t *model, const k25_engine_t *eng,
-                        const int32_t *ids, int n_ids, const struct k25_result *r, bool json, bool as_ids)
+                        const k25_tokenizer_t *tok, const int32_t *ids, int n_ids, const struct k25_result *r,
+                        bool json, bool as_ids)
 {
     double ttft_ms = (double)(r->token_t_ns[0] - r->submit_t_ns) / 1e6;
     double pre_s = (double)(r->prefill_done_t_ns - r->admit_t_ns) / 1e9;
@@ -296,8 +308,20 @@ static int print_result(const struct k25_config *cfg, const k25_model_t *model, 
     double pre_tps = pre_s > 0 ? r->n_input / pre_s : 0.0;
     double dec_tps = (r->n_output > 1 && dec_s > 0) ? (r->n_output - 1) / dec_s : 0.0;
     if (json)
-        return print_json(cfg, model, eng, ids, n_ids, r, ttft_ms, pre_tps, dec_tps) != 0 ? 1 : 0;
-    if (as_ids) {
+        return print_json(cfg, model, eng, tok, ids, n_ids, r, ttft_ms, pre_tps, dec_tps) != 0 ? 1 : 0;
+    if (tok && !as_ids) { /* the folder's tokenizer: the text, special tokens (EOS) left out */
+        char *text;
+        size_t tl;
+        struct k25_error derr;
+        if (k25_tokenizer_decode(tok, r->output_ids, r->n_output, K25_TOK_SKIP_SPECIAL, &text, &tl, &derr) != K25_OK) {
+            fprintf(stderr, "k25 run: %s\n", derr.msg);
+            return 1;
+        }
+        bool ok = fwrite(text, 1, tl, stdout) == tl && putchar('\n') != EOF;
+        free(text);
+        if (!ok)
+            return 1;
+    } else if (as_ids) {
         for (int i = 0; i < r->n_output; i++)
             printf(i ? ",%d" : "%d", r->output_ids[i]);
         printf("\n");
@@ -307,10 +331,10 @@ static int print_result(const struct k25_config *cfg, const k25_model_t *model, 
     if (fflush(stdout) != 0)
         return 1;
     fprintf(stderr,
-            "k25 run: %s, %d prompt tokens in %d chunk%s, %d generated | prefill %.1f tok/s | "
+            "k25 run: %s, %d prompt tokens in %d chunk%s, %d generated (%s) | prefill %.1f tok/s | "
             "decode %.1f tok/s | TTFT %.1f ms | peak RSS %.0f MB | %d threads\n",
             k25_model_get_shape(model)->name, r->n_input, r->prefill_chunks, r->prefill_chunks == 1 ? "" : "s",
-            r->n_output, pre_tps,
+            r->n_output, k25_finish_reason_name(r->finish), pre_tps,
             dec_tps, ttft_ms, peak_rss_mb(), k25_get_threads());
     return 0;
 }
@@ -328,17 +352,19 @@ int k25_cmd_run(int argc, char **argv)
     char *text = NULL;
     k25_model_t *model = NULL;
     k25_engine_t *eng = NULL;
+    k25_tokenizer_t *tok = NULL;
 
     const char *prompt = NULL, *prompt_file = NULL, *id_list = NULL;
     int prompt_len = 0, max_tokens = 0;
     bool json = false, quiet = false;
     const struct k25_opt opts[] = {
         {.names = {"--prompt"}, .type = K25_OPT_STRING, .dest = &prompt, .metavar = "TEXT",
-         .help = "prompt text (byte tokenizer: one token per byte)"},
+         .help = "prompt text, encoded with the model folder's tokenizer.json (BOS template included;\n"
+                 "presets: one token per byte)"},
         {.names = {"--prompt-file"}, .type = K25_OPT_PATH, .dest = &prompt_file,
          .help = "read the prompt text from FILE"},
         {.names = {"--input-ids"}, .type = K25_OPT_STRING, .dest = &id_list, .metavar = "LIST",
-         .help = "comma-separated token ids (for real models' tokenizers)"},
+         .help = "comma-separated token ids, sent as they are (the output is printed as ids)"},
         {.names = {"--prompt-len"}, .type = K25_OPT_INT, .dest = &prompt_len, .min = 1, .max = 100000000,
          .deflt = "the prompt's length", .help = "repeat (or cut) the prompt to exactly N tokens (long-context runs)"},
         {.names = {"--max-tokens"}, .type = K25_OPT_INT, .dest = &max_tokens, .min = 1, .max = 100000000,
@@ -354,7 +380,10 @@ int k25_cmd_run(int argc, char **argv)
                  "               [--prompt-len N] [--max-tokens N] [--config k25.yaml] [engine flags]\n"
                  "               [--seed S] [--threads N] [--json] [--quiet]",
         .about = "Generates from one prompt with the reference engine and prints the generated text\n"
-                 "(or ids, for --input-ids) on stdout and a one-line timing summary on stderr.\n",
+                 "(or ids, for --input-ids) on stdout and a one-line timing summary on stderr.  A model\n"
+                 "folder's tokenizer.json encodes the prompt and decodes the output (special tokens left\n"
+                 "out); generation stops at the model's EOS (generation_config.json / config.json\n"
+                 "eos_token_id, finish reason \"stop\") unless --ignore-eos.  Presets use bytes.\n",
         .opts = opts,
         .config = &cfg,
         .options_only = true,
@@ -372,7 +401,11 @@ int k25_cmd_run(int argc, char **argv)
     if (k25_config_validate(&cfg, &err) != K25_OK)
         goto out_err;
 
-    if (build_prompt(id_list, prompt, prompt_file, prompt_len, &ids, &n_ids, &text, &err) != K25_OK)
+    /* a model folder's tokenizer.json for text in and out; presets keep bytes.  A folder without
+     * one refuses text (naming the file) but still runs --input-ids, printing ids. */
+    if (k25_tokenizer_for_model(&cfg, &tok, &err) != K25_OK && (!id_list || err.code != K25_ENOTFOUND))
+        goto out_err;
+    if (build_prompt(tok, id_list, prompt, prompt_file, prompt_len, &ids, &n_ids, &text, &err) != K25_OK)
         goto out_err;
 
     if (k25_model_load(&cfg, &model, &err) != K25_OK)
@@ -410,7 +443,7 @@ int k25_cmd_run(int argc, char **argv)
         goto out_err;
     }
 
-    if (print_result(&cfg, model, eng, ids, n_ids, r, json, id_list != NULL) != 0)
+    if (print_result(&cfg, model, eng, tok, ids, n_ids, r, json, id_list != NULL) != 0)
         goto out_write;
     if (fflush(stdout) != 0)
         goto out_write;
@@ -427,6 +460,7 @@ out_err:
 out:
     k25_engine_destroy(eng);
     k25_model_destroy(model);
+    k25_tokenizer_destroy(tok);
     free(ids);
     free(sections);
     free(text);

@@ -28,6 +28,7 @@ static const struct subcmd cmds[] = {
     {"logs", k25_cmd_logs, "filter, count and describe the engine's structured log lines"},
     {"gate", k25_cmd_gate, "regression gate: compare results with a baseline under a policy (exit 1 on regression)"},
     {"device-probe", k25_cmd_device_probe, "measure the GPU: bf16 GEMM peak and memory bandwidth (CUDA backend)"},
+    {"tokenize", k25_cmd_tokenize, "encode/decode text with a model folder's tokenizer.json; --bench for throughput"},
     {"checksum", k25_cmd_checksum, "SHA-256 and completeness of a safetensors model against its index, config, manifest"},
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))

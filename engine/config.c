@@ -152,6 +152,11 @@ static const struct key_def keys[] = {
       "(needs uncompressed KV: kv_compression_ratio 1)",
       "true|false"},
      KIND_BOOL, F(enable_prefix_caching), 0, 0, 0, 0, false, false, NULL, 0},
+    {{"ignore_eos", "bool", "false",
+      "generate past the model's end-of-sequence ids (generation_config.json / config.json "
+      "eos_token_id) up to the token cap, as benchmarks of fixed output lengths do",
+      "true|false"},
+     KIND_BOOL, F(ignore_eos), 0, 0, 0, 0, false, false, NULL, 0},
     {{"backend", "string", "cpu",
       "where the engine computes: a backend built into this binary (CUDA: make CUDA=1)",
       "cpu"}, /* the range shown is the registry's (k25_config_key) */
@@ -256,6 +261,7 @@ void k25_config_init(struct k25_config *cfg)
     cfg->memory_budget_mb = 0;
     cfg->disable_prefill_optimization = false;
     cfg->enable_prefix_caching = false;
+    cfg->ignore_eos = false;
     cfg->attention = K25_ATTN_CHUNKED;
     cfg->rope_theta = 0.0;
     cfg->seed = 0;

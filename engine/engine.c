@@ -534,6 +534,20 @@ static bool ends_with_stop(const struct k25_slot *sl)
     return false;
 }
 
+/* Whether the last output token is one of the model's EOS ids (not while teacher-forced: a
+ * replay follows the stored tokens to their end). */
+static bool ends_with_eos(const struct k25_engine *e, const struct k25_slot *sl)
+{
+    const struct k25_model_shape *sh = k25_model_get_shape(e->model);
+    if (sl->ignore_eos || sh->n_eos == 0 || sl->res.n_output == 0 || sl->res.n_output <= sl->n_forced)
+        return false;
+    int32_t last = sl->res.output_ids[sl->res.n_output - 1];
+    for (int i = 0; i < sh->n_eos; i++)
+        if (sh->eos_ids[i] == last)
+            return true;
+    return false;
+}
+
 /*
  * Completes a request (running, or waiting when cancelled): result
  * figures, blocks back to the pool; queue.c writes its done record and
@@ -763,7 +777,7 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         enum k25_finish_reason f = K25_FINISH_NONE;
         if (sl->res.state == K25_REQ_DECODE && sl->res.n_output >= sl->max_new)
             f = K25_FINISH_LENGTH;
-        else if (sl->res.state == K25_REQ_DECODE && ends_with_stop(sl))
+        else if (sl->res.state == K25_REQ_DECODE && (ends_with_stop(sl) || ends_with_eos(e, sl)))
             f = K25_FINISH_STOP;
         if (f != K25_FINISH_NONE) {
             k25_engine_finish(e, h, f, t1);

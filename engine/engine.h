@@ -31,6 +31,7 @@ struct k25_slot {
     int32_t **stop;           /* [n_stop][stop_len[i]] stop sequences (malloc'd copies) */
     int *stop_len;            /* [n_stop] */
     int n_stop;
+    bool ignore_eos;          /* request or config: the model's EOS ids do not end it */
     int out_cap;              /* capacity of output arrays */
     bool released;
     uint64_t spill_seq;       /* its record in the spill log, when spill_live */

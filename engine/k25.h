@@ -169,6 +169,7 @@ struct k25_config {
     int weight_quant_group;      /* int8/int4 weights: values per scale (a multiple of 32) */
     enum k25_cpu_kernels cpu_kernels;     /* auto|avx512|avx2|scalar (CPU backend) */
     enum k25_cuda_gemm cuda_gemm;         /* exact|fast (CUDA backend) */
+    bool ignore_eos;             /* generate past the model's EOS ids (issue 30) */
 };
 
 /* Describes one config key, for --help, docs and tests. */
@@ -219,6 +220,7 @@ int k25_attn_impl_parse(const char *name, enum k25_attn_impl *out, struct k25_er
 
 /* -------------------------------------------------------------- model */
 
+#define K25_MAX_EOS 8 /* end-of-sequence ids a model may name */
 struct k25_model_shape {
     char name[64];       /* preset name, or the directory's model_type */
     int dim;             /* hidden size */
@@ -231,6 +233,11 @@ struct k25_model_shape {
     double rope_theta;
     float norm_eps;
     bool tied_embeddings;
+    /* End-of-sequence ids (a directory's generation_config.json eos_token_id, else
+     * config.json's; one id or a list): generation stops at the first one with
+     * finish reason "stop" unless ignore_eos.  Presets have none (n_eos 0). */
+    int32_t eos_ids[K25_MAX_EOS];
+    int n_eos;
 };
 
 /* Fills out with a named shape preset; K25_ENOTFOUND for unknown names. */
@@ -265,6 +272,7 @@ const char *k25_model_source(const k25_model_t *m);
 /* ---------------------------------------------------------- tokenizer */
 
 /*
+ * Real tokenizers (tokenizer.json) and the byte tokenizer behind one handle: k25_tok.h.
  * Byte tokenizer of the presets: token id = byte value.  Encodes text into
  * ids (caller frees *ids with free()); decode writes bytes of ids < 256.
  */
@@ -341,13 +349,16 @@ struct k25_request {
     const int32_t *section_starts; /* [n_section_starts] */
     int n_section_starts;
     enum k25_hint block_pattern_hint;
+    /* Generate past the model's EOS ids (k25_model_shape.eos_ids), as cfg->ignore_eos does for
+     * every request; either one set ignores them. */
+    bool ignore_eos;
 };
 
 /* Why a completed request stopped generating. */
 enum k25_finish_reason {
     K25_FINISH_NONE,      /* not finished, or rejected */
     K25_FINISH_LENGTH,    /* reached max_new_tokens */
-    K25_FINISH_STOP,      /* output ended with a stop sequence */
+    K25_FINISH_STOP,      /* output ended with a stop sequence or an EOS id of the model */
     K25_FINISH_CANCELLED, /* k25_engine_cancel */
 };
 const char *k25_finish_reason_name(enum k25_finish_reason f);

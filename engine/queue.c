@@ -390,6 +390,7 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
     } else {
         sl->res.kv_sections = req->n_section_starts;
     }
+    sl->ignore_eos = req->ignore_eos || e->cfg.ignore_eos;
     if (req->has_sampling) {
         sl->temperature = req->temperature;
         sl->top_p = req->top_p;

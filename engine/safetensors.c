@@ -612,6 +612,63 @@ static int cfg_bool(json_t *cfg, const char *path, const char *key, bool deflt, 
 }
 
 /*
+ * eos_token_id of one config object (an id or a list of ids) into shape; *found says whether
+ * the key was there.  Ids outside the vocabulary are K25_ERANGE naming the file.
+ */
+static int cfg_eos(json_t *cfg, const char *path, struct k25_model_shape *shape, bool *found, struct k25_error *err)
+{
+    json_t *v = json_object_get(cfg, "eos_token_id");
+    *found = v && !json_is_null(v);
+    if (!*found)
+        return K25_OK;
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if (n > K25_MAX_EOS)
+        return k25_error_set(err, K25_ERANGE, path, 0, "eos_token_id", "more than %d ids", K25_MAX_EOS);
+    shape->n_eos = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_integer(x))
+            return k25_error_set(err, K25_EINVAL, path, 0, "eos_token_id", "must be an integer or a list of integers");
+        json_int_t id = json_integer_value(x);
+        if (id < 0 || id >= shape->vocab_size)
+            return k25_error_set(err, K25_ERANGE, path, 0, "eos_token_id",
+                                 "%" JSON_INTEGER_FORMAT " is outside the vocabulary (vocab_size %d)", id,
+                                 shape->vocab_size);
+        shape->eos_ids[shape->n_eos++] = (int32_t)id;
+    }
+    return K25_OK;
+}
+
+/*
+ * The model's EOS ids: generation_config.json's eos_token_id where that file has one (what
+ * transformers' generate stops on), else config.json's.  A malformed generation_config.json
+ * is an error naming it.
+ */
+static int st_read_eos(const char *dir, json_t *cfg, const char *cfg_path, struct k25_model_shape *shape,
+                       struct k25_error *err)
+{
+    char path[ST_PATH_MAX];
+    bool found = false;
+    int rc = st_join(path, sizeof(path), dir, "generation_config.json", err);
+    if (rc)
+        return rc;
+    if (access(path, F_OK) == 0) {
+        json_error_t jerr;
+        json_t *g = json_load_file(path, 0, &jerr);
+        if (!g || !json_is_object(g)) {
+            json_decref(g);
+            return k25_error_set(err, K25_EFORMAT, path, g ? 0 : jerr.line, NULL, "not a JSON object%s%s",
+                                 g ? "" : ": ", g ? "" : jerr.text);
+        }
+        rc = cfg_eos(g, path, shape, &found, err);
+        json_decref(g);
+        if (rc || found)
+            return rc;
+    }
+    return cfg_eos(cfg, cfg_path, shape, &found, err);
+}
+
+/*
  * Reads and validates dir/config.json into *shape.  Besides the shape
  * keys it refuses features the engine would silently get wrong: an
  * activation other than SiLU, rope_scaling, and attention/MLP biases.
@@ -708,7 +765,7 @@ static int st_read_config(const char *dir, struct k25_model_shape *shape, struct
             goto out_free_config;
         }
     }
-    rc = K25_OK;
+    rc = st_read_eos(dir, cfg, path, shape, err);
 
 out_free_config:
     json_decref(cfg);

@@ -22,7 +22,7 @@
  * Record: u32 magic "K25Q", u32 payload length, u32 CRC-32 of the payload,
  * payload.  Payload, host byte order (the log is read back on the machine
  * that wrote it):
- *   request: u8 1, u64 seq, u64 arrival_unix_ns, u8 priority, u8 has_sampling,
+ *   request: u8 1, u64 seq, u64 arrival_unix_ns, u8 priority, u8 flags (bit 0 has_sampling, bit 1 ignore_eos),
  *            i32 max_new_tokens, f64 temperature, f64 top_p, u64 seed,
  *            u8 id_len, id bytes, i32 n_input, i32 tokens[n_input],
  *            i32 n_stop, n_stop x (i32 len, i32 ids[len])
@@ -277,7 +277,8 @@ int k25_spill_append(struct k25_spill_log *lg, const struct k25_request *req, ui
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts); /* provenance only: order is the log's */
     uint64_t s = 0, arrival = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    uint8_t type = SPILL_REQ, prio = (uint8_t)req->priority, has = req->has_sampling;
+    uint8_t type = SPILL_REQ, prio = (uint8_t)req->priority,
+            has = (uint8_t)((req->has_sampling ? 1 : 0) | (req->ignore_eos ? 2 : 0));
     int32_t max_new = req->max_new_tokens, n_input = req->n_input, n_stop = req->n_stop;
     const char *id = req->id ? req->id : "";
     size_t idl = strlen(id);
@@ -418,7 +419,8 @@ static bool parse_request(struct rbuf *r, struct k25_spill_entry *en)
     en->req.input_ids = en->tokens;
     en->req.n_input = n_input;
     en->req.max_new_tokens = max_new;
-    en->req.has_sampling = has != 0;
+    en->req.has_sampling = (has & 1) != 0;
+    en->req.ignore_eos = (has & 2) != 0;
     en->req.priority = (enum k25_priority)prio;
     en->req.stop_ids = (const int32_t *const *)en->stop;
     en->req.stop_lens = en->stop_lens;

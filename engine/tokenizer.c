@@ -1,6 +1,6 @@
 /*
  * tokenizer.c - the byte tokenizer of the presets: one token per byte.
- * Real models take pre-tokenized input_ids, so no BPE lives in C.
+ * A model folder's tokenizer.json is tok_hf.c and the files beside it (k25_tok.h).
  */
 #include "k25.h"
 

@@ -326,6 +326,7 @@ static void check_config(struct k25_checksum_report *r, json_t *cfg, json_t *wei
         WANT(vocab, dim, "lm_head.weight");
 #undef WANT
 
+    int n_f32_norms = 0;
     for (int i = 0; i < k; i++) {
         const char *file = weight_map ? json_string_value(json_object_get(weight_map, w[i].name)) : CK_SINGLE;
         if (!file) {
@@ -359,11 +360,16 @@ static void check_config(struct k25_checksum_report *r, json_t *cfg, json_t *wei
         if (strcmp(dt, "F32") && strcmp(dt, "F16") && strcmp(dt, "BF16"))
             problem(r, "dtype", file, w[i].name, "%s: tensor '%s': dtype %s (the engine loads F32, F16, BF16)", file,
                     w[i].name, dt);
+        else if (want_dtype && strcmp(dt, want_dtype) && nd == 1 && !strcmp(dt, "F32"))
+            n_f32_norms++; /* norms kept in F32 beside 16-bit matrices: how checkpoints are saved */
         else if (want_dtype && strcmp(dt, want_dtype))
             problem(r, "dtype", file, w[i].name, "%s: tensor '%s': dtype %s, config.json's torch_dtype %s is %s", file,
                     w[i].name, dt, td, want_dtype);
         r->n_checked++;
     }
+    if (n_f32_norms)
+        note(r, "%d norm weight%s stored as F32 beside %s matrices (torch_dtype %s): normal for such checkpoints, "
+                "loaded as they are", n_f32_norms, n_f32_norms == 1 ? "" : "s", want_dtype, td);
     free(w);
 }
 

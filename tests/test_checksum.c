@@ -43,6 +43,9 @@ static const char *CONFIG = "{\"model_type\": \"llama\", \"hidden_size\": 8, \"n
                             " \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"intermediate_size\": %d,\n"
                             " \"vocab_size\": 32, \"torch_dtype\": \"float32\", \"tie_word_embeddings\": false}\n";
 
+/* Matrices (2-D tensors) as BF16, norms F32, as bf16 checkpoints are saved (test_bf16_with_f32_norms). */
+static bool bf16_matrices;
+
 /* Writes one F32 shard of the tensors with .shard == s; skip names one tensor to leave out. */
 static void write_shard(const char *path, int s, const char *skip)
 {
@@ -53,9 +56,11 @@ static void write_shard(const char *path, int s, const char *skip)
             continue;
         size_t n = (size_t)tensors[i].d0 * (tensors[i].d1 ? (size_t)tensors[i].d1 : 1);
         json_t *shape = tensors[i].d1 ? json_pack("[i,i]", tensors[i].d0, tensors[i].d1) : json_pack("[i]", tensors[i].d0);
-        json_object_set_new(h, tensors[i].name, json_pack("{s:s, s:o, s:[I,I]}", "dtype", "F32", "shape", shape,
-                                                          "data_offsets", (json_int_t)off, (json_int_t)(off + 4 * n)));
-        off += 4 * n;
+        size_t es = bf16_matrices && tensors[i].d1 ? 2 : 4;
+        json_object_set_new(h, tensors[i].name, json_pack("{s:s, s:o, s:[I,I]}", "dtype", es == 2 ? "BF16" : "F32",
+                                                          "shape", shape, "data_offsets", (json_int_t)off,
+                                                          (json_int_t)(off + es * n)));
+        off += es * n;
     }
     json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"));
     char *text = json_dumps(h, JSON_COMPACT);
@@ -68,9 +73,9 @@ static void write_shard(const char *path, int s, const char *skip)
         lb[i] = (unsigned char)(((uint64_t)hl >> (8 * i)) & 0xff);
     assert_int_equal(fwrite(lb, 1, 8, f), 8);
     assert_int_equal(fwrite(text, 1, hl, f), hl);
-    for (size_t i = 0; i < off / 4; i++) {
-        float x = (float)((i * 7 + (size_t)s) % 13) / 13.0f - 0.5f;
-        assert_int_equal(fwrite(&x, 4, 1, f), 1);
+    for (size_t i = 0; i < off / 2; i++) { /* bytes of a bf16 pattern, as many as the data has */
+        uint16_t x = (uint16_t)(0x3f00 + (i * 7 + (size_t)s) % 13);
+        assert_int_equal(fwrite(&x, 2, 1, f), 1);
     }
     assert_int_equal(fclose(f), 0);
     free(text);
@@ -212,6 +217,36 @@ static void test_shape_mismatch_vs_config(void **state)
     assert_has(out, SHARD2 ": tensor 'model.layers.0.mlp.gate_proj.weight': shape [16,8], config.json implies [12,8]");
     assert_has(out, "'model.layers.0.mlp.down_proj.weight': shape [8,16], config.json implies [8,12]");
     assert_has(out, "FAILED: 3 problems"); /* gate, up, down */
+    free(out);
+    free(dir);
+}
+
+/* BF16 matrices with F32 norms under torch_dtype bfloat16: information, not problems. */
+static void test_bf16_with_f32_norms(void **state)
+{
+    (void)state;
+    bf16_matrices = true;
+    char *dir = make_model("bf16", 16, NULL), *out = NULL, path[1024];
+    bf16_matrices = false;
+    char cfg[512];
+    snprintf(cfg, sizeof(cfg), CONFIG, 16);
+    char *at = strstr(cfg, "float32");
+    assert_non_null(at);
+    char fixed[600];
+    snprintf(fixed, sizeof(fixed), "%.*sbfloat16%s", (int)(at - cfg), cfg, at + strlen("float32"));
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    tu_write_file(path, fixed);
+    assert_int_equal(ck(&out, "'%s'", dir), 0);
+    assert_has(out, "note: 3 norm weights stored as F32 beside BF16 matrices (torch_dtype bfloat16)");
+    assert_has(out, "ok: 2 shards complete");
+    free(out);
+    /* under torch_dtype float16 the BF16 matrices are still problems (the norms are not) */
+    at = strstr(cfg, "float32");
+    snprintf(fixed, sizeof(fixed), "%.*sfloat16%s", (int)(at - cfg), cfg, at + strlen("float32"));
+    tu_write_file(path, fixed);
+    assert_int_equal(ck(&out, "'%s'", dir), 1);
+    assert_has(out, "'lm_head.weight': dtype BF16, config.json's torch_dtype float16 is F16");
+    assert_has(out, "FAILED: 9 problems"); /* the 9 matrices, not the 3 norms */
     free(out);
     free(dir);
 }
@@ -364,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_manifest_roundtrip_and_corrupted_byte),
         cmocka_unit_test(test_missing_shard),
         cmocka_unit_test(test_shape_mismatch_vs_config),
+        cmocka_unit_test(test_bf16_with_f32_norms),
         cmocka_unit_test(test_tensor_missing_from_shard),
         cmocka_unit_test(test_truncated_shard),
         cmocka_unit_test(test_bad_manifest),

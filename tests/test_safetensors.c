@@ -20,6 +20,8 @@
 #include <jansson.h>
 #include <math.h>
 
+#include "k25_tok.h"
+
 /* ------------------------------------------------------------ the model */
 
 #define MAXL 4
@@ -1050,6 +1052,137 @@ static void test_missing_shard(void **state)
     tmodel_free(&M);
 }
 
+
+/* ------------------------------------------------------- text and EOS (issue 30) */
+
+/* A byte-level tokenizer.json of 17 ids: "abc" -> <|bos|> a bc = 15, 0, 6; <|end|> is 11. */
+static const char *TINY_TOKENIZER =
+    "{\"added_tokens\":[{\"id\":11,\"content\":\"<|end|>\",\"special\":true,\"normalized\":false},"
+    "{\"id\":15,\"content\":\"<|bos|>\",\"special\":true,\"normalized\":false}],"
+    "\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},"
+    "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<|bos|>\","
+    "\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"special_tokens\":{\"<|bos|>\":{\"id\":"
+    "\"<|bos|>\",\"ids\":[15],\"tokens\":[\"<|bos|>\"]}}},"
+    "\"decoder\":{\"type\":\"ByteLevel\"},"
+    "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"d\":3,\"\\u0120\":4,\"ab\":5,\"bc\":6,"
+    "\"abc\":7,\"\\u0120a\":8,\"\\u00c3\":9,\"\\u00a9\":10,\"h\":12,\"i\":13,\"hi\":14,\"f\":16},"
+    "\"merges\":[\"b c\",\"a b\",\"ab c\",\"\\u0120 a\"]}}";
+
+/* Runs `k25 run` on dir with args, returns its --json output parsed (NULL when it failed; *log
+ * gets stdout+stderr). */
+static json_t *run_json(const char *dir, const char *args, char **log)
+{
+    char *cmd = NULL;
+    assert_true(asprintf(&cmd, "%s run --model '%s' --json --quiet --threads 1 %s 2>/dev/null", tu_k25(), dir,
+                         args) > 0);
+    char *out = NULL;
+    int rc = tu_run(cmd, &out);
+    free(cmd);
+    json_t *j = rc == 0 && out ? json_loads(out, 0, NULL) : NULL;
+    if (log)
+        *log = out;
+    else
+        free(out);
+    return j;
+}
+
+static void test_run_text_tokenizer_and_eos(void **state)
+{
+    (void)state;
+    struct tmodel M;
+    tmodel_init(&M, "F32", true, 0, 17, 91);
+    char *dir = write_model_dir(&M, "F32", false, 1);
+    /* no tokenizer.json: text refused naming the file, ids still run */
+    char *cmd = NULL, *out = NULL;
+    assert_true(asprintf(&cmd, "%s run --model '%s' --prompt abc --max-tokens 2 --quiet", tu_k25(), dir) > 0);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "tokenizer.json"));
+    assert_non_null(strstr(out, "file not found"));
+    free(cmd);
+    free(out);
+    json_t *j = run_json(dir, "--input-ids 15,0,6 --max-tokens 2", NULL);
+    assert_non_null(j);
+    json_decref(j);
+
+    char *p = path_in(dir, "tokenizer.json");
+    tu_write_file(p, TINY_TOKENIZER);
+    free(p);
+    /* text in through the folder's tokenizer (BOS template), text out through its decoder */
+    j = run_json(dir, "--prompt abc --max-tokens 8 --ignore-eos", NULL);
+    assert_non_null(j);
+    json_t *in = json_object_get(j, "input_ids"), *outs = json_object_get(j, "output_ids");
+    assert_int_equal(json_array_size(in), 3);
+    assert_int_equal(json_integer_value(json_array_get(in, 0)), 15);
+    assert_int_equal(json_integer_value(json_array_get(in, 1)), 0);
+    assert_int_equal(json_integer_value(json_array_get(in, 2)), 6);
+    assert_int_equal(json_array_size(outs), 8);
+    assert_string_equal(json_string_value(json_object_get(j, "finish_reason")), "length");
+    int32_t ids[8];
+    for (int i = 0; i < 8; i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(outs, (size_t)i));
+    struct k25_error err;
+    k25_tokenizer_t *t;
+    assert_int_equal(k25_tokenizer_load(dir, &t, &err), K25_OK);
+    char *want;
+    assert_int_equal(k25_tokenizer_decode(t, ids, 8, K25_TOK_SKIP_SPECIAL, &want, NULL, &err), K25_OK);
+    assert_string_equal(json_string_value(json_object_get(j, "text")), want);
+    free(want);
+    k25_tokenizer_destroy(t);
+    json_decref(j);
+
+    /* EOS from config.json: the third token's id ends generation where it first appears */
+    int32_t eos = ids[2];
+    int first = 0;
+    while (ids[first] != eos)
+        first++;
+    char extra[128];
+    snprintf(extra, sizeof(extra), "  \"eos_token_id\": [%d],\n", eos);
+    write_config(dir, &M, extra);
+    j = run_json(dir, "--prompt abc --max-tokens 8", NULL);
+    assert_non_null(j);
+    assert_int_equal(json_array_size(json_object_get(j, "output_ids")), (size_t)first + 1);
+    assert_string_equal(json_string_value(json_object_get(j, "finish_reason")), "stop");
+    json_decref(j);
+    /* --ignore-eos really ignores it */
+    j = run_json(dir, "--prompt abc --max-tokens 8 --ignore-eos", NULL);
+    assert_non_null(j);
+    assert_int_equal(json_array_size(json_object_get(j, "output_ids")), 8);
+    json_decref(j);
+    /* generation_config.json wins over config.json: an id never generated, so no stop */
+    int32_t other = -1;
+    for (int32_t c = 0; c < 17 && other < 0; c++) {
+        bool seen = false;
+        for (int i = 0; i < 8; i++)
+            seen = seen || ids[i] == c;
+        if (!seen)
+            other = c;
+    }
+    if (other >= 0) {
+        char g[128];
+        snprintf(g, sizeof(g), "{\"eos_token_id\": %d}", other);
+        p = path_in(dir, "generation_config.json");
+        tu_write_file(p, g);
+        free(p);
+        j = run_json(dir, "--prompt abc --max-tokens 8", NULL);
+        assert_non_null(j);
+        assert_int_equal(json_array_size(json_object_get(j, "output_ids")), 8);
+        assert_string_equal(json_string_value(json_object_get(j, "finish_reason")), "length");
+        json_decref(j);
+    }
+    /* an EOS id outside the vocabulary is an error naming the file and key */
+    p = path_in(dir, "generation_config.json");
+    tu_write_file(p, "{\"eos_token_id\": [3, 99]}");
+    free(p);
+    assert_true(asprintf(&cmd, "%s run --model '%s' --prompt abc --max-tokens 2 --quiet", tu_k25(), dir) > 0);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "generation_config.json"));
+    assert_non_null(strstr(out, "eos_token_id"));
+    free(cmd);
+    free(out);
+    tmodel_free(&M);
+    rm_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1070,6 +1203,7 @@ int main(void)
         cmocka_unit_test(test_wrong_shape),
         cmocka_unit_test(test_unsupported_dtype),
         cmocka_unit_test(test_non_finite_weight),
+        cmocka_unit_test(test_run_text_tokenizer_and_eos),
         cmocka_unit_test(test_missing_config),
         cmocka_unit_test(test_bad_config_values),
         cmocka_unit_test(test_missing_shard),

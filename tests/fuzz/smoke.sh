@@ -10,7 +10,7 @@ B=${1:-build-fuzz}
 S=${2:-30}
 shift 2 2>/dev/null || shift $#
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(trace gold filter config sweep_spec sla_policy safetensors)
+[ ${#targets[@]} -eq 0 ] && targets=(trace gold filter config sweep_spec sla_policy safetensors tokenizer)
 
 seed_dir() { # TARGET: fills $B/seeds/TARGET from shipped files
   local t=$1 d=$B/seeds/$1 i=0 f
@@ -26,6 +26,7 @@ seed_dir() { # TARGET: fills $B/seeds/TARGET from shipped files
     sla_policy) { printf '\0'; cat reports/sla-example.yaml; } > "$d/sla.yaml"
                 for f in ci/gate-policy*.yaml; do { printf '\1'; cat "$f"; } > "$d/policy-$((i++)).yaml"; done ;;
     safetensors) K25_FUZZ_WRITE_SEED="$d/model.safetensors" "$B/fuzz/fuzz_safetensors" ;;
+    tokenizer) K25_FUZZ_WRITE_SEED="$d" "$B/fuzz/fuzz_tokenizer" ;;
   esac
 }
 
