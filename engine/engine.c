@@ -210,6 +210,15 @@ int k25_engine_create_io(const struct k25_config *cfg, const k25_model_t *model,
     e->cfg = *cfg;
     e->model = model;
     e->q.spill.fd = -1;
+    /* the context limit: the model's unless max_model_len lowers it (k25_engine_max_model_len) */
+    const int model_len = model->shape.max_position > 0 ? model->shape.max_position : K25_PRESET_MAX_POSITION;
+    if (cfg->max_model_len > model_len) {
+        rc = k25_error_set(err, K25_ERANGE, NULL, 0, "max_model_len",
+                           "%d exceeds the model's context limit %d (max_position_embeddings)",
+                           cfg->max_model_len, model_len);
+        goto out_free;
+    }
+    e->cfg.max_model_len = cfg->max_model_len > 0 ? cfg->max_model_len : model_len;
     const struct k25_backend *B = k25_backend_find(cfg->backend); /* validated: built in */
     if ((rc = k25_bctx_init(&e->be, B, &e->acct, err)) != K25_OK)
         goto out_free;
@@ -740,7 +749,7 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         }
         int32_t tok = k25_sample(e, spans[i].logits, sl->temperature, sl->top_p, &sl->rng);
         /* the token-identity rule's input (k25.h): how far greedy was from another choice */
-        float margin = sl->temperature > 0.0 ? NAN : k25_tok_margin(spans[i].logits, V, NULL);
+        float margin = sl->temperature >= K25_SAMPLE_GREEDY_BELOW ? NAN : k25_tok_margin(spans[i].logits, V, NULL);
         if (sl->res.n_output < sl->n_forced)
             tok = sl->forced[sl->res.n_output]; /* teacher forcing: the sampler state still advances */
         if ((rc = append_token(e, sl, tok, margin, spans[i].logits, spans[i].probe, tt, err)) != K25_OK)

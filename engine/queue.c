@@ -275,6 +275,16 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
     if (req->max_new_tokens < 0)
         return k25_error_set(err, K25_EINVAL, NULL, 0, "max_new_tokens",
                              "request '%s': negative max_new_tokens %d", id, req->max_new_tokens);
+    if (k25_engine_fit_max_new(e, req->n_input, req->max_new_tokens) < 0) {
+        if (req->max_new_tokens > 0)
+            return k25_error_set(err, K25_EINVAL, NULL, 0, "max_model_len",
+                                 "request '%s': the prompt (%d tokens) + max_tokens (%d) = %lld tokens exceeds the "
+                                 "context limit max_model_len %d", id, req->n_input, req->max_new_tokens,
+                                 (long long)req->n_input + req->max_new_tokens, e->cfg.max_model_len);
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "max_model_len",
+                             "request '%s': the prompt is %d tokens, the context limit max_model_len is %d "
+                             "(no room for a generated token)", id, req->n_input, e->cfg.max_model_len);
+    }
     if (req->has_sampling && !(req->temperature >= 0.0 && req->temperature <= 100.0))
         return k25_error_set(err, K25_EINVAL, NULL, 0, "temperature",
                              "request '%s': temperature %g outside [0, 100]", id, req->temperature);
@@ -325,8 +335,7 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
     sl->res.state = K25_REQ_WAITING;
     sl->res.n_input = req->n_input;
     sl->res.submit_t_ns = k25_queue_now(e);
-    int cap = e->cfg.decode_max_tokens;
-    sl->max_new = (req->max_new_tokens > 0 && req->max_new_tokens < cap) ? req->max_new_tokens : cap;
+    sl->max_new = k25_engine_fit_max_new(e, req->n_input, req->max_new_tokens); /* checked above: fits */
     sl->keep_logits = req->keep_logits;
     sl->keep_attn = req->keep_attn;
     if (req->n_forced > 0) {
@@ -545,6 +554,21 @@ int k25_engine_submit_batch(k25_engine_t *e, const struct k25_request *reqs, int
         if (first == K25_OK && rcs[i] != K25_OK)
             first = rcs[i];
     return first;
+}
+
+int k25_engine_max_model_len(const k25_engine_t *e)
+{
+    return e->cfg.max_model_len;
+}
+
+int k25_engine_fit_max_new(const k25_engine_t *e, int n_input, int max_new_tokens)
+{
+    const int64_t room = (int64_t)e->cfg.max_model_len - n_input, cap = e->cfg.decode_max_tokens;
+    if (max_new_tokens > 0) /* explicit: must fit whole; larger than decode_max_tokens is capped to it */
+        return (int64_t)max_new_tokens <= room ? (max_new_tokens < cap ? max_new_tokens : (int)cap) : -1;
+    if (room < 1)
+        return -1;
+    return (int)(room < cap ? room : cap);
 }
 
 int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handle, struct k25_error *err)
