@@ -669,11 +669,18 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         span_h[n_spans++] = e->running[i];
         budget--;
     }
-    /* then prefill chunks, in admission order, within the remaining budget */
-    for (int i = 0; i < n; i++) {
+    /* then prefill chunks within the remaining budget.  The first pick rotates among the prefilling
+     * sequences from step to step (admission order otherwise), so one long prompt whose chunks fill
+     * the budget cannot hold back the prefill of every request behind it: with k sequences
+     * prefilling, each goes first at least once in k steps (docs/engine.md "Batch") */
+    int pre[n], n_pre = 0;
+    for (int i = 0; i < n; i++)
+        if (e->slots[e->running[i]]->res.state == K25_REQ_PREFILL)
+            pre[n_pre++] = i;
+    const int pre_start = n_pre > 0 ? (int)(e->stats.steps % n_pre) : 0;
+    for (int k = 0; k < n_pre; k++) {
+        const int i = pre[(pre_start + k) % n_pre];
         struct k25_slot *sl = e->slots[e->running[i]];
-        if (sl->res.state != K25_REQ_PREFILL)
-            continue;
         int left = sl->res.n_input - sl->n_prefilled;
         int chunk;
         if (e->cfg.disable_prefill_optimization) {
