@@ -339,6 +339,7 @@ static void *engine_main(void *arg)
             for (int i = 0; i < n_wake; i++)
                 MHD_resume_connection(S->wake[i]);
             pthread_mutex_lock(&S->mu);
+            continue; /* requests queued while the lock was dropped signalled no one: look again */
         }
         if ((S->stopping || S->broken) && S->n_active == 0 && !S->pend_head)
             break;
@@ -859,11 +860,25 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+/*
+ * libmicrohttpd's error log.  When it answers a request itself (its HTML error pages: a malformed
+ * header 400, bad chunked framing 400, 413, 414, 431, 505 - it offers no hook to replace them) the
+ * only place that says which status it sent is this line, "... (HTTP response code is N ...":
+ * that status is counted in k25_http_responses_total (docs/serve.md "Limits and hostile clients").
+ */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
-    (void)cls;
-    fprintf(stderr, "k25 serve: libmicrohttpd: ");
-    vfprintf(stderr, fmt, ap);
+    struct k25_serve *S = cls;
+    char line[1024];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    fprintf(stderr, "k25 serve: libmicrohttpd: %s", line);
+    const char *p = strstr(line, "HTTP response code is ");
+    int code = p ? atoi(p + strlen("HTTP response code is ")) : 0;
+    if (code >= 100 && code <= 599) {
+        pthread_mutex_lock(&S->mu);
+        count_code(S, code);
+        pthread_mutex_unlock(&S->mu);
+    }
 }
 
 /* ------------------------------------------------------------ lifecycle */

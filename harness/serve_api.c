@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const int k25_serve_http_codes[SERVE_N_CODES] = {200, 400, 401, 404, 405, 413, 429, 500, 503};
+/* 414, 431 and 505 come only from libmicrohttpd itself (counted from its log line: serve.c mhd_log) */
+const int k25_serve_http_codes[SERVE_N_CODES] = {200, 400, 401, 404, 405, 413, 414, 429, 431, 500, 503, 505};
 
 /* ------------------------------------------------------------ errors */
 

@@ -28,7 +28,7 @@ struct hist {
 };
 
 /* HTTP status codes counted in /metrics (serve_api.c). */
-#define SERVE_N_CODES 9
+#define SERVE_N_CODES 12
 /* The longest API key accepted at start (a key longer than an HTTP header line makes no sense). */
 #define SERVE_MAX_API_KEY 4096
 /* A stream that waits (queued, long prefill) sends an SSE comment this often. */
