@@ -388,6 +388,7 @@ struct k25_result {
     enum k25_priority priority;
     bool spilled;
     bool replayed;
+    int64_t spill_seq;         /* its record's number in the spill log (queue_spill_dir), -1: none */
     bool degraded;
     int ttft_sla_ms;
 };

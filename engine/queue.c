@@ -192,6 +192,15 @@ void k25_queue_free(struct k25_engine *e)
     free(q->fin);
     free(q->staged);
     free(q->replayed);
+    if (q->spill.fd >= 0) { /* compaction at shutdown: answered requests never come back */
+        struct k25_error err;
+        int kept = 0;
+        if (k25_spill_shutdown(&q->spill, &kept, &err) != K25_OK)
+            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_compact_failed path=%s reason=\"%s\"",
+                          q->spill.path, err.msg);
+        else
+            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_compact path=%s kept=%d", q->spill.path, kept);
+    }
     k25_spill_close(&q->spill);
 }
 
@@ -394,9 +403,11 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
         r = req->priority == K25_PRIORITY_HIGH ? R_HIGH : R_MEM;
 
     uint64_t lsn = 0;
+    sl->res.spill_seq = -1;
     if (replayed) {
         sl->spill_seq = replayed->seq;
         sl->spill_live = true;
+        sl->res.spill_seq = (int64_t)replayed->seq;
     } else if (q->spill.fd >= 0 && r != R_REJECT_DEG && r != R_REJECT_FULL) {
         /* with a spill folder every accepted request is durable before it is acknowledged */
         struct k25_request rec = *req;
@@ -411,6 +422,7 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
             return rc;
         }
         sl->spill_live = true;
+        sl->res.spill_seq = (int64_t)sl->spill_seq;
     }
     if (r == R_REJECT_DEG)
         snprintf(sl->res.reason, sizeof(sl->res.reason),
@@ -647,10 +659,11 @@ void k25_queue_ended(struct k25_engine *e, int h, uint64_t now)
         struct k25_error err;
         if (k25_spill_append_done(&q->spill, sl->spill_seq, &lsn, &err) == K25_OK) {
             q->fin_lsn = lsn > q->fin_lsn ? lsn : q->fin_lsn; /* spill_live stays until it is durable */
-        } else { /* it may come back at replay */
+        } else { /* owed: retried at every flush, dropped from the log at shutdown */
             sl->spill_live = false;
-            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_error req_id=%s reason=\"%s\"", sl->res.id,
-                          err.msg);
+            k25_spill_owe(&q->spill, sl->spill_seq);
+            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_error req_id=%s seq=%llu reason=\"%s\"",
+                          sl->res.id, (unsigned long long)sl->spill_seq, err.msg);
         }
     }
     if (grow_ints(&q->fin, &q->fin_cap, q->n_fin) != K25_OK) { /* cannot defer: durable first, then report */
@@ -676,6 +689,8 @@ void k25_queue_flush(struct k25_engine *e)
     struct k25_queue *q = &e->q;
     if (q->n_fin == 0)
         return;
+    struct k25_error oerr;
+    k25_spill_pay_owed(&q->spill, &oerr); /* done records an earlier flush could not write: once more */
     int n = q->n_fin, live = 0;
     int fin[n];
     memcpy(fin, q->fin, sizeof(int) * (size_t)n);
@@ -700,9 +715,11 @@ void k25_queue_flush(struct k25_engine *e)
             if (!sl || !sl->spill_live)
                 continue;
             sl->spill_live = false;
-            if (rc != K25_OK)
-                k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_error req_id=%s reason=\"%s\"",
-                              sl->res.id, err.msg);
+            if (rc != K25_OK) { /* answered anyway (FINISH below): owed, never replayed after a clean stop */
+                k25_spill_owe(&q->spill, sl->spill_seq);
+                k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_error req_id=%s seq=%llu reason=\"%s\"",
+                              sl->res.id, (unsigned long long)sl->spill_seq, err.msg);
+            }
         }
         if (rc == K25_OK)
             k25_spill_retire(&q->spill, live);

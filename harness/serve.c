@@ -137,8 +137,9 @@ static void apply_events(struct k25_serve *S)
              * its end so the log marks it done (docs/serve.md "Elastic queue") */
             const struct k25_result *res = k25_engine_result(S->eng, ev->handle);
             if (res) {
-                fprintf(stderr, "k25 serve: replayed request %s ended %s%s%s\n", res->id,
-                        k25_req_state_name(res->state), res->reason[0] ? ": " : "", res->reason);
+                fprintf(stderr, "k25 serve: replayed request %s (spill seq %lld) ended %s%s%s\n", res->id,
+                        (long long)res->spill_seq, k25_req_state_name(res->state), res->reason[0] ? ": " : "",
+                        res->reason);
                 S->replayed_finished++;
                 k25_engine_release(S->eng, ev->handle);
             }
