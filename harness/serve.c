@@ -648,6 +648,7 @@ static enum MHD_Result answer(struct k25_serve *S, struct MHD_Connection *c, str
             return MHD_NO;
         }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "X-Request-Id", r->id); /* the id before the first chunk carries it */
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         enum MHD_Result ret = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
