@@ -24,7 +24,8 @@
  *                 (endpoint.h, sse.c)
  *   inspect.c     `k25 inspect`: printing a stored run, Chrome trace export
  *   bench.c       k25_bench_run: the whole measurement, start to finish
- *   serve.c, serve_api.c  `k25 serve` (serve_int.h)
+ *   serve.c, serve_api.c, serve_limits.c  `k25 serve` (serve_int.h; serve_limits.c: connection
+ *                 deadlines, per-connection watchdog, API key check)
  *   attnbench.c   the attention microbenchmark (`k25 attn-bench`)
  *   checksum.c    `k25 checksum`: a model directory's hashes and shapes
  *   testknob.c    TEST-ONLY degradation knobs

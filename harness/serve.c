@@ -3,9 +3,12 @@
  * HTTP API on libmicrohttpd (docs/serve.md).
  *
  * Threads and ownership:
- *   - libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION).
- *     These threads read the body, validate it (serve_api.c:
- *     k25_serve_parse), and put a `struct sreq` on the pending queue.  They never call the engine.
+ *   - libmicrohttpd's internal polling threads (a pool of o.http_threads, epoll) read the
+ *     body, validate it (serve_api.c: k25_serve_parse, k25_serve_check_len), and put a
+ *     `struct sreq` on the pending queue.  They never call the engine and never block: a
+ *     connection that waits for the engine (a non-streamed answer, a stream's start or its
+ *     next token) is suspended (wait_news) and resumed by whoever sees its news - the engine
+ *     thread after each round, the watchdog (serve_limits.c) for keep-alives.
  *   - One engine thread (engine_main) owns the engine: it submits pending
  *     requests, runs k25_engine_step, cancels requests whose client went
  *     away, and publishes tokens, finishes and statistics.
@@ -24,8 +27,9 @@
  * (OpenAI semantics); usage counts every generated token.  A stream that
  * waits (queued, long prefill) gets an SSE comment every second, which is
  * also how a vanished client is noticed before its first token.  When the
- * connection closes before the stream ended, the request is cancelled and
- * its KV blocks are freed.
+ * connection closes before the answer ended (streamed or not: the watchdog
+ * polls suspended sockets), the request is cancelled and its KV blocks are
+ * freed.
  */
 #include "serve_int.h"
 
@@ -81,11 +85,7 @@ static void sreq_unref(struct sreq *r)
 {
     if (--r->refs > 0)
         return;
-    free(r->ids);
-    free(r->out);
-    for (int i = 0; i < r->n_stop; i++)
-        free(r->stop[i]);
-    free(r->obuf);
+    k25_serve_req_clear(r);
     free(r);
 }
 

@@ -289,6 +289,18 @@ int k25_serve_check_len(struct k25_serve *S, const struct sreq *r, bool chat, st
                "with room for at least one generated token", r->n_ids, limit);
 }
 
+void k25_serve_req_clear(struct sreq *r)
+{
+    free(r->ids);
+    free(r->out);
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->obuf);
+    r->ids = r->out = NULL;
+    r->obuf = NULL;
+    r->n_stop = 0;
+}
+
 /* ------------------------------------------------------------ answers */
 
 /* A stream chunk: text (may be NULL for the role chunk), token ids, finish reason. */

@@ -213,6 +213,8 @@ int k25_serve_parse(struct k25_serve *S, const char *body, size_t n, bool chat, 
  * max_tokens and the limit when they do not fit.  0 or -1 with *b filled.
  */
 int k25_serve_check_len(struct k25_serve *S, const struct sreq *r, bool chat, struct k25_serve_bad *b);
+/* Frees what a request owns (prompt, output, stop sequences, stream buffer), not r itself. */
+void k25_serve_req_clear(struct sreq *r);
 /* OpenAI-style {"error": {message, type, param, code}} (new reference). */
 json_t *k25_serve_error_json(int status, const char *param, const char *msg);
 /* A stream chunk: text (NULL for the chat role chunk), its token ids, a finish reason or NULL. */

@@ -475,6 +475,36 @@ static void test_http_layer(void **state)
             usleep(20000);
     }
     assert_true(v >= 1); /* the chunked one: its request line was read (505 is refused before that) */
+    /* too large for libmicrohttpd's connection memory: 414 (URI), 431 (a header), 413 (a chunk size) */
+    char *big = malloc(80000);
+    assert_non_null(big);
+    int bl = sprintf(big, "GET /");
+    memset(big + bl, 'a', 70000);
+    sprintf(big + bl + 70000, " HTTP/1.1\r\nHost: x\r\n\r\n");
+    static const char *const codes[] = {"414", "431", "413"};
+    for (int k = 0; k < 3; k++) {
+        if (k == 1) {
+            bl = sprintf(big, "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ");
+            memset(big + bl, 'b', 40000);
+            sprintf(big + bl + 40000, "\r\n\r\n");
+        } else if (k == 2) {
+            sprintf(big, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         "FFFFFFFFFFFFFFFFFFFF\r\n");
+        }
+        int fd = tcp_connect(s.port, NULL);
+        send_all(fd, big, strlen(big));
+        char *r = recv_all(fd, 10000);
+        char want[32];
+        snprintf(want, sizeof(want), "HTTP/1.1 %s", codes[k]);
+        if (!strstr(r, want))
+            fail_msg("want %s, got %.80s", want, r);
+        free(r);
+        close(fd);
+        char name[64];
+        snprintf(name, sizeof(name), "k25_http_responses_total{code=\"%s\"}", codes[k]);
+        assert_true(metric(s.port, name) == 1);
+    }
+    free(big);
     assert_true(metric(s.port, "k25_http_responses_total{code=\"505\"}") == 1);
     assert_true(metric(s.port, "k25_http_responses_total{code=\"400\"}") >= 1);
     health_ok(s.port);
