@@ -115,10 +115,10 @@ static void test_key_table(void **state)
 {
     (void)state;
     int n = k25_config_key_count();
-    assert_int_equal(n, 42); /* + kv_quant_*, kv_sink/recent_tokens, backend, the queue and breaker keys,
+    assert_int_equal(n, 43); /* + kv_quant_*, kv_sink/recent_tokens, backend, the queue and breaker keys,
                                * weight_dtype, quantize_weights, weight_quant_group, cpu_kernels,
                                * enable_prefix_caching, kv_hot_tokens, kv_warm_budget_mb, kv_cold_dir;
-                               * - block_pattern_hint (removed: it was accepted and ignored) */
+                               * max_model_len; - block_pattern_hint (removed: it was accepted and ignored) */
     assert_null(k25_config_key(-1));
     assert_null(k25_config_key(n));
     struct k25_config def, c;

@@ -1347,6 +1347,71 @@ static void test_owed_done_records(void **state)
     k25_engine_destroy(e);
 }
 
+/* ---- issue 33: the context limit and degenerate sampling settings, at submit */
+
+static void test_context_limit_and_sampling(void **state)
+{
+    (void)state;
+    struct k25_config cfg = cfg_base();
+    struct k25_error err;
+    k25_engine_t *e = create(&cfg, &err);
+    assert_int_equal(k25_engine_max_model_len(e), K25_PRESET_MAX_POSITION); /* 0: the model's */
+    k25_engine_destroy(e);
+    cfg.max_model_len = K25_PRESET_MAX_POSITION + 1;
+    e = NULL;
+    assert_int_equal(k25_engine_create(&cfg, tu_tiny, &e, &err), K25_ERANGE);
+    assert_string_equal(err.field, "max_model_len");
+    assert_non_null(strstr(err.msg, "131072"));
+    cfg.max_model_len = 64;
+    e = create(&cfg, &err);
+    int h;
+    submit_ok(e, "fits", K25_PRIORITY_STANDARD, 40, &h); /* 24 + 40 = 64 */
+    assert_int_equal(submit(e, "long", K25_PRIORITY_STANDARD, 41, &h, &err), K25_EINVAL);
+    assert_string_equal(err.field, "max_model_len");
+    assert_non_null(strstr(err.msg, "24 tokens"));
+    assert_non_null(strstr(err.msg, "65 tokens exceeds the context limit max_model_len 64"));
+    int32_t p64[64] = {0};
+    struct k25_request req = {.id = "full", .input_ids = p64, .n_input = 64};
+    assert_int_equal(k25_engine_submit(e, &req, &h, &err), K25_EINVAL); /* no room for one token */
+    assert_non_null(strstr(err.msg, "the prompt is 64 tokens"));
+    req = (struct k25_request){.id = "room", .input_ids = p64, .n_input = 60}; /* default cap: 4 left */
+    assert_int_equal(k25_engine_submit(e, &req, &h, &err), K25_OK);
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    assert_int_equal(k25_engine_result(e, h)->n_output, 4);
+
+    /* degenerate temperatures: greedy below K25_SAMPLE_GREEDY_BELOW, non-finite ones refused */
+    int32_t greedy[8], got[8];
+    req = (struct k25_request){.id = "g", .input_ids = p64, .n_input = 8, .max_new_tokens = 8};
+    assert_int_equal(k25_engine_submit(e, &req, &h, &err), K25_OK);
+    assert_int_equal(k25_engine_run(e, &err), K25_OK);
+    assert_int_equal(outputs(e, h, greedy), 8);
+    const double tiny_t[] = {5e-324, 1e-310, 1e-300, 9.9e-6};
+    for (size_t i = 0; i < sizeof(tiny_t) / sizeof(tiny_t[0]); i++) {
+        req = (struct k25_request){.id = "t", .input_ids = p64, .n_input = 8, .max_new_tokens = 8,
+                                   .has_sampling = true, .temperature = tiny_t[i], .top_p = 1.0, .seed = 5};
+        assert_int_equal(k25_engine_submit(e, &req, &h, &err), K25_OK);
+        assert_int_equal(k25_engine_run(e, &err), K25_OK);
+        assert_int_equal(outputs(e, h, got), 8);
+        if (memcmp(got, greedy, sizeof(got)))
+            fail_msg("temperature %g: not the greedy tokens", tiny_t[i]);
+    }
+    const double bad_t[] = {NAN, INFINITY, -INFINITY, -5e-324, 100.5};
+    for (size_t i = 0; i < sizeof(bad_t) / sizeof(bad_t[0]); i++) {
+        req = (struct k25_request){.id = "b", .input_ids = p64, .n_input = 8, .max_new_tokens = 8,
+                                   .has_sampling = true, .temperature = bad_t[i], .top_p = 1.0};
+        assert_int_equal(k25_engine_submit(e, &req, &h, &err), K25_EINVAL);
+        assert_string_equal(err.field, "temperature");
+    }
+    const double bad_p[] = {NAN, INFINITY, 0.0, -0.0, 1.0000001};
+    for (size_t i = 0; i < sizeof(bad_p) / sizeof(bad_p[0]); i++) {
+        req = (struct k25_request){.id = "b", .input_ids = p64, .n_input = 8, .max_new_tokens = 8,
+                                   .has_sampling = true, .temperature = 0.5, .top_p = bad_p[i]};
+        assert_int_equal(k25_engine_submit(e, &req, &h, &err), K25_EINVAL);
+        assert_string_equal(err.field, "top_p");
+    }
+    k25_engine_destroy(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1367,6 +1432,7 @@ int main(void)
         cmocka_unit_test(test_degraded_queue),
         cmocka_unit_test(test_full_disk_tmpfs),
         cmocka_unit_test(test_owed_done_records),
+        cmocka_unit_test(test_context_limit_and_sampling),
     };
     int rc = tu_model_setup(NULL);
     if (rc == 0 && tu_group_setup(NULL) != 0)
