@@ -522,10 +522,6 @@ static int stream_fill(struct sreq *r)
 static bool wait_news(struct k25_serve *S, struct MHD_Connection *c, struct sconn *sc, enum sconn_wait w,
                       struct sreq *r)
 {
-    if (!sc) { /* untracked connection (out of memory at its start): poll, once per call */
-        struct sconn tmp = {.wait = w, .r = r};
-        return S->no_suspend || k25_serve_conn_ready(&tmp, k25_now_ns());
-    }
     sc->wait = w;
     sc->r = r;
     if (S->no_suspend || k25_serve_conn_ready(sc, k25_now_ns())) {
@@ -738,10 +734,11 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 {
     (void)cls;
     (void)uri;
-    struct conn *cn = calloc(1, sizeof(*cn));
+    struct sconn *sc = k25_serve_sconn(c);
+    struct conn *cn = sc ? calloc(1, sizeof(*cn)) : NULL;
     if (cn)
-        cn->sc = k25_serve_sconn(c);
-    return cn;
+        cn->sc = sc;
+    return cn; /* NULL (out of memory): the access handler fails the connection */
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -751,14 +748,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct k25_serve *S = cls;
     struct conn *cn = *con_cls;
     if (!cn)
-        return MHD_NO; /* out of memory at the request line */
+        return MHD_NO; /* out of memory at the request line or the connection's start */
     if (!cn->handled) { /* the header is complete */
         cn->handled = true;
-        if (cn->sc) {
-            pthread_mutex_lock(&S->mu);
-            cn->sc->body_start_ns = k25_now_ns();
-            pthread_mutex_unlock(&S->mu);
-        }
+        pthread_mutex_lock(&S->mu);
+        cn->sc->body_start_ns = k25_now_ns();
+        pthread_mutex_unlock(&S->mu);
         return MHD_YES;
     }
     if (cn->r) /* resumed: the request it waits for has news */
@@ -786,11 +781,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     cn->t_ns = k25_now_ns();
-    if (cn->sc) {
-        pthread_mutex_lock(&S->mu);
-        cn->sc->body_done = true;
-        pthread_mutex_unlock(&S->mu);
-    }
+    pthread_mutex_lock(&S->mu);
+    cn->sc->body_done = true;
+    pthread_mutex_unlock(&S->mu);
     cn->replied = true; /* every path below queues a response, or fails the connection */
     bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
     bool is_cmpl = !strcmp(url, "/v1/completions"), is_chat = !strcmp(url, "/v1/chat/completions");
