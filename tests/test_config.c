@@ -115,9 +115,9 @@ static void test_key_table(void **state)
 {
     (void)state;
     int n = k25_config_key_count();
-    assert_int_equal(n, 46); /* + kv_quant_*, kv_sink/recent_tokens, backend, the queue and breaker keys,
+    assert_int_equal(n, 47); /* + kv_quant_*, kv_sink/recent_tokens, backend, the queue and breaker keys,
                                * weight_dtype, quantize_weights, weight_quant_group, cpu_kernels, cuda_gemm,
-                               * enable_prefix_caching, kv_hot_tokens, kv_warm_budget_mb, kv_cold_dir, ignore_eos,
+                               * enable_prefix_caching, kv_hot_tokens, kv_warm_budget_mb, kv_cold_dir, ignore_eos, max_model_len,
                                * kv_tier_policy and block_pattern_hint (issue 36: built, no longer removed) */
     assert_null(k25_config_key(-1));
     assert_null(k25_config_key(n));
