@@ -664,6 +664,14 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
         goto out;
     }
     note_load_guard(st.prov);
+    /* TEST-ONLY, off unless K25_TEST_HOLD is set: before the measurement, or after N requests (loadgen.c) */
+    if (st.ep && k25_testknob_hold_at() > 0) {
+        rc = k25_error_set(err, K25_EUNSUPPORTED, NULL, 0, "K25_TEST_HOLD",
+                           "a hold after N requests (@N) needs the in-process engine, not --endpoint");
+        goto out;
+    }
+    if (k25_testknob_hold_at() == 0 && (rc = k25_testknob_hold(st.o.stop, err)) != K25_OK)
+        goto out;
     if ((rc = measure_reps(&st, err)) != K25_OK || (rc = summarize(&st, err)) != K25_OK ||
         (rc = measure_fidelity(&st, err)) != K25_OK || (rc = build_doc(&st, err)) != K25_OK ||
         (rc = write_outputs(&st, err)) != K25_OK)
