@@ -655,7 +655,8 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
     if (!(st.sum = calloc(1, sizeof(*st.sum))))
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
 
-    if ((rc = check_opts(&st.o, err)) != K25_OK || (rc = k25_config_validate(cfg, err)) != K25_OK ||
+    if ((rc = check_opts(&st.o, err)) != K25_OK || (rc = k25_testknob_hold_check(err)) != K25_OK ||
+        (rc = k25_config_validate(cfg, err)) != K25_OK ||
         (rc = load_gold(&st, err)) != K25_OK || (rc = create_outputs(&st, err)) != K25_OK ||
         (rc = open_target(&st, err)) != K25_OK)
         goto out;

@@ -817,6 +817,8 @@ void k25_testknob_install(k25_engine_t *e);
  * of the first measured repetition have ended (loadgen.c).
  */
 long k25_testknob_hold_at(void);
+/* K25_OK unless K25_TEST_HOLD is set but malformed (refused by name; k25 bench checks it first). */
+int k25_testknob_hold_check(struct k25_error *err);
 int k25_testknob_hold(volatile sig_atomic_t *stop, struct k25_error *err);
 
 /* ------------------------------------------------- k25 serve (serve.c) */

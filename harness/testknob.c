@@ -151,8 +151,7 @@ static void hold_parse(void)
         errno = 0;
         long n = strtol(at + 1, &end, 10);
         if (end == at + 1 || *end || errno || n < 1) {
-            fprintf(stderr, "k25: K25_TEST_HOLD=\"%s\": after '@' a request count >= 1 is expected; holding "
-                            "before the measurement\n", v);
+            g_hold_at = -2; /* refused by k25_testknob_hold_check */
         } else {
             *at = 0;
             g_hold_at = n;
@@ -163,14 +162,23 @@ static void hold_parse(void)
 long k25_testknob_hold_at(void)
 {
     hold_parse();
-    return g_hold_at;
+    return g_hold_at < 0 ? -1 : g_hold_at;
+}
+
+int k25_testknob_hold_check(struct k25_error *err)
+{
+    hold_parse();
+    if (g_hold_at == -2)
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "K25_TEST_HOLD",
+                             "\"%s\": expected PREFIX or PREFIX@N with a request count N >= 1", getenv("K25_TEST_HOLD"));
+    return K25_OK;
 }
 
 int k25_testknob_hold(volatile sig_atomic_t *stop, struct k25_error *err)
 {
     hold_parse();
     if (g_hold_at < 0)
-        return K25_OK;
+        return g_hold_at == -2 ? k25_testknob_hold_check(err) : K25_OK;
     const char *prefix = g_hold_prefix;
     char ready[PATH_MAX], release[PATH_MAX], dir[PATH_MAX];
     if (strlen(prefix) + 9 >= sizeof(ready))

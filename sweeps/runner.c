@@ -349,7 +349,8 @@ static int holds_parse(struct holds *h, int n_all, struct k25_error *err)
     const char *colon = strrchr(env, ':');
     if (!colon || colon == env || (size_t)(colon - env) >= sizeof(h->dir) || !colon[1])
         return k25_error_set(err, K25_EINVAL, "K25_TEST_HOLD_TASKS", 0, NULL,
-                             "\"%s\": expected DIR:I[,J...] (task indices of the sweep's order)", env);
+                             "\"%s\": expected DIR:I[,J...] (at most %d task indices of the sweep's order)", env,
+                             MAX_HOLDS);
     snprintf(h->dir, sizeof(h->dir), "%.*s", (int)(colon - env), env);
     for (const char *p = colon + 1; *p;) {
         char *end;
@@ -357,7 +358,8 @@ static int holds_parse(struct holds *h, int n_all, struct k25_error *err)
         long t = strtol(p, &end, 10);
         if (end == p || errno || (*end && *end != ',') || h->n == MAX_HOLDS)
             return k25_error_set(err, K25_EINVAL, "K25_TEST_HOLD_TASKS", 0, NULL,
-                                 "\"%s\": expected DIR:I[,J...] with at most %d indices", env, MAX_HOLDS);
+                                 "\"%s\": expected DIR:I[,J...] (at most %d task indices of the sweep's order)",
+                                 env, MAX_HOLDS);
         if (t < 0 || t >= n_all)
             return k25_error_set(err, K25_ERANGE, "K25_TEST_HOLD_TASKS", 0, NULL,
                                  "task %ld: the sweep has tasks 0..%d", t, n_all - 1);

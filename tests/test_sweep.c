@@ -489,6 +489,41 @@ static void test_slowed_points_real_best(void **state)
     free(out);
 }
 
+/* The TEST-ONLY hold knobs refuse what they cannot do, by name (they are never silently ignored). */
+static void test_hold_knob_errors(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *value, *want;
+    } bad[] = {
+        {"nodir", "K25_TEST_HOLD_TASKS: \"nodir\": expected DIR:I[,J...]"},
+        {"/tmp:", "K25_TEST_HOLD_TASKS: \"/tmp:\": expected DIR:I[,J...]"},
+        {"/tmp:1,x", "K25_TEST_HOLD_TASKS: \"/tmp:1,x\": expected DIR:I[,J...]"},
+        {"/tmp:15", "K25_TEST_HOLD_TASKS: task 15: the sweep has tasks 0..14"},
+    };
+    char cmd[2048], *out;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "K25_TEST_HOLD_TASKS='%s' %s sweep sweeps/ci-smoke.yaml --out %s/hold-bad --dry-run",
+                 bad[i].value, tu_k25(), tu_dir);
+        out = run_expect(cmd, 2);
+        if (!strstr(out, bad[i].want))
+            fail_msg("%s:\n%s\nwanted: %s", cmd, out, bad[i].want);
+        free(out);
+    }
+    snprintf(cmd, sizeof(cmd), "K25_TEST_HOLD_TASKS='%s:3,14' %s sweep sweeps/ci-smoke.yaml --out %s/hold-ok --dry-run",
+             tu_dir, tu_k25(), tu_dir);
+    out = run_expect(cmd, 0);
+    assert_non_null(strstr(out, "TEST-ONLY hook K25_TEST_HOLD_TASKS is active: 2 run(s)"));
+    free(out);
+    /* the bench's own knob: a request count after '@' or nothing */
+    snprintf(cmd, sizeof(cmd), "K25_TEST_HOLD=%s/h@0 %s bench --dataset datasets/gold/ci-small.jsonl --requests 1 "
+                               "--out %s/hold-bad.h5 --quiet", tu_dir, tu_k25(), tu_dir);
+    out = run_expect(cmd, 2);
+    assert_non_null(strstr(out, "K25_TEST_HOLD"));
+    assert_non_null(strstr(out, "expected PREFIX or PREFIX@N with a request count N >= 1"));
+    free(out);
+}
+
 /*
  * Resume: kill the runner (SIGKILL) while a run is in flight, three runs
  * finished; its children die with it; no partial run is kept under a
@@ -787,6 +822,7 @@ int main(void)
         cmocka_unit_test(test_ci_smoke),
         cmocka_unit_test(test_equivalent_points_no_best),
         cmocka_unit_test(test_slowed_points_real_best),
+        cmocka_unit_test(test_hold_knob_errors),
         cmocka_unit_test(test_resume_after_kill),
         cmocka_unit_test(test_interrupt_sweep),
         cmocka_unit_test(test_tasks_and_merge),
