@@ -189,7 +189,7 @@ static bool cluster_start(char *why, size_t wn)
     snprintf(cmd, sizeof(cmd), "munge -S %s/munge/munge.socket -n 2>/dev/null | unmunge -S %s/munge/munge.socket >/dev/null 2>&1",
              C.dir, C.dir);
     bool ok = false;
-    for (int i = 0; i < 50 && !ok && alive(C.munged); i++) {
+    for (int i = 0; i < 300 && !ok && alive(C.munged); i++) { /* up to 30 s: a bound, not the way out */
         sleep_ms(100);
         ok = tu_run(cmd, NULL) == 0;
     }
@@ -234,7 +234,7 @@ static bool cluster_start(char *why, size_t wn)
     char *dargv[] = {"slurmd", "-D", "-N", "localhost", "-f", C.conf, NULL};
     C.slurmd = start_daemon(dargv, path);
     ok = false;
-    for (int i = 0; i < 300 && !ok && alive(C.ctld) && alive(C.slurmd); i++) { /* up to 30 s */
+    for (int i = 0; i < 1200 && !ok && alive(C.ctld) && alive(C.slurmd); i++) { /* up to 2 min: a bound */
         sleep_ms(100);
         ok = tu_run("sinfo -h -N -o %t 2>/dev/null | grep -qx idle", NULL) == 0;
     }
