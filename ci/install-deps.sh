@@ -10,6 +10,7 @@ PKGS=(
   libyaml-dev libjansson-dev libcmocka-dev libssl-dev
   libhdf5-dev hdf5-tools
   gnuplot-nox jq procps
+  coreutils                # timeout(1): ci/run-tests.sh's time limit per test (essential: always there)
   libmicrohttpd-dev libcurl4-openssl-dev   # k25 serve (HTTP server), k25 bench --endpoint (HTTP client)
 )
 # tests/test_slurm.c starts a one-node Slurm cluster (Debian 12: Slurm 22.05) on 127.0.0.1
