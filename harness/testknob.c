@@ -218,8 +218,9 @@ int k25_testknob_hold(volatile sig_atomic_t *stop, struct k25_error *err)
     while (rc == K25_OK && access(release, F_OK) != 0) {
         uint64_t now = k25_now_ns();
         if (stop && *stop) {
-            rc = k25_error_set(err, K25_EIO, NULL, 0, NULL, "interrupted by %s while held by K25_TEST_HOLD: nothing "
-                               "measured, nothing written", *stop == SIGINT ? "SIGINT" : "SIGTERM");
+            rc = k25_error_set(err, K25_EIO, NULL, 0, NULL, "interrupted by %s while held by K25_TEST_HOLD%s",
+                               *stop == SIGINT ? "SIGINT" : "SIGTERM",
+                               g_hold_at > 0 ? "" : ": nothing measured, nothing written");
             break;
         }
         if (now >= deadline) {

@@ -361,12 +361,15 @@ static void test_slurm_array(void **state)
         }
     }
     /* both held benches run at once, and Slurm says so: the tasks do overlap */
-    char *s = task_states(job), line[64];
+    char *s = task_states(job), *lines = NULL, line[64];
+    if (asprintf(&lines, "\n%s", s) < 0)
+        fail();
     for (int k = 0; k < 2; k++) {
-        snprintf(line, sizeof(line), "%d RUNNING", held[k]);
-        if (!strstr(s, line))
+        snprintf(line, sizeof(line), "\n%d RUNNING", held[k]);
+        if (!strstr(lines, line))
             fail_msg("task %d holds but is not RUNNING:\n%s", held[k], s);
     }
+    free(lines);
     free(s);
     snprintf(cmd, sizeof(cmd), "scancel %s_%d", job, victim);
     free(run_expect(cmd, 0));
