@@ -10,6 +10,7 @@ PKGS=(
   libyaml-dev libjansson-dev libcmocka-dev libssl-dev
   libhdf5-dev hdf5-tools
   gnuplot-nox jq procps
+  coreutils                # timeout(1): ci/run-tests.sh's time limit per test (essential: always there)
   libmicrohttpd-dev libcurl4-openssl-dev   # k25 serve (HTTP server), k25 bench --endpoint (HTTP client)
   libpcre2-dev libutf8proc-dev             # tokenizer.json: pre-tokenizer regexes (PCRE2), Unicode normalization
 )

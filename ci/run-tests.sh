@@ -15,8 +15,30 @@
 # identity and tolerance check still runs, and the default run before them
 # is the full one.  K25_QUICK=1 (make test-quick, make asan) runs the
 # default only.
+#
+# Each run has a time limit, K25_TEST_TIMEOUT seconds (default 900; 0: none)
+# through coreutils timeout (SIGTERM to the test's process group, SIGKILL 30 s
+# later): a hung test fails naming itself ("TIMEOUT test_x after N s")
+# instead of eating CI's limit.  At the end, a table of every run's wall
+# time (each core-type rerun on its own line) and the suite's total;
+# docs/testing.md says what the suite costs.
 set -u
 failed=()
+labels=()
+secs=()
+limit=${K25_TEST_TIMEOUT:-900}
+case $limit in
+  ''|*[!0-9]*) echo "run-tests.sh: K25_TEST_TIMEOUT=$limit: expected whole seconds (0: no limit)" >&2; exit 2 ;;
+esac
+suite_start=$(date +%s.%N)
+n_exe=$#
+child=
+interrupted=
+on_signal() { # forwards SIGINT/SIGTERM to the running test; the suite stops after it
+  interrupted=1
+  [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
+}
+trap on_signal INT TERM
 numerics=" test_engine test_kvcompress test_attention test_backend_ops "
 coretypes=(SkylakeX Haswell Prescott)
 quick=0
@@ -40,12 +62,50 @@ coretype_missing() {
 }
 
 run_one() { # run_one LABEL BINARY [VAR=VALUE]
-  local label=$1 bin=$2 start
+  local label=$1 bin=$2 start rc dt
   shift 2
   echo "=== $label"
-  start=$(date +%s)
-  if ! env "$@" "$bin"; then failed+=("$label"); fi
-  echo "--- $label: $(( $(date +%s) - start ))s"
+  start=$(date +%s.%N)
+  # in the background and waited for, so that a Ctrl-C here reaches the test through on_signal
+  # (timeout runs it in a process group of its own, outside the terminal's)
+  if [ "$limit" = 0 ]; then
+    env "$@" "$bin" &
+  else
+    timeout --kill-after=30 "$limit" env "$@" "$bin" &
+  fi
+  child=$!
+  while :; do
+    wait "$child"
+    rc=$?
+    kill -0 "$child" 2>/dev/null || break # still running: the wait was cut short by a signal
+  done
+  child=
+  dt=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  if [ "$limit" != 0 ] && { [ $rc = 124 ] || { [ $rc = 137 ] && awk -v d="$dt" -v l="$limit" 'BEGIN { exit !(d >= l) }'; }; }; then
+    echo "TIMEOUT $label after $limit s (K25_TEST_TIMEOUT)"
+    failed+=("$label: TIMEOUT after $limit s")
+  elif [ $rc != 0 ]; then
+    failed+=("$label")
+  fi
+  labels+=("$label")
+  secs+=("$dt")
+  echo "--- $label: ${dt}s"
+  if [ -n "$interrupted" ]; then
+    print_times
+    echo "run-tests.sh: interrupted during $label" >&2
+    exit 130
+  fi
+}
+
+print_times() { # the table of wall times and the suite's total
+  local i total n=$n_exe
+  total=$(awk -v a="$suite_start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  echo
+  echo "Test wall times (seconds):"
+  for i in "${!labels[@]}"; do
+    printf '  %8s  %s\n' "${secs[$i]}" "${labels[$i]}"
+  done
+  printf '  %8s  %s\n' "$total" "total (${#labels[@]} runs of $n executables)"
 }
 
 for t in "$@"; do
@@ -65,6 +125,7 @@ for t in "$@"; do
     run_one "$name (OPENBLAS_CORETYPE=$ct)" "$t" OPENBLAS_CORETYPE="$ct" K25_QUICK=1
   done
 done
+print_times
 if [ ${#failed[@]} -ne 0 ]; then
   echo "FAILED test executables:$(printf ' [%s]' "${failed[@]}")" >&2
   exit 1

@@ -681,7 +681,8 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
     if (!(st.sum = calloc(1, sizeof(*st.sum))))
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
 
-    if ((rc = check_opts(&st.o, err)) != K25_OK || (rc = k25_config_validate(cfg, err)) != K25_OK ||
+    if ((rc = check_opts(&st.o, err)) != K25_OK || (rc = k25_testknob_hold_check(err)) != K25_OK ||
+        (rc = k25_config_validate(cfg, err)) != K25_OK ||
         (rc = load_gold(&st, err)) != K25_OK || (rc = create_outputs(&st, err)) != K25_OK ||
         (rc = open_target(&st, err)) != K25_OK)
         goto out;
@@ -690,6 +691,14 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
         goto out;
     }
     note_load_guard(st.prov);
+    /* TEST-ONLY, off unless K25_TEST_HOLD is set: before the measurement, or after N requests (loadgen.c) */
+    if (st.ep && k25_testknob_hold_at() > 0) {
+        rc = k25_error_set(err, K25_EUNSUPPORTED, NULL, 0, "K25_TEST_HOLD",
+                           "a hold after N requests (@N) needs the in-process engine, not --endpoint");
+        goto out;
+    }
+    if (k25_testknob_hold_at() == 0 && (rc = k25_testknob_hold(st.o.stop, err)) != K25_OK)
+        goto out;
     if ((rc = measure_reps(&st, err)) != K25_OK || (rc = summarize(&st, err)) != K25_OK ||
         (rc = measure_fidelity(&st, err)) != K25_OK || (rc = build_doc(&st, err)) != K25_OK ||
         (rc = write_outputs(&st, err)) != K25_OK)

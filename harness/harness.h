@@ -28,7 +28,7 @@
  *                 deadlines, per-connection watchdog, API key check)
  *   attnbench.c   the attention microbenchmark (`k25 attn-bench`)
  *   checksum.c    `k25 checksum`: a model directory's hashes and shapes
- *   testknob.c    TEST-ONLY degradation knobs
+ *   testknob.c    TEST-ONLY degradation knobs and the hold before measuring
  *
  * fidelity.h, endpoint.h, sse.h and serve_int.h are internal to harness/:
  * the build gives folders above only this header (README.md, "Source
@@ -814,6 +814,18 @@ int k25_checksum_manifest_write(const struct k25_checksum_report *r, const char 
  * Every engine the harness creates gets them.
  */
 void k25_testknob_install(k25_engine_t *e);
+/*
+ * TEST-ONLY K25_TEST_HOLD=PREFIX[@N] (testknob.c): k25_testknob_hold
+ * writes PREFIX.ready and blocks until PREFIX.release exists; returns at
+ * once when unset.  Fails (an interruption) when *stop is set by a signal
+ * meanwhile.  k25_testknob_hold_at: where the hold is, -1 none, 0 before
+ * the measurement (bench.c calls the hold there), N >= 1 once N requests
+ * of the first measured repetition have ended (loadgen.c).
+ */
+long k25_testknob_hold_at(void);
+/* K25_OK unless K25_TEST_HOLD is set but malformed (refused by name; k25 bench checks it first). */
+int k25_testknob_hold_check(struct k25_error *err);
+int k25_testknob_hold(volatile sig_atomic_t *stop, struct k25_error *err);
 
 /* ------------------------------------------------- k25 serve (serve.c) */
 

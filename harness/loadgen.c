@@ -857,6 +857,7 @@ int k25_loadgen_run(k25_engine_t *e, const struct k25_loadgen_settings *s, struc
     L.last_progress = L.g.start_ns;
     L.stall_pending = s->record && s->rep == 0 && o->stall_at_ns >= 0 && o->stall_ns > 0;
     k25_engine_set_event_cb(e, on_event, &L);
+    long hold_at = s->record && s->rep == 0 ? k25_testknob_hold_at() : 0;
     while (rc == K25_OK) {
         if (o->stop && *o->stop) {
             run->interrupted = true;
@@ -869,6 +870,13 @@ int k25_loadgen_run(k25_engine_t *e, const struct k25_loadgen_settings *s, struc
         if (!k25_engine_idle(e)) {
             if ((rc = step_once(&L, err)) != K25_OK || (rc = collect_finished(&L, err)) != K25_OK)
                 break;
+            /* TEST-ONLY K25_TEST_HOLD=PREFIX@N (testknob.c): a signal while held is the loop's interruption */
+            if (hold_at > 0 && L.g.done >= hold_at) {
+                hold_at = 0;
+                if ((rc = k25_testknob_hold(o->stop, err)) != K25_OK && !(o->stop && *o->stop))
+                    break;
+                rc = K25_OK;
+            }
         } else if (!L.can_issue && L.g.inflight == 0) {
             finish_rep(&L, k25_now_ns()); /* everything issued and finished */
             break;

@@ -18,12 +18,40 @@
  * The harness installs them on every engine it creates
  * (k25_testknob_install) through the engine's step hook: the engine
  * library reads no environment.  Says on stderr when one is active.
+ *
+ * And one TEST-ONLY synchronization knob, for tests that need "a run that
+ * is still going" whatever the machine's speed (tests/test_slurm.c,
+ * tests/test_sweep.c; docs/testing.md):
+ *
+ *   K25_TEST_HOLD=PREFIX  `k25 bench` holds before it measures: once its
+ *                         output temporaries are open and the engine is
+ *                         loaded, it writes its pid to PREFIX.ready and
+ *                         blocks (inotify on PREFIX's folder: an event, no
+ *                         polling) until PREFIX.release exists, then runs as
+ *                         usual.  SIGINT/SIGTERM while held ends the run as
+ *                         an interruption before anything was measured
+ *                         (nothing written); no release within 15 minutes
+ *                         fails the run.  `k25 sweep` sets it for chosen
+ *                         runs (K25_TEST_HOLD_TASKS, sweeps/runner.c).
+ *   K25_TEST_HOLD=PREFIX@N  the same hold, but once N (>= 1) requests of
+ *                         the first measured repetition have ended (the
+ *                         in-process engine's load generator, loadgen.c): a
+ *                         signal while held interrupts a run that certainly
+ *                         measured something (it keeps those requests).
  */
 #include "harness.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <time.h>
+#include <unistd.h>
 
 static int g_init;
 static double g_slowdown, g_lossy;
@@ -85,4 +113,135 @@ void k25_testknob_install(k25_engine_t *e)
     }
     if (g_slowdown > 0 || g_lossy > 0)
         k25_engine_set_step_hook(e, apply, NULL);
+}
+
+#define HOLD_LIMIT_S 900 /* a test that never releases fails, it does not hang for ever */
+
+/* Writes our pid to path through a temporary and a rename: a watcher never reads half a file. */
+static int write_ready(const char *path, struct k25_error *err)
+{
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%ld\n", (long)getpid()) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return k25_error_set(err, K25_EIO, path, 0, "K25_TEST_HOLD", "cannot write the ready marker: %s",
+                             strerror(e));
+    }
+    return K25_OK;
+}
+
+static int g_hold_init;
+static char g_hold_prefix[PATH_MAX];
+static long g_hold_at = -1;
+
+static void hold_parse(void)
+{
+    if (g_hold_init)
+        return;
+    g_hold_init = 1;
+    const char *v = getenv("K25_TEST_HOLD");
+    if (!v || !*v)
+        return;
+    snprintf(g_hold_prefix, sizeof(g_hold_prefix), "%s", v);
+    g_hold_at = 0;
+    char *at = strrchr(g_hold_prefix, '@'), *end;
+    if (at && !strchr(at, '/')) {
+        errno = 0;
+        long n = strtol(at + 1, &end, 10);
+        if (end == at + 1 || *end || errno || n < 1) {
+            g_hold_at = -2; /* refused by k25_testknob_hold_check */
+        } else {
+            *at = 0;
+            g_hold_at = n;
+        }
+    }
+}
+
+long k25_testknob_hold_at(void)
+{
+    hold_parse();
+    return g_hold_at < 0 ? -1 : g_hold_at;
+}
+
+int k25_testknob_hold_check(struct k25_error *err)
+{
+    hold_parse();
+    if (g_hold_at == -2)
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "K25_TEST_HOLD",
+                             "\"%s\": expected PREFIX or PREFIX@N with a request count N >= 1", getenv("K25_TEST_HOLD"));
+    return K25_OK;
+}
+
+int k25_testknob_hold(volatile sig_atomic_t *stop, struct k25_error *err)
+{
+    hold_parse();
+    if (g_hold_at < 0)
+        return g_hold_at == -2 ? k25_testknob_hold_check(err) : K25_OK;
+    const char *prefix = g_hold_prefix;
+    char ready[PATH_MAX], release[PATH_MAX], dir[PATH_MAX];
+    if (strlen(prefix) + 9 >= sizeof(ready))
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "K25_TEST_HOLD", "the prefix is too long");
+    snprintf(ready, sizeof(ready), "%s.ready", prefix);
+    snprintf(release, sizeof(release), "%s.release", prefix);
+    const char *slash = strrchr(prefix, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == prefix)
+        snprintf(dir, sizeof(dir), "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - prefix), prefix);
+    if (g_hold_at > 0)
+        fprintf(stderr, "k25: TEST-ONLY knob K25_TEST_HOLD=%s@%ld is active: holding after %ld measured request(s) "
+                        "until %s exists\n", prefix, g_hold_at, g_hold_at, release);
+    else
+        fprintf(stderr, "k25: TEST-ONLY knob K25_TEST_HOLD=%s is active: holding before the measurement until %s "
+                        "exists\n", prefix, release);
+    int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (fd < 0)
+        return k25_error_set(err, K25_EIO, NULL, 0, "K25_TEST_HOLD", "inotify: %s", strerror(errno));
+    /* the watch first, then the marker and the check: a release made after the check is an event */
+    if (inotify_add_watch(fd, dir, IN_CREATE | IN_MOVED_TO) < 0) {
+        int e = errno;
+        close(fd);
+        return k25_error_set(err, K25_EIO, dir, 0, "K25_TEST_HOLD", "cannot watch the folder: %s", strerror(e));
+    }
+    int rc = write_ready(ready, err);
+    /* SIGINT/SIGTERM blocked outside ppoll: one that comes between the check and the wait ends the wait */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    uint64_t deadline = k25_now_ns() + (uint64_t)HOLD_LIMIT_S * 1000000000ULL;
+    while (rc == K25_OK && access(release, F_OK) != 0) {
+        uint64_t now = k25_now_ns();
+        if (stop && *stop) {
+            rc = k25_error_set(err, K25_EIO, NULL, 0, NULL, "interrupted by %s while held by K25_TEST_HOLD%s",
+                               *stop == SIGINT ? "SIGINT" : "SIGTERM",
+                               g_hold_at > 0 ? "" : ": nothing measured, nothing written");
+            break;
+        }
+        if (now >= deadline) {
+            rc = k25_error_set(err, K25_EIO, release, 0, "K25_TEST_HOLD", "no release within %d s", HOLD_LIMIT_S);
+            break;
+        }
+        uint64_t left = deadline - now;
+        struct timespec ts = {(time_t)(left / 1000000000ULL), (long)(left % 1000000000ULL)};
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = ppoll(&p, 1, &ts, &old);
+        if (r < 0 && errno != EINTR) {
+            rc = k25_error_set(err, K25_EIO, dir, 0, "K25_TEST_HOLD", "waiting: %s", strerror(errno));
+        } else if (r > 0) {
+            char buf[4096];
+            while (read(fd, buf, sizeof(buf)) > 0) /* drain; the loop's check decides */
+                ;
+        }
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    close(fd);
+    if (rc == K25_OK)
+        fprintf(stderr, "k25: TEST-ONLY knob K25_TEST_HOLD: released\n");
+    return rc;
 }

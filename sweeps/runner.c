@@ -305,7 +305,7 @@ int k25_sweep_tasks(const struct k25_sweep_spec *spec, const struct k25_sweep_po
             order[j] = t;
         }
         for (int i = 0; i < n_sel; i++)
-            tasks[nt++] = (struct k25_sweep_task){order[i], r};
+            tasks[nt] = (struct k25_sweep_task){order[i], r, nt}, nt++;
     }
     free(order);
     return nt;
@@ -325,6 +325,65 @@ static int task_threads(void)
     return n > 0 ? n : 0;
 }
 
+/*
+ * TEST-ONLY K25_TEST_HOLD_TASKS="DIR:I,J,...": the bench runs of tasks I,
+ * J (their index in the sweep's order, the number --task takes) get
+ * K25_TEST_HOLD=DIR/task-I (harness/testknob.c: the run writes
+ * DIR/task-I.ready and waits for DIR/task-I.release before it measures);
+ * the other runs get no hold.  Lets a test act on a run that is certainly
+ * still going, whatever the machine's speed (tests/test_slurm.c,
+ * tests/test_sweep.c, docs/testing.md); never set it for a measurement.
+ */
+#define MAX_HOLDS 16
+struct holds {
+    char dir[1024];           /* "": the knob is off */
+    int task[MAX_HOLDS], n;
+};
+
+static int holds_parse(struct holds *h, int n_all, struct k25_error *err)
+{
+    const char *env = getenv("K25_TEST_HOLD_TASKS");
+    memset(h, 0, sizeof(*h));
+    if (!env || !*env)
+        return K25_OK;
+    const char *colon = strrchr(env, ':');
+    if (!colon || colon == env || (size_t)(colon - env) >= sizeof(h->dir) || !colon[1])
+        return k25_error_set(err, K25_EINVAL, "K25_TEST_HOLD_TASKS", 0, NULL,
+                             "\"%s\": expected DIR:I[,J...] (at most %d task indices of the sweep's order)", env,
+                             MAX_HOLDS);
+    snprintf(h->dir, sizeof(h->dir), "%.*s", (int)(colon - env), env);
+    for (const char *p = colon + 1; *p;) {
+        char *end;
+        errno = 0;
+        long t = strtol(p, &end, 10);
+        if (end == p || errno || (*end && *end != ',') || h->n == MAX_HOLDS)
+            return k25_error_set(err, K25_EINVAL, "K25_TEST_HOLD_TASKS", 0, NULL,
+                                 "\"%s\": expected DIR:I[,J...] (at most %d task indices of the sweep's order)",
+                                 env, MAX_HOLDS);
+        if (t < 0 || t >= n_all)
+            return k25_error_set(err, K25_ERANGE, "K25_TEST_HOLD_TASKS", 0, NULL,
+                                 "task %ld: the sweep has tasks 0..%d", t, n_all - 1);
+        h->task[h->n++] = (int)t;
+        p = *end ? end + 1 : end;
+    }
+    return K25_OK;
+}
+
+/* Before starting a run of task index (-1: a filler): its K25_TEST_HOLD, or none. */
+static void holds_apply(const struct holds *h, int index)
+{
+    if (!h->dir[0])
+        return;
+    for (int i = 0; i < h->n && index >= 0; i++)
+        if (h->task[i] == index) {
+            char v[1100];
+            snprintf(v, sizeof(v), "%s/task-%d", h->dir, index);
+            setenv("K25_TEST_HOLD", v, 1);
+            return;
+        }
+    unsetenv("K25_TEST_HOLD");
+}
+
 /* The running sweep: what the scheduling loop and its helpers share. */
 struct sched {
     const struct k25_sweep_spec *spec;
@@ -335,6 +394,7 @@ struct sched {
     int n_tasks;
     struct k25_sweep_slow_rule slow[K25_SWEEP_MAX_SLOW_RULES];
     int n_slow;
+    struct holds holds;       /* TEST-ONLY K25_TEST_HOLD_TASKS */
     int jobs, per_job, threads;
     struct child *kids;       /* [jobs] */
     int fillers_started;
@@ -358,6 +418,7 @@ static int launch(struct sched *S, int s, int t, struct k25_error *err)
     pid_t pid;
     struct k25_sweep_workload w;
     k25_sweep_point_workload(spec, p, &w); /* the spec's, with the point's client axes */
+    holds_apply(&S->holds, t >= 0 ? tk->index : -1); /* the child inherits it */
     if (spec->launch[0]) {
         pid = k25_sweep_spawn_launch(spec, o, p, tk->rep, prefix, log, c0, S->per_job, S->threads, slow);
     } else if (t >= 0 && spec->wl.search) {
@@ -613,6 +674,11 @@ int k25_sweep_run(const struct k25_sweep_spec *spec, const struct k25_sweep_opts
         rc = k25_error_set(err, K25_ERANGE, "--task", 0, NULL, "task %d of %d (0..%d)", o->task, n_all, n_all - 1);
         goto out;
     }
+    if ((rc = holds_parse(&S.holds, n_all, err)))
+        goto out;
+    if (S.holds.dir[0])
+        fprintf(stderr, "k25 sweep: TEST-ONLY hook K25_TEST_HOLD_TASKS is active: %d run(s) wait for a release file "
+                        "under %s before they measure\n", S.holds.n, S.holds.dir);
     for (int k = 0; k < n_all; k++) {
         if (o->task >= 0 && k != o->task)
             continue;
@@ -671,6 +737,8 @@ int k25_sweep_run(const struct k25_sweep_spec *spec, const struct k25_sweep_opts
     sigaction(SIGCHLD, &dfl, &old_chld);
     g_stop = 0;
     rc = schedule(&S, n_done, n_all, err);
+    if (S.holds.dir[0])
+        unsetenv("K25_TEST_HOLD");
     /* g_stop keeps the signal for k25_sweep_stop_signal() after the handlers are restored */
     if (guard_was_set)
         setenv("K25_LOAD_GUARD", guard_saved, 1);

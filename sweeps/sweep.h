@@ -228,9 +228,9 @@ struct k25_sweep_opts {
     const char *endpoint;     /* URL the runs go to, overriding spec->endpoint (a launch: point's server); NULL */
 };
 
-/* One run: repetition `rep` of point `point`. */
+/* One run: repetition `rep` of point `point`, run `index` of the sweep's order (what --task takes). */
 struct k25_sweep_task {
-    int point, rep;
+    int point, rep, index;
 };
 
 /*

@@ -4,8 +4,10 @@
  * 127.0.0.1 under a temporary folder (key, config, state, spool, logs,
  * free ports), never through systemd.  The ci-smoke spec runs as an array
  * without --exclusive (tasks overlap on the node, as on any cluster), one
- * running task is cancelled, --merge must name it and refuse, the task is
- * resubmitted, --merge succeeds, and the points are those a local run has.
+ * task is cancelled while it certainly runs (held before it measures by
+ * the TEST-ONLY K25_TEST_HOLD_TASKS knob, not caught by timing), --merge
+ * must name it and refuse, the task is resubmitted, --merge succeeds, and
+ * the points are those a local run has.
  * The daemons are stopped whatever happens.  Where they cannot run (not
  * root, slurm-wlm/munge missing, a container that forbids them) the test
  * skips and says why.
@@ -187,7 +189,7 @@ static bool cluster_start(char *why, size_t wn)
     snprintf(cmd, sizeof(cmd), "munge -S %s/munge/munge.socket -n 2>/dev/null | unmunge -S %s/munge/munge.socket >/dev/null 2>&1",
              C.dir, C.dir);
     bool ok = false;
-    for (int i = 0; i < 50 && !ok && alive(C.munged); i++) {
+    for (int i = 0; i < 300 && !ok && alive(C.munged); i++) { /* up to 30 s: a bound, not the way out */
         sleep_ms(100);
         ok = tu_run(cmd, NULL) == 0;
     }
@@ -232,7 +234,7 @@ static bool cluster_start(char *why, size_t wn)
     char *dargv[] = {"slurmd", "-D", "-N", "localhost", "-f", C.conf, NULL};
     C.slurmd = start_daemon(dargv, path);
     ok = false;
-    for (int i = 0; i < 300 && !ok && alive(C.ctld) && alive(C.slurmd); i++) { /* up to 30 s */
+    for (int i = 0; i < 1200 && !ok && alive(C.ctld) && alive(C.slurmd); i++) { /* up to 2 min: a bound */
         sleep_ms(100);
         ok = tu_run("sinfo -h -N -o %t 2>/dev/null | grep -qx idle", NULL) == 0;
     }
@@ -246,13 +248,14 @@ static bool cluster_start(char *why, size_t wn)
 }
 
 /*
- * Submits the script (extra sbatch options before it) from / - the script
- * must not depend on where sbatch runs; the job id goes into C.jobs.
+ * Submits the script (extra sbatch options before it, env assignments
+ * before sbatch: its environment is the job's) from / - the script must
+ * not depend on where sbatch runs; the job id goes into C.jobs.
  */
-static const char *submit(const char *script, const char *opts)
+static const char *submit(const char *script, const char *opts, const char *env)
 {
-    char cmd[1200], *out = NULL;
-    snprintf(cmd, sizeof(cmd), "cd / && sbatch --parsable %s %s", opts, script);
+    char cmd[1900], *out = NULL;
+    snprintf(cmd, sizeof(cmd), "cd / && %s sbatch --parsable %s %s", env, opts, script);
     int st = tu_run(cmd, &out);
     if (st != 0 || !out || !*out)
         fail_msg("%s: exit %d\n%s", cmd, st, out ? out : "");
@@ -272,25 +275,19 @@ static char *task_states(const char *job)
     return out ? out : strdup("");
 }
 
-/* Waits (up to limit_s) until no task of job is queued or running; returns the most seen running at once. */
-static int wait_job(const char *job, int limit_s)
+/* Waits (up to limit_s, an upper bound for a failure) until no task of job is queued or running. */
+static void wait_job(const char *job, int limit_s)
 {
-    int most = 0;
     for (int i = 0; i < limit_s * 5; i++) {
         char *s = task_states(job);
-        int running = 0;
-        for (char *p = strstr(s, "RUNNING"); p; p = strstr(p + 1, "RUNNING"))
-            running++;
         bool empty = !*s;
         free(s);
-        most = running > most ? running : most;
         if (empty)
-            return most;
+            return;
         sleep_ms(200);
     }
     char *logs = daemon_logs();
     fail_msg("job %s still queued or running after %d s\n%s", job, limit_s, logs);
-    return most;
 }
 
 /* Runs a shell command; fails the test (with the daemons' logs) unless it exits with want. */
@@ -339,37 +336,60 @@ static void test_slurm_array(void **state)
     out = run_expect(cmd, 1); /* not required: tasks overlap */
     free(out);
 
-    /* submit; cancel one task while it runs (the first seen running after the first round) */
-    const char *job = submit(script, "");
-    int victim = -1, most = 0;
-    for (int i = 0; i < 600 && victim < 0; i++) { /* up to 2 minutes */
-        char *s = task_states(job);
-        int running = 0, t;
-        char st[32];
-        for (char *line = s; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line)) {
-            if (sscanf(line, "%d %31s", &t, st) != 2 || strcmp(st, "RUNNING") != 0)
-                continue;
-            running++;
-            if (t >= 2 && victim < 0)
-                victim = t;
+    /*
+     * Two chosen tasks are held by the TEST-ONLY K25_TEST_HOLD_TASKS knob
+     * (sweeps/runner.c, harness/testknob.c): each one's bench, its output
+     * temporaries open, writes HOLD/task-I.ready and waits for
+     * HOLD/task-I.release.  Both ready at once: the tasks overlap.  The
+     * victim is cancelled while it certainly still runs, the other one is
+     * released only after the victim has left the queue: the same outcome
+     * on a fast machine or a slow one.
+     */
+    const int victim = 2, partner = 3;
+    char hold[400], env[600], marker[500];
+    snprintf(hold, sizeof(hold), "%s/hold", C.dir);
+    assert_int_equal(mkdir(hold, 0755), 0);
+    snprintf(env, sizeof(env), "K25_TEST_HOLD_TASKS='%s:%d,%d'", hold, victim, partner);
+    const char *job = submit(script, "", env);
+    const int held[2] = {victim, partner};
+    for (int k = 0; k < 2; k++) {
+        snprintf(marker, sizeof(marker), "%s/task-%d.ready", hold, held[k]);
+        if (!tu_wait_file(marker, 240)) {
+            char *st = task_states(job), *logs = daemon_logs();
+            fail_msg("task %d's bench never reached the hold (no %s after 240 s); tasks:\n%s\n%s", held[k], marker,
+                     st, logs);
         }
-        bool empty = !*s;
-        free(s);
-        most = running > most ? running : most;
-        if (victim >= 0) {
-            sleep_ms(700); /* mid-run: its bench has temporaries open */
-            snprintf(cmd, sizeof(cmd), "scancel %s_%d", job, victim);
-            free(run_expect(cmd, 0));
-        } else if (empty && i > 25) {
-            break;
-        }
-        sleep_ms(200);
     }
-    bool cancelled = victim >= 0;
-    assert_true(cancelled);
-    int most2 = wait_job(job, 240);
-    most = most2 > most ? most2 : most;
-    assert_true(most >= 2); /* the tasks did overlap */
+    /* both held benches run at once, and Slurm says so: the tasks do overlap */
+    char *s = task_states(job), *lines = NULL, line[64];
+    if (asprintf(&lines, "\n%s", s) < 0)
+        fail();
+    for (int k = 0; k < 2; k++) {
+        snprintf(line, sizeof(line), "\n%d RUNNING", held[k]);
+        if (!strstr(lines, line))
+            fail_msg("task %d holds but is not RUNNING:\n%s", held[k], s);
+    }
+    free(lines);
+    free(s);
+    snprintf(cmd, sizeof(cmd), "scancel %s_%d", job, victim);
+    free(run_expect(cmd, 0));
+    /* the victim leaves the queue before anything else moves */
+    bool gone = false;
+    for (int i = 0; i < 600 && !gone; i++) { /* an upper bound (2 minutes), not the expected exit */
+        snprintf(line, sizeof(line), "\n%d ", victim);
+        char *st = task_states(job), *all = NULL;
+        if (asprintf(&all, "\n%s", st) < 0)
+            fail();
+        gone = !strstr(all, line);
+        free(st);
+        free(all);
+        if (!gone)
+            sleep_ms(200);
+    }
+    assert_true(gone);
+    snprintf(marker, sizeof(marker), "%s/task-%d.release", hold, partner);
+    tu_write_file(marker, "");
+    wait_job(job, 240);
 
     /* --merge names the cancelled run and refuses; no other task failed (none lost its files) */
     snprintf(cmd, sizeof(cmd), "%s sweep sweeps/ci-smoke.yaml --out %s --merge", tu_k25(), out_dir);
@@ -386,7 +406,7 @@ static void test_slurm_array(void **state)
     /* resume: resubmit just that task; then the merge is complete */
     char opts[64];
     snprintf(opts, sizeof(opts), "--array=%d", victim);
-    job = submit(script, opts);
+    job = submit(script, opts, ""); /* no hold this time */
     wait_job(job, 120);
     snprintf(cmd, sizeof(cmd), "%s sweep sweeps/ci-smoke.yaml --out %s --merge --quiet", tu_k25(), out_dir);
     free(run_expect(cmd, 0));

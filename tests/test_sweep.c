@@ -557,10 +557,48 @@ static void test_slowed_points_real_best(void **state)
     free(out);
 }
 
+/* The TEST-ONLY hold knobs refuse what they cannot do, by name (they are never silently ignored). */
+static void test_hold_knob_errors(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *value, *want;
+    } bad[] = {
+        {"nodir", "K25_TEST_HOLD_TASKS: \"nodir\": expected DIR:I[,J...]"},
+        {"/tmp:", "K25_TEST_HOLD_TASKS: \"/tmp:\": expected DIR:I[,J...]"},
+        {"/tmp:1,x", "K25_TEST_HOLD_TASKS: \"/tmp:1,x\": expected DIR:I[,J...]"},
+        {"/tmp:15", "K25_TEST_HOLD_TASKS: task 15: the sweep has tasks 0..14"},
+    };
+    char cmd[2048], *out;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "K25_TEST_HOLD_TASKS='%s' %s sweep sweeps/ci-smoke.yaml --out %s/hold-bad --dry-run",
+                 bad[i].value, tu_k25(), tu_dir);
+        out = run_expect(cmd, 2);
+        if (!strstr(out, bad[i].want))
+            fail_msg("%s:\n%s\nwanted: %s", cmd, out, bad[i].want);
+        free(out);
+    }
+    snprintf(cmd, sizeof(cmd), "K25_TEST_HOLD_TASKS='%s:3,14' %s sweep sweeps/ci-smoke.yaml --out %s/hold-ok --dry-run",
+             tu_dir, tu_k25(), tu_dir);
+    out = run_expect(cmd, 0);
+    assert_non_null(strstr(out, "TEST-ONLY hook K25_TEST_HOLD_TASKS is active: 2 run(s)"));
+    free(out);
+    /* the bench's own knob: a request count after '@' or nothing */
+    snprintf(cmd, sizeof(cmd), "K25_TEST_HOLD=%s/h@0 %s bench --dataset datasets/gold/ci-small.jsonl --requests 1 "
+                               "--out %s/hold-bad.h5 --quiet", tu_dir, tu_k25(), tu_dir);
+    out = run_expect(cmd, 2);
+    assert_non_null(strstr(out, "K25_TEST_HOLD"));
+    assert_non_null(strstr(out, "expected PREFIX or PREFIX@N with a request count N >= 1"));
+    free(out);
+}
+
 /*
- * Resume: kill the runner (SIGKILL) once some runs are finished; its
- * children die with it; no partial run is kept under a final name; a
- * re-run redoes nothing that was finished and completes the rest.
+ * Resume: kill the runner (SIGKILL) while a run is in flight, three runs
+ * finished; its children die with it; no partial run is kept under a
+ * final name; a re-run redoes nothing that was finished and completes the
+ * rest.  The run in flight is task 3, held before it measures by the
+ * TEST-ONLY K25_TEST_HOLD_TASKS knob (--jobs 1: tasks 0-2 have finished
+ * when it holds), so the kill lands at the same place on any machine.
  */
 static void test_resume_after_kill(void **state)
 {
@@ -568,35 +606,32 @@ static void test_resume_after_kill(void **state)
     const char *p = write_spec("r.yaml", "name: r\ndataset: datasets/gold/ci-small.jsonl\nfilter: \"input_length <= 1024\"\n"
                                          "workload: {concurrency: 1, requests: 4}\nfixed: {decode_max_tokens: 16}\n"
                                          "repeats: 2\n" OBJ "axes:\n  max_batch_size: [1, 2, 3]\n");
-    char out[600], cmd[2048];
+    char out[600], cmd[2048], hold[600], ready[700];
     snprintf(out, sizeof(out), "%s/resume", tu_dir);
-    snprintf(cmd, sizeof(cmd), "%s sweep %s --out %s --quiet > %s/resume.log 2>&1 & echo $!", tu_k25(), p, out, tu_dir);
+    snprintf(hold, sizeof(hold), "%s/resume-hold", tu_dir);
+    assert_int_equal(mkdir(hold, 0755), 0);
+    snprintf(ready, sizeof(ready), "%s/task-3.ready", hold);
+    snprintf(cmd, sizeof(cmd), "K25_TEST_HOLD_TASKS='%s:3' %s sweep %s --out %s --jobs 1 --quiet > %s/resume.log 2>&1 & "
+                               "echo $!", hold, tu_k25(), p, out, tu_dir);
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     int pid = 0;
     assert_int_equal(fscanf(f, "%d", &pid), 1);
     pclose(f);
-    /* wait (up to 3 minutes: sanitizer builds are slow) for two finished runs */
-    for (int i = 0; i < 9000; i++) {
-        snprintf(cmd, sizeof(cmd), "test $(ls %s/points/*/rep-*.json 2>/dev/null | grep -v '\\.tmp' | wc -l) -ge 2", out);
-        if (tu_run(cmd, NULL) == 0)
-            break;
-        struct timespec ts = {0, 20000000};
-        nanosleep(&ts, NULL);
-    }
-    if (kill(pid, SIGKILL) != 0)
-    {
+    /* up to 5 minutes (sanitizer builds are slow): an upper bound, the marker is the event */
+    if (!tu_wait_file(ready, 300)) {
         snprintf(cmd, sizeof(cmd), "cat %s/resume.log", tu_dir);
         char *log = NULL;
         tu_run(cmd, &log);
-        fail_msg("the sweep (pid %d) ended before it could be killed (%s):\n%s", pid, strerror(errno), log);
+        kill(pid, SIGKILL);
+        fail_msg("task 3 never reached the hold (%s):\n%s", ready, log);
     }
-    /* the bench children die with the runner (SIGTERM through PR_SET_PDEATHSIG) and write what they
-     * measured under the final names marked interrupted: wait until none is left (5 s at most) */
-    /* ([p]oints: the pattern must not match this shell's own command line) */
-    snprintf(cmd, sizeof(cmd), "for i in $(seq 50); do pgrep -f -- '%s/[p]oints' >/dev/null || exit 0; sleep 0.1; done; exit 1",
-             out);
-    assert_int_equal(tu_run(cmd, NULL), 0);
+    long bench = tu_read_long(ready);
+    assert_true(bench > 0);
+    if (kill(pid, SIGKILL) != 0)
+        fail_msg("the sweep (pid %d) ended before it could be killed: %s", pid, strerror(errno));
+    /* the held bench dies with the runner (SIGTERM through PR_SET_PDEATHSIG), writing nothing */
+    assert_true(tu_wait_pid_gone((pid_t)bench, 60));
     /* every file under a final name is complete: each rep-K.json has its rep-K.h5 */
     snprintf(cmd, sizeof(cmd),
              "cd %s/points && for j in */rep-*.json; do h=${j%%.json}.h5; test -s $h || exit 1; done; "
@@ -606,7 +641,7 @@ static void test_resume_after_kill(void **state)
     assert_int_equal(tu_run(cmd, &o2), 0);
     int done_before = atoi(o2);
     free(o2);
-    assert_true(done_before >= 2 && done_before < 8);
+    assert_int_equal(done_before, 3); /* tasks 0-2; task 3 was held, measured nothing and wrote nothing */
     /* remember the finished files' inodes and times (an interrupted run is not finished: resume redoes it) */
     snprintf(cmd, sizeof(cmd),
              "cd %s/points && for j in */rep-*.json; do jq -e '.interrupted != true' $j >/dev/null && "
@@ -633,11 +668,13 @@ static void test_resume_after_kill(void **state)
 }
 
 /*
- * Ctrl-C on a sweep (SIGINT to its process group, as a terminal sends it):
- * the sweep exits 130 (runs in flight keep what they measured, marked
- * interrupted, or write nothing when no request had finished); a resumed
- * sweep completes; a run marked interrupted is never a finished point:
- * the next resume redoes it.
+ * Ctrl-C on a sweep (SIGINT to its process group, as a terminal sends it)
+ * while its second run is in flight (task 1, held before it measures by
+ * the TEST-ONLY K25_TEST_HOLD_TASKS knob, so the signal lands there on any
+ * machine): the sweep exits 130 (a run in flight keeps what it measured,
+ * marked interrupted, or writes nothing when no request had finished, as
+ * here); a resumed sweep completes; a run marked interrupted is never a
+ * finished point: the next resume redoes it.
  */
 static void test_interrupt_sweep(void **state)
 {
@@ -647,24 +684,34 @@ static void test_interrupt_sweep(void **state)
     const char *p = write_spec("int.yaml", "name: int\ndataset: datasets/gold/ci-small.jsonl\nfilter: \"input_length <= 1024\"\n"
                                            "workload: {concurrency: 1, requests: 4}\nfixed: {decode_max_tokens: 64}\n"
                                            "repeats: 1\n" OBJ "axes:\n  max_batch_size: [1, 2]\n");
-    char out[600], cmd[4096], *o2 = NULL;
+    char out[600], cmd[4096], hold[600], ready[700], status[600], *o2 = NULL;
     snprintf(out, sizeof(out), "%s/intr", tu_dir);
+    snprintf(hold, sizeof(hold), "%s/intr-hold", tu_dir);
+    assert_int_equal(mkdir(hold, 0755), 0);
+    snprintf(ready, sizeof(ready), "%s/task-1.ready", hold);
+    snprintf(status, sizeof(status), "%s/intr.status", tu_dir);
     /* the inner sh leads the new session and group: $$ is the group id */
     snprintf(cmd, sizeof(cmd),
-             "setsid sh -c 'echo $$ > %s/intr.pgid; %s sweep %s --out %s --quiet; echo $? > %s/intr.status' "
-             "> %s/intr.log 2>&1 & "
-             "for i in $(seq 600); do ls %s/points/*/rep-0.h5.tmp.* >/dev/null 2>&1 && break; sleep 0.05; done; "
-             "kill -INT -$(cat %s/intr.pgid); "
-             "for i in $(seq 600); do test -f %s/intr.status && break; sleep 0.1; done; cat %s/intr.status",
-             tu_dir, tu_k25(), p, out, tu_dir, tu_dir, out, tu_dir, tu_dir, tu_dir);
-    int st = tu_run(cmd, &o2);
-    if (st != 0 || atoi(o2) != 130) {
+             "setsid sh -c 'echo $$ > %s/intr.pgid; K25_TEST_HOLD_TASKS=%s:1 %s sweep %s --out %s --jobs 1 --quiet; "
+             "echo $? > %s.tmp && mv %s.tmp %s' > %s/intr.log 2>&1 &",
+             tu_dir, hold, tu_k25(), p, out, status, status, status, tu_dir);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    snprintf(cmd, sizeof(cmd), "%s/intr.pgid", tu_dir);
+    bool held = tu_wait_file(ready, 300); /* upper bounds for a failure; the files are the events */
+    long pgid = tu_read_long(cmd);
+    if (held && pgid > 0)
+        kill(-(pid_t)pgid, SIGINT);
+    bool ended = held && tu_wait_file(status, 300);
+    long st = ended ? tu_read_long(status) : -1;
+    if (st != 130) {
         char *log = NULL;
         snprintf(cmd, sizeof(cmd), "cat %s/intr.log", tu_dir);
         tu_run(cmd, &log);
-        fail_msg("k25 sweep after SIGINT: status '%s' (want 130)\n%s", o2 ? o2 : "", log ? log : "");
+        if (!ended && pgid > 0)
+            kill(-(pid_t)pgid, SIGKILL);
+        fail_msg("k25 sweep after SIGINT: %s status %ld (want 130)\n%s", held ? "" : "never held;", st,
+                 log ? log : "");
     }
-    free(o2);
     snprintf(cmd, sizeof(cmd), "grep -q 'interrupted' %s/intr.log", tu_dir);
     assert_int_equal(tu_run(cmd, NULL), 0);
     /* resume to the end */
@@ -680,7 +727,7 @@ static void test_interrupt_sweep(void **state)
              out, tu_k25(), p, out, out);
     st = tu_run(cmd, &o2);
     if (st != 0 || atoi(o2) != 0)
-        fail_msg("an interrupted run was kept as finished (exit %d):\n%s", st, o2);
+        fail_msg("an interrupted run was kept as finished (exit %ld):\n%s", st, o2);
     free(o2);
 }
 
@@ -881,6 +928,7 @@ int main(void)
         cmocka_unit_test(test_ci_smoke),
         cmocka_unit_test(test_equivalent_points_no_best),
         cmocka_unit_test(test_slowed_points_real_best),
+        cmocka_unit_test(test_hold_knob_errors),
         cmocka_unit_test(test_resume_after_kill),
         cmocka_unit_test(test_interrupt_sweep),
         cmocka_unit_test(test_tasks_and_merge),

@@ -5,6 +5,7 @@
 #define K25_TESTUTIL_H
 
 #include <setjmp.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <poll.h>
+#include <time.h>
+#include <sys/inotify.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 /* Path of the k25 binary for integration tests (make passes K25=...). */
@@ -108,6 +113,72 @@ static inline int tu_run(const char *cmd, char **out)
     if (st == -1)
         return -1;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/*
+ * Waits until path exists, up to limit_s seconds (an upper bound for a
+ * failure, never the expected way out): an inotify watch on its folder, so
+ * the wait ends on the event, not on a timer.  True when it exists.
+ * (K25_TEST_HOLD's PREFIX.ready markers, files a program writes.)
+ */
+static inline int tu_wait_file(const char *path, int limit_s)
+{
+    char dir[1024];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (slash == path ? 1 : (int)(slash - path)) : 1, slash ? path : ".");
+    int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (fd < 0)
+        return 0;
+    if (inotify_add_watch(fd, dir, IN_CREATE | IN_MOVED_TO | IN_ATTRIB) < 0) {
+        close(fd);
+        return 0;
+    }
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int found;
+    while (!(found = access(path, F_OK) == 0)) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long left_ms = limit_s * 1000L - ((now.tv_sec - t0.tv_sec) * 1000L + (now.tv_nsec - t0.tv_nsec) / 1000000L);
+        if (left_ms <= 0)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, (int)left_ms) > 0) {
+            char buf[4096];
+            while (read(fd, buf, sizeof(buf)) > 0)
+                ;
+        }
+    }
+    close(fd);
+    return found;
+}
+
+/*
+ * Waits until process pid (not necessarily our child) has ended, up to
+ * limit_s seconds (an upper bound for a failure): a pidfd, readable when
+ * the process exits - an event, not a timer.  True when it is gone.
+ */
+static inline int tu_wait_pid_gone(pid_t pid, int limit_s)
+{
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (fd < 0)
+        return errno == ESRCH; /* already gone (or reaped) */
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int r = poll(&p, 1, limit_s * 1000);
+    close(fd);
+    return r > 0;
+}
+
+/* The number in a file (a pid marker), -1 when it cannot be read. */
+static inline long tu_read_long(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
 }
 
 #endif
