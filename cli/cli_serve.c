@@ -45,18 +45,37 @@ int k25_cmd_serve(int argc, char **argv)
          .help = "requests queued beyond the running batch; more get 429"},
         {.names = {"--max-connections"}, .type = K25_OPT_INT, .dest = &o.max_connections, .min = 1, .max = 100000,
          .help = "concurrent HTTP connections"},
+        {.names = {"--max-connections-per-ip"}, .type = K25_OPT_INT, .dest = &o.max_connections_per_ip, .min = 0,
+         .max = 100000, .deflt = "half of --max-connections",
+         .help = "concurrent connections from one client address (0 = the default)"},
+        {.names = {"--header-timeout"}, .type = K25_OPT_INT, .dest = &o.header_timeout_s, .min = 1, .max = 86400,
+         .metavar = "S",
+         .help = "seconds a connection has to send a complete request header\n(from its start or its previous "
+                 "request's end); then it is closed"},
+        {.names = {"--body-timeout"}, .type = K25_OPT_INT, .dest = &o.body_timeout_s, .min = 1, .max = 86400,
+         .metavar = "S", .help = "seconds a request has to send its whole body after the header"},
+        {.names = {"--idle-timeout"}, .type = K25_OPT_INT, .dest = &o.idle_timeout_s, .min = 1, .max = 86400,
+         .metavar = "S", .help = "seconds without traffic after which a connection is closed"},
+        {.names = {"--http-threads"}, .type = K25_OPT_INT, .dest = &o.http_threads, .min = 1, .max = 1024,
+         .metavar = "N",
+         .help = "libmicrohttpd polling threads (connections that wait for the\nengine are suspended, not a thread "
+                 "each)"},
         {.type = K25_OPT_END},
     };
     const struct k25_cliopt_cmd cmd = {
         .name = "serve",
         .usage = "serve [--model tiny|small|DIR] [--config k25.yaml] [engine flags]\n"
                  "                 [--host ADDR] [--port P] [--api-key KEY] [--served-model-name NAME]\n"
-                 "                 [--max-body-bytes N] [--max-waiting N] [--max-connections N]",
+                 "                 [--max-body-bytes N] [--max-waiting N] [--max-connections N]\n"
+                 "                 [--max-connections-per-ip N] [--header-timeout S] [--body-timeout S]\n"
+                 "                 [--idle-timeout S] [--http-threads N] [--max-model-len N]",
         .about = "Serves the reference engine over an OpenAI-compatible HTTP API (docs/serve.md):\n"
                  "  POST /v1/completions, POST /v1/chat/completions   (\"stream\": true for SSE)\n"
                  "  GET  /v1/models, /health, /metrics                  (Prometheus text)\n"
                  "Streams carry one chunk per token with its id in \"token_ids\"; byte output that is not\n"
-                 "valid UTF-8 is sent as U+FFFD.  A client that disconnects has its request cancelled.\n",
+                 "valid UTF-8 is sent as U+FFFD.  A client that disconnects has its request cancelled.\n"
+                 "A prompt + max_tokens over the context limit (--max-model-len; the model's by default)\n"
+                 "gets 400.  Limits against hostile clients: docs/serve.md \"Limits and hostile clients\".\n",
         .opts = opts,
         .config = &cfg,
         .options_only = true,

@@ -84,6 +84,11 @@ static const struct key_def keys[] = {
      KIND_INT, F(prefill_chunk_size), 1, INT_MAX, 0, 0, false, false, NULL, 0},
     {{"decode_max_tokens", "int", "1024", "cap on generated tokens per request", ">= 1"},
      KIND_INT, F(decode_max_tokens), 1, INT_MAX, 0, 0, false, false, NULL, 0},
+    {{"max_model_len", "int", "0",
+      "context limit of one request: prompt + max_tokens; longer requests are refused with the "
+      "length and the limit.  0 = the model's (config.json max_position_embeddings; presets 131072)",
+      ">= 0, at most the model's"},
+     KIND_INT, F(max_model_len), 0, INT_MAX, 0, 0, false, false, NULL, 0},
     {{"queue_timeout_ms", "int", "30000",
       "how long a request may wait in the queue; longer ones end timed_out with a reason, 0 = no limit",
       ">= 0"},

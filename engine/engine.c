@@ -210,6 +210,15 @@ int k25_engine_create_io(const struct k25_config *cfg, const k25_model_t *model,
     e->cfg = *cfg;
     e->model = model;
     e->q.spill.fd = -1;
+    /* the context limit: the model's unless max_model_len lowers it (k25_engine_max_model_len) */
+    const int model_len = model->shape.max_position > 0 ? model->shape.max_position : K25_PRESET_MAX_POSITION;
+    if (cfg->max_model_len > model_len) {
+        rc = k25_error_set(err, K25_ERANGE, NULL, 0, "max_model_len",
+                           "%d exceeds the model's context limit %d (max_position_embeddings)",
+                           cfg->max_model_len, model_len);
+        goto out_free;
+    }
+    e->cfg.max_model_len = cfg->max_model_len > 0 ? cfg->max_model_len : model_len;
     const struct k25_backend *B = k25_backend_find(cfg->backend); /* validated: built in */
     if ((rc = k25_bctx_init(&e->be, B, &e->acct, err)) != K25_OK)
         goto out_free;
@@ -674,11 +683,18 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         span_h[n_spans++] = e->running[i];
         budget--;
     }
-    /* then prefill chunks, in admission order, within the remaining budget */
-    for (int i = 0; i < n; i++) {
+    /* then prefill chunks within the remaining budget.  The first pick rotates among the prefilling
+     * sequences from step to step (admission order otherwise), so one long prompt whose chunks fill
+     * the budget cannot hold back the prefill of every request behind it: with k sequences
+     * prefilling, each goes first at least once in k steps (docs/engine.md "Batch") */
+    int pre[n], n_pre = 0;
+    for (int i = 0; i < n; i++)
+        if (e->slots[e->running[i]]->res.state == K25_REQ_PREFILL)
+            pre[n_pre++] = i;
+    const int pre_start = n_pre > 0 ? (int)(e->stats.steps % n_pre) : 0;
+    for (int k = 0; k < n_pre; k++) {
+        const int i = pre[(pre_start + k) % n_pre];
         struct k25_slot *sl = e->slots[e->running[i]];
-        if (sl->res.state != K25_REQ_PREFILL)
-            continue;
         int left = sl->res.n_input - sl->n_prefilled;
         int chunk;
         if (e->cfg.disable_prefill_optimization) {
@@ -754,7 +770,7 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err)
         }
         int32_t tok = k25_sample(e, spans[i].logits, sl->temperature, sl->top_p, &sl->rng);
         /* the token-identity rule's input (k25.h): how far greedy was from another choice */
-        float margin = sl->temperature > 0.0 ? NAN : k25_tok_margin(spans[i].logits, V, NULL);
+        float margin = sl->temperature >= K25_SAMPLE_GREEDY_BELOW ? NAN : k25_tok_margin(spans[i].logits, V, NULL);
         if (sl->res.n_output < sl->n_forced)
             tok = sl->forced[sl->res.n_output]; /* teacher forcing: the sampler state still advances */
         if ((rc = append_token(e, sl, tok, margin, spans[i].logits, spans[i].probe, tt, err)) != K25_OK)

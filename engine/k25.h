@@ -105,6 +105,8 @@ struct k25_config {
     enum k25_dtype kv_cache_dtype;
     int prefill_chunk_size;      /* tokens per prefill chunk */
     int decode_max_tokens;       /* cap on generated tokens per request */
+    int max_model_len;           /* context limit: prompt + generated tokens of one request;
+                                    0 = the model's (k25_model_shape.max_position) */
     int queue_timeout_ms;        /* how long a request may wait */
     int max_num_batched_tokens;  /* token budget per engine step */
     double kv_compression_ratio; /* fraction of KV tokens kept */
@@ -213,7 +215,17 @@ struct k25_model_shape {
      * finish reason "stop" unless ignore_eos.  Presets have none (n_eos 0). */
     int32_t eos_ids[K25_MAX_EOS];
     int n_eos;
+    int max_position;    /* context the model supports: config.json max_position_embeddings;
+                            presets: K25_PRESET_MAX_POSITION */
 };
+
+/* Temperatures below this (denormals included) sample greedily: 1/temperature would overflow
+ * the exponent of the softmax (vLLM uses the same 1e-5). */
+#define K25_SAMPLE_GREEDY_BELOW 1e-5
+
+/* The presets' context limit (131072 = 128K tokens, the long-context length the harness signs
+ * off at; Llama 3.1's max_position_embeddings).  Dummy weights have no learned limit. */
+#define K25_PRESET_MAX_POSITION 131072
 
 /* Fills out with a named shape preset; K25_ENOTFOUND for unknown names. */
 int k25_model_preset(const char *name, struct k25_model_shape *out);
@@ -301,7 +313,7 @@ struct k25_request {
      * greedy).  Otherwise the config's apply, with the run seed mixed with
      * the request id. */
     bool has_sampling;
-    double temperature;        /* >= 0 */
+    double temperature;        /* [0, 100]; below K25_SAMPLE_GREEDY_BELOW: greedy */
     double top_p;              /* (0, 1] */
     uint64_t seed;
     /* Stop sequences as token ids: generation ends (finish K25_FINISH_STOP)
@@ -387,6 +399,7 @@ struct k25_result {
     enum k25_priority priority;
     bool spilled;
     bool replayed;
+    int64_t spill_seq;         /* its record's number in the spill log (queue_spill_dir), -1: none */
     bool degraded;
     int ttft_sla_ms;
 };
@@ -525,6 +538,15 @@ int k25_engine_step(k25_engine_t *e, struct k25_error *err);
 int k25_engine_run(k25_engine_t *e, struct k25_error *err);
 
 bool k25_engine_idle(const k25_engine_t *e);
+/* The context limit requests are checked against at submit: max_model_len, or the model's. */
+int k25_engine_max_model_len(const k25_engine_t *e);
+/*
+ * The generated-token cap a request with max_new_tokens (0 = the default) and an n_input-token
+ * prompt gets, and whether it fits the context limit: a request fits when n_input + its explicit
+ * max_new_tokens <= max_model_len, or, without one, when n_input < max_model_len (the default cap
+ * decode_max_tokens is then lowered to the room left).  Returns the cap, or -1 when it does not fit.
+ */
+int k25_engine_fit_max_new(const k25_engine_t *e, int n_input, int max_new_tokens);
 const struct k25_result *k25_engine_result(const k25_engine_t *e, int handle);
 /*
  * Cancels a waiting or running request (a client went away): its KV blocks

@@ -19,11 +19,11 @@
 #include <unistd.h>
 
 static const struct k25_model_shape presets[] = {
-    /* name        dim  layers heads kv hd  ffn    vocab   theta     eps   tied */
-    {"tiny", 256, 4, 8, 2, 32, 768, 256, 10000.0, 1e-5f, false, {0}, 0},
-    {"small", 512, 8, 8, 2, 64, 1536, 256, 10000.0, 1e-5f, false, {0}, 0},
-    {"llama3-8b", 4096, 32, 32, 8, 128, 14336, 128256, 500000.0, 1e-5f, false, {0}, 0},
-    {"llama3-70b", 8192, 80, 64, 8, 128, 28672, 128256, 500000.0, 1e-5f, false, {0}, 0},
+    /* name        dim  layers heads kv hd  ffn    vocab   theta     eps   tied  eos  n_eos max_position */
+    {"tiny", 256, 4, 8, 2, 32, 768, 256, 10000.0, 1e-5f, false, {0}, 0, K25_PRESET_MAX_POSITION},
+    {"small", 512, 8, 8, 2, 64, 1536, 256, 10000.0, 1e-5f, false, {0}, 0, K25_PRESET_MAX_POSITION},
+    {"llama3-8b", 4096, 32, 32, 8, 128, 14336, 128256, 500000.0, 1e-5f, false, {0}, 0, K25_PRESET_MAX_POSITION},
+    {"llama3-70b", 8192, 80, 64, 8, 128, 28672, 128256, 500000.0, 1e-5f, false, {0}, 0, K25_PRESET_MAX_POSITION},
 };
 #define NPRESETS (sizeof(presets) / sizeof(presets[0]))
 

@@ -192,6 +192,15 @@ void k25_queue_free(struct k25_engine *e)
     free(q->fin);
     free(q->staged);
     free(q->replayed);
+    if (q->spill.fd >= 0) { /* compaction at shutdown: answered requests never come back */
+        struct k25_error err;
+        int kept = 0;
+        if (k25_spill_shutdown(&q->spill, &kept, &err) != K25_OK)
+            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_compact_failed path=%s reason=\"%s\"",
+                          q->spill.path, err.msg);
+        else
+            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_compact path=%s kept=%d", q->spill.path, kept);
+    }
     k25_spill_close(&q->spill);
 }
 
@@ -275,6 +284,16 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
     if (req->max_new_tokens < 0)
         return k25_error_set(err, K25_EINVAL, NULL, 0, "max_new_tokens",
                              "request '%s': negative max_new_tokens %d", id, req->max_new_tokens);
+    if (k25_engine_fit_max_new(e, req->n_input, req->max_new_tokens) < 0) {
+        if (req->max_new_tokens > 0)
+            return k25_error_set(err, K25_EINVAL, NULL, 0, "max_model_len",
+                                 "request '%s': the prompt (%d tokens) + max_tokens (%d) = %lld tokens exceeds the "
+                                 "context limit max_model_len %d", id, req->n_input, req->max_new_tokens,
+                                 (long long)req->n_input + req->max_new_tokens, e->cfg.max_model_len);
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "max_model_len",
+                             "request '%s': the prompt is %d tokens, the context limit max_model_len is %d "
+                             "(no room for a generated token)", id, req->n_input, e->cfg.max_model_len);
+    }
     if (req->has_sampling && !(req->temperature >= 0.0 && req->temperature <= 100.0))
         return k25_error_set(err, K25_EINVAL, NULL, 0, "temperature",
                              "request '%s': temperature %g outside [0, 100]", id, req->temperature);
@@ -325,8 +344,7 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
     sl->res.state = K25_REQ_WAITING;
     sl->res.n_input = req->n_input;
     sl->res.submit_t_ns = k25_queue_now(e);
-    int cap = e->cfg.decode_max_tokens;
-    sl->max_new = (req->max_new_tokens > 0 && req->max_new_tokens < cap) ? req->max_new_tokens : cap;
+    sl->max_new = k25_engine_fit_max_new(e, req->n_input, req->max_new_tokens); /* checked above: fits */
     sl->keep_logits = req->keep_logits;
     sl->keep_attn = req->keep_attn;
     if (req->n_forced > 0) {
@@ -386,9 +404,11 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
         r = req->priority == K25_PRIORITY_HIGH ? R_HIGH : R_MEM;
 
     uint64_t lsn = 0;
+    sl->res.spill_seq = -1;
     if (replayed) {
         sl->spill_seq = replayed->seq;
         sl->spill_live = true;
+        sl->res.spill_seq = (int64_t)replayed->seq;
     } else if (q->spill.fd >= 0 && r != R_REJECT_DEG && r != R_REJECT_FULL) {
         /* with a spill folder every accepted request is durable before it is acknowledged */
         struct k25_request rec = *req;
@@ -403,6 +423,7 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
             return rc;
         }
         sl->spill_live = true;
+        sl->res.spill_seq = (int64_t)sl->spill_seq;
     }
     if (r == R_REJECT_DEG)
         snprintf(sl->res.reason, sizeof(sl->res.reason),
@@ -548,6 +569,21 @@ int k25_engine_submit_batch(k25_engine_t *e, const struct k25_request *reqs, int
     return first;
 }
 
+int k25_engine_max_model_len(const k25_engine_t *e)
+{
+    return e->cfg.max_model_len;
+}
+
+int k25_engine_fit_max_new(const k25_engine_t *e, int n_input, int max_new_tokens)
+{
+    const int64_t room = (int64_t)e->cfg.max_model_len - n_input, cap = e->cfg.decode_max_tokens;
+    if (max_new_tokens > 0) /* explicit: must fit whole; larger than decode_max_tokens is capped to it */
+        return (int64_t)max_new_tokens <= room ? (max_new_tokens < cap ? max_new_tokens : (int)cap) : -1;
+    if (room < 1)
+        return -1;
+    return (int)(room < cap ? room : cap);
+}
+
 int k25_engine_submit(k25_engine_t *e, const struct k25_request *req, int *handle, struct k25_error *err)
 {
     int h, rc;
@@ -624,10 +660,11 @@ void k25_queue_ended(struct k25_engine *e, int h, uint64_t now)
         struct k25_error err;
         if (k25_spill_append_done(&q->spill, sl->spill_seq, &lsn, &err) == K25_OK) {
             q->fin_lsn = lsn > q->fin_lsn ? lsn : q->fin_lsn; /* spill_live stays until it is durable */
-        } else { /* it may come back at replay */
+        } else { /* owed: retried at every flush, dropped from the log at shutdown */
             sl->spill_live = false;
-            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_error req_id=%s reason=\"%s\"", sl->res.id,
-                          err.msg);
+            k25_spill_owe(&q->spill, sl->spill_seq);
+            k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_error req_id=%s seq=%llu reason=\"%s\"",
+                          sl->res.id, (unsigned long long)sl->spill_seq, err.msg);
         }
     }
     if (grow_ints(&q->fin, &q->fin_cap, q->n_fin) != K25_OK) { /* cannot defer: durable first, then report */
@@ -653,6 +690,8 @@ void k25_queue_flush(struct k25_engine *e)
     struct k25_queue *q = &e->q;
     if (q->n_fin == 0)
         return;
+    struct k25_error oerr;
+    k25_spill_pay_owed(&q->spill, &oerr); /* done records an earlier flush could not write: once more */
     int n = q->n_fin, live = 0;
     int fin[n];
     memcpy(fin, q->fin, sizeof(int) * (size_t)n);
@@ -677,9 +716,11 @@ void k25_queue_flush(struct k25_engine *e)
             if (!sl || !sl->spill_live)
                 continue;
             sl->spill_live = false;
-            if (rc != K25_OK)
-                k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_error req_id=%s reason=\"%s\"",
-                              sl->res.id, err.msg);
+            if (rc != K25_OK) { /* answered anyway (FINISH below): owed, never replayed after a clean stop */
+                k25_spill_owe(&q->spill, sl->spill_seq);
+                k25_log_write(&e->log, K25_LOG_INFO, "QUEUE", "event=spill_error req_id=%s seq=%llu reason=\"%s\"",
+                              sl->res.id, (unsigned long long)sl->spill_seq, err.msg);
+            }
         }
         if (rc == K25_OK)
             k25_spill_retire(&q->spill, live);

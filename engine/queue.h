@@ -61,6 +61,13 @@ struct k25_spill_log {
     int64_t live;         /* request records without a durable done record */
     bool broken;          /* a failed append could not be undone: no more spills */
     int64_t n_fsyncs;     /* fsyncs issued (group commits and compactions), for tests and stats */
+    /* room for done records (issue 33): every live request has one reserved in the file (fallocate
+     * FALLOC_FL_KEEP_SIZE past the end), so a full disk refuses new requests, never a done record */
+    int64_t reserved_end; /* the file's blocks are allocated up to here */
+    bool no_prealloc;     /* the filesystem cannot preallocate: no reservation (docs/serve.md) */
+    uint64_t *owed;       /* [n_owed] requests answered whose done record could not be made durable:
+                             retried at every flush and at shutdown, dropped by the shutdown compaction */
+    int n_owed, cap_owed;
     struct k25_spill_io io;
 };
 
@@ -122,6 +129,18 @@ void k25_spill_retire(struct k25_spill_log *lg, int64_t n);
 /* append_done + sync + retire for one request (replay). */
 int k25_spill_done(struct k25_spill_log *lg, uint64_t seq, struct k25_error *err);
 void k25_spill_close(struct k25_spill_log *lg);
+/* seq ended but its done record failed: remembered, retried by k25_spill_pay_owed. */
+void k25_spill_owe(struct k25_spill_log *lg, uint64_t seq);
+/* Writes and syncs the owed done records; they retire on success.  0, or K25_EIO and they stay owed. */
+int k25_spill_pay_owed(struct k25_spill_log *lg, struct k25_error *err);
+/*
+ * At shutdown: pays the owed done records, then compacts - truncates the log when nothing in it is
+ * live, otherwise rewrites it (temporary file, fsync, rename) with only the request records that
+ * have no done record and are not owed: an answered request never runs again, even when its done
+ * record could not be written.  *n_kept gets the requests left for replay.  0 or K25_EIO (the log
+ * is then as it was: whole records, replayable).
+ */
+int k25_spill_shutdown(struct k25_spill_log *lg, int *n_kept, struct k25_error *err);
 /* Replaces the write/fsync calls (NULL members or io: the system's). */
 void k25_spill_set_io(struct k25_spill_log *lg, const struct k25_spill_io *io);
 

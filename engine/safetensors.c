@@ -705,6 +705,8 @@ static int st_read_config(const char *dir, struct k25_model_shape *shape, struct
                       err)) ||
         (rc = cfg_int(cfg, path, "vocab_size", true, 0, 1, 1 << 24, &shape->vocab_size, err)) ||
         (rc = cfg_int(cfg, path, "head_dim", false, 0, 2, 1024, &shape->head_dim, err)) ||
+        /* absent: Hugging Face's LlamaConfig default */
+        (rc = cfg_int(cfg, path, "max_position_embeddings", false, 2048, 1, INT32_MAX, &shape->max_position, err)) ||
         (rc = cfg_num(cfg, path, "rope_theta", 10000.0, 1e12, &theta, err)) ||
         (rc = cfg_num(cfg, path, "rms_norm_eps", 1e-5, 1.0, &eps, err)) ||
         (rc = cfg_bool(cfg, path, "tie_word_embeddings", false, &shape->tied_embeddings, err)))

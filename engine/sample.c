@@ -53,7 +53,9 @@ int32_t k25_sample(struct k25_engine *e, const float *logits, double temperature
     for (int i = 1; i < V; i++)
         if (logits[i] > logits[best])
             best = i;
-    if (temperature <= 0.0)
+    /* below K25_SAMPLE_GREEDY_BELOW (and for NaN) 1/temperature overflows the exponent range that
+     * keeps every probability a number: the limit of sampling as temperature -> 0 is greedy */
+    if (!(temperature >= K25_SAMPLE_GREEDY_BELOW))
         return best;
 
     float *p = e->sample_work;

@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/falloc.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,6 +53,8 @@
 #define SPILL_DONE 2
 #define SPILL_HDR 12
 #define SPILL_MAX_PAYLOAD (1u << 30)
+#define SPILL_DONE_BYTES (SPILL_HDR + 9)
+#define SPILL_RESERVE_ALIGN 4096
 
 /* CRC-32 (IEEE 802.3, reflected, as zlib's crc32). */
 static uint32_t crc32_of(const unsigned char *p, size_t n)
@@ -133,6 +136,43 @@ static void frame(struct wbuf *b)
 }
 
 /*
+ * Makes sure the file's blocks are allocated for `extra` more bytes at its end plus one done record
+ * per live request (lg->mu held): fallocate(FALLOC_FL_KEEP_SIZE) past the end, so the size is
+ * unchanged and later writes into that range need no new block.  A filesystem that cannot
+ * preallocate (EOPNOTSUPP) turns reservation off for the log's life.  K25_EIO (ENOSPC mostly)
+ * when the room is not there: the caller refuses the request before writing anything.
+ */
+static int reserve(struct k25_spill_log *lg, int64_t extra, const char *what, struct k25_error *err)
+{
+    int64_t need = lg->end + extra + lg->live * SPILL_DONE_BYTES;
+    if (lg->no_prealloc || need <= lg->reserved_end)
+        return K25_OK;
+    int64_t from = lg->reserved_end > lg->end ? lg->reserved_end : lg->end;
+    int64_t to = (need + SPILL_RESERVE_ALIGN - 1) / SPILL_RESERVE_ALIGN * SPILL_RESERVE_ALIGN;
+    int r = fallocate(lg->fd, FALLOC_FL_KEEP_SIZE, (off_t)from, (off_t)(to - from));
+    if (r != 0 && errno == ENOSPC && to > need) /* the rounding may be what does not fit */
+        r = fallocate(lg->fd, FALLOC_FL_KEEP_SIZE, (off_t)from, (off_t)((to = need) - from));
+    if (r == 0) {
+        lg->reserved_end = to;
+        return K25_OK;
+    }
+    if (errno == EOPNOTSUPP || errno == ENOSYS) {
+        lg->no_prealloc = true;
+        return K25_OK;
+    }
+    return k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir",
+                         "cannot spill %s: no room for its record and its done record: %s", what, strerror(errno));
+}
+
+/* After a truncation (lg->mu held): the blocks past the new end are gone; reserve again for the
+ * live requests (best effort: a request whose done record then fails is owed, k25_spill_owe). */
+static void truncated(struct k25_spill_log *lg)
+{
+    lg->reserved_end = lg->end;
+    reserve(lg, 0, "done records", NULL);
+}
+
+/*
  * Writes one framed record at the end of the file (lg->mu held), not yet
  * durable; *lsn gets the logical position after it.  On a failed write
  * cuts the file back to lg->end so no part of the record survives; if even
@@ -165,6 +205,7 @@ static int write_raw(struct k25_spill_log *lg, const unsigned char *p, size_t n,
     }
     if (ftruncate(lg->fd, lg->end) != 0 || lseek(lg->fd, lg->end, SEEK_SET) != lg->end)
         lg->broken = true;
+    truncated(lg);
     return k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir", "cannot spill %s: write failed: %s%s", what,
                          strerror(e), lg->broken ? " (and the log could not be cut back)" : "");
 }
@@ -189,6 +230,7 @@ static void sync_failed(struct k25_spill_log *lg, int e)
     if (ftruncate(lg->fd, lg->durable_end) != 0 || lseek(lg->fd, lg->durable_end, SEEK_SET) != lg->durable_end)
         lg->broken = true;
     lg->end = lg->durable_end;
+    truncated(lg);
     snprintf(lost.why, sizeof(lost.why), "cannot make the spill record durable: fsync failed: %s%s", strerror(e),
              lg->broken ? " (and the log could not be cut back)" : "");
     if (lg->n_lost == lg->cap_lost) {
@@ -259,6 +301,7 @@ static void compact(struct k25_spill_log *lg)
         return;
     }
     lg->end = lg->durable_end = 0;
+    lg->reserved_end = 0;
 }
 
 void k25_spill_retire(struct k25_spill_log *lg, int64_t n)
@@ -316,7 +359,8 @@ int k25_spill_append(struct k25_spill_log *lg, const struct k25_request *req, ui
     s = lg->next_seq;
     memcpy(b.p + seq_at, &s, sizeof(s));
     frame(&b);
-    if ((rc = write_raw(lg, b.p, b.n, what, lsn, err)) == K25_OK) {
+    if ((rc = reserve(lg, (int64_t)b.n + SPILL_DONE_BYTES, what, err)) == K25_OK &&
+        (rc = write_raw(lg, b.p, b.n, what, lsn, err)) == K25_OK) {
         lg->next_seq++;
         lg->live++;
         *seq = s;
@@ -589,6 +633,192 @@ out_close:
     return rc;
 }
 
+void k25_spill_owe(struct k25_spill_log *lg, uint64_t seq)
+{
+    pthread_mutex_lock(&lg->mu);
+    if (lg->n_owed == lg->cap_owed) {
+        int nc = lg->cap_owed ? 2 * lg->cap_owed : 16;
+        uint64_t *no = realloc(lg->owed, sizeof(*no) * (size_t)nc);
+        if (!no) { /* cannot remember it: it may be replayed after a restart (logged by the caller) */
+            pthread_mutex_unlock(&lg->mu);
+            return;
+        }
+        lg->owed = no;
+        lg->cap_owed = nc;
+    }
+    lg->owed[lg->n_owed++] = seq;
+    pthread_mutex_unlock(&lg->mu);
+}
+
+int k25_spill_pay_owed(struct k25_spill_log *lg, struct k25_error *err)
+{
+    if (!lg->mu_init || lg->fd < 0)
+        return K25_OK;
+    pthread_mutex_lock(&lg->mu);
+    int n = lg->n_owed;
+    uint64_t owed[n > 0 ? n : 1];
+    memcpy(owed, lg->owed, sizeof(uint64_t) * (size_t)n);
+    pthread_mutex_unlock(&lg->mu);
+    if (n == 0)
+        return K25_OK;
+    uint64_t lsn = 0;
+    int rc = K25_OK;
+    for (int i = 0; i < n && rc == K25_OK; i++)
+        rc = k25_spill_append_done(lg, owed[i], &lsn, err);
+    if (rc == K25_OK)
+        rc = k25_spill_sync(lg, lsn, err);
+    if (rc != K25_OK)
+        return rc; /* a failed write or fsync cut them back: still owed */
+    pthread_mutex_lock(&lg->mu);
+    memmove(lg->owed, lg->owed + n, sizeof(uint64_t) * (size_t)(lg->n_owed - n)); /* owed meanwhile stay */
+    lg->n_owed -= n;
+    lg->live -= n;
+    compact(lg);
+    pthread_mutex_unlock(&lg->mu);
+    return K25_OK;
+}
+
+static bool is_owed(const struct k25_spill_log *lg, uint64_t seq)
+{
+    for (int i = 0; i < lg->n_owed; i++)
+        if (lg->owed[i] == seq)
+            return true;
+    return false;
+}
+
+/* One request record of the log being compacted: where it is, whether it is done. */
+struct kept_rec {
+    uint64_t seq;
+    size_t off, len;
+    bool done;
+};
+
+/*
+ * Rewrites the log with its live, not owed request records (lg->mu held, no fsync running):
+ * queue.log.tmp, fsync, rename over queue.log, fsync of the folder; then the descriptor follows the
+ * new file.  On failure the temporary file is removed and the log is untouched.
+ */
+static int rewrite(struct k25_spill_log *lg, int *n_kept, struct k25_error *err)
+{
+    unsigned char *buf = NULL;
+    size_t n = 0;
+    struct kept_rec *recs = NULL;
+    int nr = 0, cap = 0, rc = K25_OK, fd = -1;
+    char tmp[1200], dir[1100];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", lg->path);
+    if (read_all(lg->fd, &buf, &n) != 0) {
+        rc = k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir", "cannot read the spill log: %s",
+                           strerror(errno));
+        goto out;
+    }
+    for (size_t off = 0; off + SPILL_HDR <= (size_t)lg->end && off + SPILL_HDR <= n;) {
+        uint32_t len = 0;
+        uint8_t type = 0;
+        uint64_t seq = 0;
+        memcpy(&len, buf + off + 4, 4);
+        if (len < 9 || off + SPILL_HDR + len > n)
+            break;
+        memcpy(&type, buf + off + SPILL_HDR, 1);
+        memcpy(&seq, buf + off + SPILL_HDR + 1, 8);
+        if (type == SPILL_REQ) {
+            if (nr == cap) {
+                cap = cap ? 2 * cap : 64;
+                struct kept_rec *nrp = realloc(recs, sizeof(*nrp) * (size_t)cap);
+                if (!nrp) {
+                    rc = k25_error_set(err, K25_ENOMEM, lg->path, 0, "queue_spill_dir", "out of memory (compaction)");
+                    goto out;
+                }
+                recs = nrp;
+            }
+            recs[nr++] = (struct kept_rec){seq, off, SPILL_HDR + len, is_owed(lg, seq)};
+        } else if (type == SPILL_DONE) {
+            for (int i = 0; i < nr; i++)
+                if (recs[i].seq == seq)
+                    recs[i].done = true;
+        }
+        off += SPILL_HDR + len;
+    }
+    if ((fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
+        rc = k25_error_set(err, K25_EIO, tmp, 0, "queue_spill_dir", "cannot compact the spill log: %s",
+                           strerror(errno));
+        goto out;
+    }
+    int64_t end = 0;
+    int kept = 0;
+    for (int i = 0; i < nr; i++) {
+        if (recs[i].done)
+            continue;
+        size_t done = 0;
+        while (done < recs[i].len) {
+            ssize_t w = write(fd, buf + recs[i].off + done, recs[i].len - done);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                rc = k25_error_set(err, K25_EIO, tmp, 0, "queue_spill_dir", "cannot compact the spill log: %s",
+                                   w < 0 ? strerror(errno) : "short write");
+                goto out;
+            }
+            done += (size_t)w;
+        }
+        end += (int64_t)recs[i].len;
+        kept++;
+    }
+    snprintf(dir, sizeof(dir), "%s", lg->path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    int dfd = -1;
+    if (fsync(fd) != 0 || rename(tmp, lg->path) != 0 || (dfd = open(slash ? dir : ".", O_RDONLY | O_CLOEXEC)) < 0 ||
+        fsync(dfd) != 0) {
+        rc = k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir", "cannot compact the spill log: %s",
+                           strerror(errno));
+        if (dfd >= 0)
+            close(dfd);
+        goto out;
+    }
+    close(dfd);
+    close(lg->fd);
+    lg->fd = fd;
+    fd = -1;
+    lg->end = lg->durable_end = end;
+    lg->reserved_end = end;
+    lg->live = kept;
+    lg->n_owed = 0;
+    *n_kept = kept;
+out:
+    if (fd >= 0) {
+        close(fd);
+        unlink(tmp);
+    }
+    free(recs);
+    free(buf);
+    return rc;
+}
+
+int k25_spill_shutdown(struct k25_spill_log *lg, int *n_kept, struct k25_error *err)
+{
+    *n_kept = 0;
+    if (lg->fd < 0)
+        return K25_OK;
+    struct k25_error perr;
+    int prc = k25_spill_pay_owed(lg, &perr); /* a failure here: the rewrite drops them instead */
+    pthread_mutex_lock(&lg->mu);
+    int rc = K25_OK;
+    if (lg->live == 0 && lg->end > 0) {
+        compact(lg);
+        if (!lg->broken && lg->io.fsync(lg->fd, lg->io.user) != 0)
+            rc = k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir", "cannot compact the spill log: %s",
+                               strerror(errno));
+    } else if (lg->end > 0 && !lg->broken) {
+        rc = rewrite(lg, n_kept, err);
+    }
+    if (rc != K25_OK && prc != K25_OK)
+        k25_error_set(err, K25_EIO, lg->path, 0, "queue_spill_dir", "%s; and %d done records could not be written: %s",
+                      err->msg, lg->n_owed, perr.msg);
+    pthread_mutex_unlock(&lg->mu);
+    return rc;
+}
+
 void k25_spill_close(struct k25_spill_log *lg)
 {
     if (lg->fd >= 0)
@@ -596,6 +826,9 @@ void k25_spill_close(struct k25_spill_log *lg)
     lg->fd = -1;
     free(lg->lost);
     lg->lost = NULL;
+    free(lg->owed);
+    lg->owed = NULL;
+    lg->n_owed = lg->cap_owed = 0;
     lg->n_lost = lg->cap_lost = 0;
     if (lg->mu_init) {
         pthread_mutex_destroy(&lg->mu);

@@ -113,7 +113,7 @@ int k25_tok_verify(k25_engine_t *e, const char *id, const int32_t *prompt, int n
                    const float *margins, int n, double tau, struct k25_tok_report *rep, struct k25_error *err)
 {
     const struct k25_config *cfg = k25_engine_config(e);
-    if (cfg->temperature > 0.0)
+    if (cfg->temperature >= K25_SAMPLE_GREEDY_BELOW)
         return k25_error_set(err, K25_EINVAL, NULL, 0, "temperature",
                              "token-identity replay needs greedy decoding (temperature 0, not %g)", cfg->temperature);
     if (n <= 0)

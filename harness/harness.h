@@ -24,7 +24,8 @@
  *                 (endpoint.h, sse.c)
  *   inspect.c     `k25 inspect`: printing a stored run, Chrome trace export
  *   bench.c       k25_bench_run: the whole measurement, start to finish
- *   serve.c, serve_api.c  `k25 serve` (serve_int.h)
+ *   serve.c, serve_api.c, serve_limits.c  `k25 serve` (serve_int.h; serve_limits.c: connection
+ *                 deadlines, per-connection watchdog, API key check)
  *   attnbench.c   the attention microbenchmark (`k25 attn-bench`)
  *   checksum.c    `k25 checksum`: a model directory's hashes and shapes
  *   testknob.c    TEST-ONLY degradation knobs
@@ -815,9 +816,10 @@ void k25_testknob_install(k25_engine_t *e);
  * `k25 serve`: the reference engine behind an OpenAI-compatible HTTP API
  * (libmicrohttpd); the API is documented in docs/serve.md.
  *
- * Threads: libmicrohttpd runs one thread per connection; those threads
+ * Threads: libmicrohttpd's polling threads (a pool of http_threads) read,
  * parse and validate requests, put them on a queue (mutex + condition
- * variable) and stream what the engine produced.  One engine thread owns
+ * variable) and stream what the engine produced; a connection waiting for
+ * the engine is suspended, never a blocked thread.  One engine thread owns
  * the engine (engine calls are not thread-safe): it submits queued
  * requests, steps, cancels requests whose client went away, and publishes
  * tokens and statistics under the same mutex.
@@ -830,6 +832,13 @@ struct k25_serve_opts {
     size_t max_body_bytes;     /* larger request bodies get 413 (default 8 MiB) */
     int max_waiting;           /* requests queued beyond the running batch; more get 429 (default 256) */
     int max_connections;       /* concurrent HTTP connections (default 512) */
+    int max_connections_per_ip; /* concurrent connections from one client address; 0 = half of
+                                   max_connections (at least 1) */
+    int header_timeout_s;      /* a request's header must be complete this long after the connection
+                                  opened or its previous request ended (default 20) */
+    int body_timeout_s;        /* its body, this long after the header (default 120) */
+    int idle_timeout_s;        /* a connection with no traffic is closed (default 120) */
+    int http_threads;          /* libmicrohttpd's polling threads (default 4) */
 };
 
 void k25_serve_opts_init(struct k25_serve_opts *o);

@@ -3,9 +3,12 @@
  * HTTP API on libmicrohttpd (docs/serve.md).
  *
  * Threads and ownership:
- *   - libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION).
- *     These threads read the body, validate it (serve_api.c:
- *     k25_serve_parse), and put a `struct sreq` on the pending queue.  They never call the engine.
+ *   - libmicrohttpd's internal polling threads (a pool of o.http_threads, epoll) read the
+ *     body, validate it (serve_api.c: k25_serve_parse, k25_serve_check_len), and put a
+ *     `struct sreq` on the pending queue.  They never call the engine and never block: a
+ *     connection that waits for the engine (a non-streamed answer, a stream's start or its
+ *     next token) is suspended (wait_news) and resumed by whoever sees its news - the engine
+ *     thread after each round, the watchdog (serve_limits.c) for keep-alives.
  *   - One engine thread (engine_main) owns the engine: it submits pending
  *     requests, runs k25_engine_step, cancels requests whose client went
  *     away, and publishes tokens, finishes and statistics.
@@ -24,8 +27,9 @@
  * (OpenAI semantics); usage counts every generated token.  A stream that
  * waits (queued, long prefill) gets an SSE comment every second, which is
  * also how a vanished client is noticed before its first token.  When the
- * connection closes before the stream ended, the request is cancelled and
- * its KV blocks are freed.
+ * connection closes before the answer ended (streamed or not: the watchdog
+ * polls suspended sockets), the request is cancelled and its KV blocks are
+ * freed.
  */
 #include "serve_int.h"
 
@@ -39,10 +43,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
-
-#define SERVE_KEEPALIVE_NS 1000000000ULL
+#include <unistd.h>
 
 void k25_serve_opts_init(struct k25_serve_opts *o)
 {
@@ -51,6 +55,11 @@ void k25_serve_opts_init(struct k25_serve_opts *o)
     o->max_body_bytes = 8u << 20;
     o->max_waiting = 256;
     o->max_connections = 512;
+    o->max_connections_per_ip = 0;
+    o->header_timeout_s = 20;
+    o->body_timeout_s = 120;
+    o->idle_timeout_s = 120;
+    o->http_threads = 4;
 }
 
 /* ------------------------------------------------------------ metrics */
@@ -76,11 +85,7 @@ static void sreq_unref(struct sreq *r)
 {
     if (--r->refs > 0)
         return;
-    free(r->ids);
-    free(r->out);
-    for (int i = 0; i < r->n_stop; i++)
-        free(r->stop[i]);
-    free(r->obuf);
+    k25_serve_req_clear(r);
     free(r);
 }
 
@@ -132,8 +137,9 @@ static void apply_events(struct k25_serve *S)
              * its end so the log marks it done (docs/serve.md "Elastic queue") */
             const struct k25_result *res = k25_engine_result(S->eng, ev->handle);
             if (res) {
-                fprintf(stderr, "k25 serve: replayed request %s ended %s%s%s\n", res->id,
-                        k25_req_state_name(res->state), res->reason[0] ? ": " : "", res->reason);
+                fprintf(stderr, "k25 serve: replayed request %s (spill seq %lld) ended %s%s%s\n", res->id,
+                        (long long)res->spill_seq, k25_req_state_name(res->state), res->reason[0] ? ": " : "",
+                        res->reason);
                 S->replayed_finished++;
                 k25_engine_release(S->eng, ev->handle);
             }
@@ -328,6 +334,14 @@ static void *engine_main(void *arg)
         apply_events(S);
         k25_engine_get_stats(S->eng, &S->st);
         pthread_cond_broadcast(&S->cv_out);
+        int n_wake = k25_serve_collect_ready(S, k25_now_ns(), &S->wake, &S->cap_wake);
+        if (n_wake > 0) { /* suspended connections whose news came: resumed without the lock */
+            pthread_mutex_unlock(&S->mu);
+            for (int i = 0; i < n_wake; i++)
+                MHD_resume_connection(S->wake[i]);
+            pthread_mutex_lock(&S->mu);
+            continue; /* requests queued while the lock was dropped signalled no one: look again */
+        }
         if ((S->stopping || S->broken) && S->n_active == 0 && !S->pend_head)
             break;
         if (k25_engine_idle(S->eng)) {
@@ -498,7 +512,61 @@ static int stream_fill(struct sreq *r)
     return obuf_add(r, "data: [DONE]\n\n", 14);
 }
 
-/* MHD content reader of a stream: blocks (this connection's own thread) until there is something to send. */
+/*
+ * Waits for sc's news without blocking the worker thread (S->mu held, held again on return): true
+ * when it is there now; otherwise the connection is suspended (whoever sees its news resumes it:
+ * k25_serve_collect_ready) and false is returned - the caller returns to MHD, which calls it
+ * again once resumed.  The news is looked at again after suspending, since it may have come while
+ * the lock was dropped (no one resumes a connection that is not marked suspended).
+ */
+static bool wait_news(struct k25_serve *S, struct MHD_Connection *c, struct sconn *sc, enum sconn_wait w,
+                      struct sreq *r)
+{
+    if (!sc) { /* untracked connection (out of memory at its start): poll, once per call */
+        struct sconn tmp = {.wait = w, .r = r};
+        return S->no_suspend || k25_serve_conn_ready(&tmp, k25_now_ns());
+    }
+    sc->wait = w;
+    sc->r = r;
+    if (S->no_suspend || k25_serve_conn_ready(sc, k25_now_ns())) {
+        sc->wait = SC_WAIT_NONE;
+        sc->r = NULL;
+        return true;
+    }
+    pthread_mutex_unlock(&S->mu);
+    MHD_suspend_connection(c);
+    pthread_mutex_lock(&S->mu);
+    if (S->no_suspend || k25_serve_conn_ready(sc, k25_now_ns())) {
+        sc->wait = SC_WAIT_NONE;
+        sc->r = NULL;
+        pthread_mutex_unlock(&S->mu);
+        MHD_resume_connection(c);
+        pthread_mutex_lock(&S->mu);
+        return false;
+    }
+    sc->suspended = true;
+    return false;
+}
+
+bool k25_serve_conn_ready(const struct sconn *sc, uint64_t now_ns)
+{
+    const struct sreq *r = sc->r;
+    switch (sc->wait) {
+    case SC_WAIT_DONE:
+        return r->done;
+    case SC_WAIT_START:
+        return r->done || r->submitted || r->err_status;
+    case SC_WAIT_TOKENS:
+        return r->done || releasable(r) > r->sent || now_ns - r->last_out_ns >= SERVE_KEEPALIVE_NS;
+    default:
+        return true;
+    }
+}
+
+/*
+ * MHD content reader of a stream (its worker thread): what is formatted, or, when nothing is,
+ * suspends the connection and returns 0 until tokens, the end or a keep-alive comment are due.
+ */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -509,19 +577,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             size_t n = r->olen - r->ooff < max ? r->olen - r->ooff : max;
             memcpy(buf, r->obuf + r->ooff, n);
             r->ooff += n;
+            r->last_out_ns = k25_now_ns();
             return (ssize_t)n;
         }
         if (r->phase == 2)
             return MHD_CONTENT_READER_END_OF_STREAM;
         r->olen = r->ooff = 0;
         pthread_mutex_lock(&S->mu);
-        uint64_t deadline = k25_now_ns() + SERVE_KEEPALIVE_NS;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts); /* the condition variable's clock */
-        ts.tv_sec += 1;
-        while (!r->done && releasable(r) <= r->sent && r->phase != 0 && k25_now_ns() < deadline)
-            if (pthread_cond_timedwait(&S->cv_out, &S->mu, &ts) == ETIMEDOUT)
-                break;
+        if (r->phase != 0 && !wait_news(S, r->conn, r->sc, SC_WAIT_TOKENS, r)) {
+            pthread_mutex_unlock(&S->mu);
+            return 0; /* suspended: called again once resumed */
+        }
         int rc = stream_fill(r);
         pthread_mutex_unlock(&S->mu);
         if (rc != 0)
@@ -547,13 +613,68 @@ static void stream_free(void *cls)
 
 /* ------------------------------------------------------------ handlers */
 
-/* Per-connection request state: the body read so far. */
+/* Per-request state (MHD's con_cls, made by the URI log callback): the body read so far, and the
+ * completion request it waits for once submitted. */
 struct conn {
     char *body;
     size_t n, cap;
     bool too_large;
-    uint64_t t_ns; /* body complete */
+    bool handled;     /* the access handler ran: k25 saw the request */
+    bool replied;     /* k25 queued a response */
+    uint64_t t_ns;    /* body complete */
+    struct sreq *r;   /* submitted, waiting (a reference) */
+    struct sconn *sc;
 };
+
+/* A completion request's answer, once wait_news says it is there (r: cn's reference, dropped). */
+static enum MHD_Result answer(struct k25_serve *S, struct MHD_Connection *c, struct conn *cn)
+{
+    struct sreq *r = cn->r;
+    cn->r = NULL;
+    pthread_mutex_lock(&S->mu);
+    int status = r->err_status;
+    char msg[1100];
+    snprintf(msg, sizeof(msg), "%s", r->err_msg);
+    if (r->stream && !status) {
+        /* accepted: the stream's response owns this reference from now on (stream_free drops it) */
+        r->conn = c;
+        r->sc = cn->sc;
+        r->last_out_ns = k25_now_ns();
+        pthread_mutex_unlock(&S->mu);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, r,
+                                                                      stream_free);
+        if (!resp) {
+            stream_free(r);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "X-Request-Id", r->id); /* the id before the first chunk carries it */
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        pthread_mutex_lock(&S->mu);
+        count_code(S, 200);
+        pthread_mutex_unlock(&S->mu);
+        return ret;
+    }
+    json_t *j = status ? NULL : k25_serve_result_json(r, S->model_name);
+    sreq_unref(r);
+    pthread_mutex_unlock(&S->mu);
+    if (status)
+        return reply_error(S, c, status, NULL, "%s", msg);
+    return j ? reply_json(S, c, 200, j) : reply_error(S, c, 503, NULL, "out of memory");
+}
+
+/* A submitted request: its answer when it is there, else the connection suspends until it is. */
+static enum MHD_Result wait_answer(struct k25_serve *S, struct MHD_Connection *c, struct conn *cn)
+{
+    pthread_mutex_lock(&S->mu);
+    /* a stream's status line goes out once the engine accepted the request (a spilled one's record
+     * is then fsync'd): until then a failure can still be a plain error status */
+    bool ready = wait_news(S, c, cn->sc, cn->r->stream ? SC_WAIT_START : SC_WAIT_DONE, cn->r);
+    pthread_mutex_unlock(&S->mu);
+    return ready ? answer(S, c, cn) : MHD_YES;
+}
 
 static enum MHD_Result handle_completion(struct k25_serve *S, struct MHD_Connection *c, struct conn *cn, bool chat)
 {
@@ -565,7 +686,8 @@ static enum MHD_Result handle_completion(struct k25_serve *S, struct MHD_Connect
     r->refs = 1;
     r->arrival_ns = cn->t_ns;
     r->created = (int64_t)time(NULL);
-    if (k25_serve_parse(S, cn->body ? cn->body : "", cn->n, chat, r, &b) != 0) {
+    if (k25_serve_parse(S, cn->body ? cn->body : "", cn->n, chat, r, &b) != 0 ||
+        k25_serve_check_len(S, r, chat, &b) != 0) {
         sreq_unref(r); /* not shared yet: no lock needed */
         return reply_error(S, c, b.status, b.param[0] ? b.param : NULL, "%s", b.msg);
     }
@@ -585,8 +707,9 @@ static enum MHD_Result handle_completion(struct k25_serve *S, struct MHD_Connect
         return reply_error(S, c, 429, NULL, "the server is overloaded: %d requests are waiting (--max-waiting %d); "
                            "retry later", waiting, S->o.max_waiting);
     }
-    snprintf(r->id, sizeof(r->id), "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)++S->next_id);
-    r->refs = 2; /* this thread, and the engine side until the request finishes */
+    snprintf(r->id, sizeof(r->id), "%s-%s-%llu", chat ? "chatcmpl" : "cmpl", S->start_token,
+             (unsigned long long)++S->next_id);
+    r->refs = 2; /* this connection, and the engine side until the request finishes */
     if (S->pend_tail)
         S->pend_tail->next = r;
     else
@@ -594,61 +717,31 @@ static enum MHD_Result handle_completion(struct k25_serve *S, struct MHD_Connect
     S->pend_tail = r;
     S->n_pend++;
     pthread_cond_signal(&S->cv_work);
-    if (r->stream) {
-        /* the status line goes out only once the engine accepted the request (a spilled one's
-         * record is then fsync'd): until then a failure can still be a plain error status */
-        while (!r->done && (!r->submitted || r->err_status))
-            pthread_cond_wait(&S->cv_out, &S->mu);
-        if (r->err_status) {
-            int st = r->err_status;
-            char m[1100];
-            snprintf(m, sizeof(m), "%s", r->err_msg);
-            sreq_unref(r); /* this thread's reference; the engine side dropped its own when done */
-            pthread_mutex_unlock(&S->mu);
-            return reply_error(S, c, st, NULL, "%s", m);
-        }
-        pthread_mutex_unlock(&S->mu);
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, r,
-                                                                      stream_free);
-        if (!resp) {
-            stream_free(r);
-            return MHD_NO;
-        }
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp);
-        pthread_mutex_lock(&S->mu);
-        count_code(S, 200);
-        pthread_mutex_unlock(&S->mu);
-        return ret;
-    }
-    while (!r->done)
-        pthread_cond_wait(&S->cv_out, &S->mu);
-    int status = r->err_status;
-    char msg[1100];
-    snprintf(msg, sizeof(msg), "%s", r->err_msg);
-    json_t *j = status ? NULL : k25_serve_result_json(r, S->model_name);
-    sreq_unref(r);
     pthread_mutex_unlock(&S->mu);
-    if (status)
-        return reply_error(S, c, status, NULL, "%s", msg);
-    return j ? reply_json(S, c, 200, j) : reply_error(S, c, 503, NULL, "out of memory");
+    cn->r = r;
+    return wait_answer(S, c, cn);
 }
 
 static bool authorized(struct k25_serve *S, struct MHD_Connection *c)
 {
-    if (!S->api_key[0])
+    if (!S->api_key)
         return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7))
         return false;
-    const char *k = h + 7, *want = S->api_key;
-    size_t nk = strlen(k), nw = strlen(want);
-    unsigned diff = (unsigned)(nk != nw);
-    for (size_t i = 0; i < nw; i++) /* constant time in the key's length */
-        diff |= (unsigned)(unsigned char)want[i] ^ (unsigned)(unsigned char)(i < nk ? k[i] : 0);
-    return diff == 0;
+    return k25_serve_key_equal(S->api_key, S->api_key_len, h + 7);
+}
+
+/* MHD_OPTION_URI_LOG_CALLBACK: the request line was read; its state (con_cls) starts here, so a
+ * request that libmicrohttpd refuses itself (no access handler call) is still seen at its end. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    (void)cls;
+    (void)uri;
+    struct conn *cn = calloc(1, sizeof(*cn));
+    if (cn)
+        cn->sc = k25_serve_sconn(c);
+    return cn;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -657,12 +750,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     struct k25_serve *S = cls;
     struct conn *cn = *con_cls;
-    if (!cn) {
-        if (!(cn = calloc(1, sizeof(*cn))))
-            return MHD_NO;
-        *con_cls = cn;
+    if (!cn)
+        return MHD_NO; /* out of memory at the request line */
+    if (!cn->handled) { /* the header is complete */
+        cn->handled = true;
+        if (cn->sc) {
+            pthread_mutex_lock(&S->mu);
+            cn->sc->body_start_ns = k25_now_ns();
+            pthread_mutex_unlock(&S->mu);
+        }
         return MHD_YES;
     }
+    if (cn->r) /* resumed: the request it waits for has news */
+        return wait_answer(S, c, cn);
     if (*upload_size > 0) { /* more of the body */
         size_t n = *upload_size;
         *upload_size = 0;
@@ -686,6 +786,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     cn->t_ns = k25_now_ns();
+    if (cn->sc) {
+        pthread_mutex_lock(&S->mu);
+        cn->sc->body_done = true;
+        pthread_mutex_unlock(&S->mu);
+    }
+    cn->replied = true; /* every path below queues a response, or fails the connection */
     bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
     bool is_cmpl = !strcmp(url, "/v1/completions"), is_chat = !strcmp(url, "/v1/chat/completions");
     bool is_models = !strcmp(url, "/v1/models"), is_health = !strcmp(url, "/health"),
@@ -713,20 +819,42 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         const struct k25_model_shape *sh = k25_model_get_shape(S->model);
         return reply_json(S, c, 200,
-                          json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i, s:i, s:s}]}", "object", "list", "data", "id",
-                                    S->model_name, "object", "model", "created", (json_int_t)S->start_unix,
+                          json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i, s:i, s:i, s:s}]}", "object", "list", "data",
+                                    "id", S->model_name, "object", "model", "created", (json_int_t)S->start_unix,
                                     "owned_by", "k25bench", "vocab_size", sh->vocab_size, "max_tokens",
-                                    S->cfg.decode_max_tokens, "source", k25_model_source(S->model)));
+                                    S->cfg.decode_max_tokens, "max_model_len", k25_engine_max_model_len(S->eng),
+                                    "source", k25_model_source(S->model)));
     }
     return reply_error(S, c, 404, NULL, "no such endpoint: %s %s", method, url);
 }
 
+/*
+ * MHD_OPTION_NOTIFY_COMPLETED: the request ended (answered, or the connection failed).  A request
+ * k25 never answered although libmicrohttpd parsed its request line was refused by libmicrohttpd
+ * itself (a malformed header, 431, 505, bad chunked framing: docs/serve.md) or its client left
+ * early; it is counted as k25_http_layer_errors_total.  The connection's header clock restarts.
+ */
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)c;
-    (void)toe;
+    struct k25_serve *S = cls;
     struct conn *cn = *con_cls;
+    struct sconn *sc = k25_serve_sconn(c);
+    pthread_mutex_lock(&S->mu);
+    if (sc) {
+        sc->read_start_ns = k25_now_ns();
+        sc->body_start_ns = 0;
+        sc->body_done = false;
+    }
+    if (cn && !cn->replied && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN)
+        S->http_layer_errors++;
+    if (cn && cn->r) { /* never answered (the connection failed while it waited) */
+        if (!cn->r->done) {
+            cn->r->gone = true;
+            pthread_cond_signal(&S->cv_work);
+        }
+        sreq_unref(cn->r);
+    }
+    pthread_mutex_unlock(&S->mu);
     if (cn) {
         free(cn->body);
         free(cn);
@@ -734,14 +862,45 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+/*
+ * libmicrohttpd's error log.  When it answers a request itself (its HTML error pages: a malformed
+ * header 400, bad chunked framing 400, 413, 414, 431, 505 - it offers no hook to replace them) the
+ * only place that says which status it sent is this line, "... (HTTP response code is N ...":
+ * that status is counted in k25_http_responses_total (docs/serve.md "Limits and hostile clients").
+ */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
-    (void)cls;
-    fprintf(stderr, "k25 serve: libmicrohttpd: ");
-    vfprintf(stderr, fmt, ap);
+    struct k25_serve *S = cls;
+    char line[1024];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    fprintf(stderr, "k25 serve: libmicrohttpd: %s", line);
+    const char *p = strstr(line, "HTTP response code is ");
+    int code = p ? atoi(p + strlen("HTTP response code is ")) : 0;
+    if (code >= 100 && code <= 599) {
+        pthread_mutex_lock(&S->mu);
+        count_code(S, code);
+        pthread_mutex_unlock(&S->mu);
+    }
 }
 
 /* ------------------------------------------------------------ lifecycle */
+
+/*
+ * This process's part of every response id: 8 hex digits from getrandom(2) (the clock and the pid
+ * when it fails), so ids of two runs differ (a restarted server does not reuse "cmpl-1").
+ */
+static void k25_serve_start_token(char *out, size_t n)
+{
+    uint32_t v = 0;
+    if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t z = ((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
+        z = (z ^ (z >> 31)) * 0x9e3779b97f4a7c15ULL;
+        v = (uint32_t)(z >> 32);
+    }
+    snprintf(out, n, "%08x", v);
+}
 
 int k25_serve_start(const struct k25_config *cfg, const struct k25_serve_opts *o, k25_serve_t **out,
                     struct k25_error *err)
@@ -753,7 +912,6 @@ int k25_serve_start(const struct k25_config *cfg, const struct k25_serve_opts *o
     S->cfg = *cfg;
     S->o = *o;
     snprintf(S->host, sizeof(S->host), "%s", o->host ? o->host : "127.0.0.1");
-    snprintf(S->api_key, sizeof(S->api_key), "%s", o->api_key ? o->api_key : "");
     const char *slash = strrchr(cfg->model, '/');
     snprintf(S->model_name, sizeof(S->model_name), "%s",
              o->model_name ? o->model_name : slash && slash[1] ? slash + 1 : cfg->model);
@@ -765,10 +923,39 @@ int k25_serve_start(const struct k25_config *cfg, const struct k25_serve_opts *o
         rc = k25_error_set(err, K25_ERANGE, "command line", 0, "--port", "must be 0..65535 (0 = a free port)");
         goto out_free;
     }
-    if (o->max_waiting < 0 || o->max_body_bytes < 64 || o->max_connections < 1) {
+    if (o->max_waiting < 0 || o->max_body_bytes < 64 || o->max_connections < 1 || o->max_connections_per_ip < 0 ||
+        o->header_timeout_s < 1 || o->body_timeout_s < 1 || o->idle_timeout_s < 1 || o->http_threads < 1) {
         rc = k25_error_set(err, K25_ERANGE, "command line", 0, NULL, "bad server limits");
         goto out_free;
     }
+    if (o->http_threads > o->max_connections) { /* libmicrohttpd splits the limit among its threads */
+        rc = k25_error_set(err, K25_ERANGE, "command line", 0, "--http-threads",
+                           "%d threads for --max-connections %d: each thread needs one connection at least",
+                           o->http_threads, o->max_connections);
+        goto out_free;
+    }
+    if (o->api_key && *o->api_key) {
+        size_t nk = strlen(o->api_key);
+        if (nk > SERVE_MAX_API_KEY) {
+            rc = k25_error_set(err, K25_ERANGE, "command line", 0, "--api-key",
+                               "the key is %zu bytes; at most %d are accepted (an HTTP header line must hold it)",
+                               nk, SERVE_MAX_API_KEY);
+            goto out_free;
+        }
+        for (size_t i = 0; i < nk; i++)
+            if ((unsigned char)o->api_key[i] < 0x21 || (unsigned char)o->api_key[i] > 0x7e) {
+                rc = k25_error_set(err, K25_EINVAL, "command line", 0, "--api-key",
+                                   "byte %zu of the key is not a printable ASCII character (a client cannot send "
+                                   "it in an Authorization header)", i);
+                goto out_free;
+            }
+        if (!(S->api_key = strdup(o->api_key))) {
+            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            goto out_free;
+        }
+        S->api_key_len = nk;
+    }
+    k25_serve_start_token(S->start_token, sizeof(S->start_token));
 
     /* the address first: a bad --host fails before the model is loaded */
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
@@ -808,13 +995,25 @@ int k25_serve_start(const struct k25_config *cfg, const struct k25_serve_opts *o
         goto out_engine;
     }
     S->th_started = true;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+    if ((rc = k25_serve_watchdog_start(S)) != 0) {
+        rc = k25_error_set(err, K25_EIO, NULL, 0, NULL, "cannot start the watchdog thread: %s", strerror(rc));
+        goto out_thread;
+    }
+    /* a pool of polling threads; a connection waiting for the engine is suspended, not a thread */
+    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                      (v6 ? MHD_USE_IPv6 : 0);
+    unsigned per_ip = o->max_connections_per_ip > 0 ? (unsigned)o->max_connections_per_ip
+                                                    : (unsigned)(o->max_connections > 1 ? o->max_connections / 2 : 1);
+    S->o.max_connections_per_ip = (int)per_ip;
     S->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER,
                             mhd_log, S, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED,
-                            on_completed, S, MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+                            on_completed, S, MHD_OPTION_NOTIFY_CONNECTION, k25_serve_on_connection, S,
+                            MHD_OPTION_URI_LOG_CALLBACK, on_uri, S, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)o->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)o->http_threads, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)o->idle_timeout_s, MHD_OPTION_END);
     if (!S->d) {
+        k25_serve_watchdog_stop(S);
         rc = k25_error_set(err, K25_EIO, "command line", 0, "--port",
                            "cannot listen on %s port %d (in use, or not an address of this machine)", S->host,
                            o->port);
@@ -839,6 +1038,7 @@ out_engine:
 out_model:
     k25_model_destroy(S->model);
 out_free:
+    free(S->api_key);
     free(S);
     return rc;
 }
@@ -858,11 +1058,18 @@ void k25_serve_stop(k25_serve_t *S)
     pthread_cond_broadcast(&S->cv_out);
     pthread_mutex_unlock(&S->mu);
     if (S->th_started)
-        pthread_join(S->th, NULL); /* cancels and finishes everything in flight */
+        pthread_join(S->th, NULL); /* cancels and finishes everything in flight, resuming its connections */
+    k25_serve_watchdog_stop(S);
+    /* libmicrohttpd must not be stopped with a suspended connection: resume every one left, and
+     * none suspends any more (every request is done: each has its news) */
     pthread_mutex_lock(&S->mu);
+    S->no_suspend = true;
     pthread_cond_broadcast(&S->cv_out);
+    int n = k25_serve_collect_ready(S, k25_now_ns(), &S->wake, &S->cap_wake);
     pthread_mutex_unlock(&S->mu);
-    MHD_stop_daemon(S->d); /* streams drain their last chunks; connection threads end */
+    for (int i = 0; i < n; i++)
+        MHD_resume_connection(S->wake[i]);
+    MHD_stop_daemon(S->d); /* streams drain their last chunks; the polling threads end */
     pthread_cond_destroy(&S->cv_out);
     pthread_cond_destroy(&S->cv_work);
     pthread_mutex_destroy(&S->mu);
@@ -871,5 +1078,7 @@ void k25_serve_stop(k25_serve_t *S)
     free(S->by_handle);
     free(S->active);
     free(S->evs);
+    free(S->wake);
+    free(S->api_key);
     free(S);
 }

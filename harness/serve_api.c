@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const int k25_serve_http_codes[SERVE_N_CODES] = {200, 400, 401, 404, 405, 413, 429, 500, 503};
+/* 414, 431 and 505 come only from libmicrohttpd itself (counted from its log line: serve.c mhd_log) */
+const int k25_serve_http_codes[SERVE_N_CODES] = {200, 400, 401, 404, 405, 413, 414, 429, 431, 500, 503, 505};
 
 /* ------------------------------------------------------------ errors */
 
@@ -274,6 +275,32 @@ out:
     return rc;
 }
 
+int k25_serve_check_len(struct k25_serve *S, const struct sreq *r, bool chat, struct k25_serve_bad *b)
+{
+    const int limit = k25_engine_max_model_len(S->eng);
+    if (k25_engine_fit_max_new(S->eng, r->n_ids, r->max_tokens) >= 0)
+        return 0;
+    const char *mt = chat ? "max_completion_tokens" : "max_tokens";
+    if (r->max_tokens > 0 && r->n_ids < limit)
+        return bad(b, 400, "prompt", "the prompt is %d tokens and %s is %d: %lld tokens exceed the context limit "
+                   "of %d tokens (max_model_len); shorten the prompt or lower %s", r->n_ids, mt, r->max_tokens,
+                   (long long)r->n_ids + r->max_tokens, limit, mt);
+    return bad(b, 400, "prompt", "the prompt is %d tokens; the context limit is %d tokens (max_model_len), "
+               "with room for at least one generated token", r->n_ids, limit);
+}
+
+void k25_serve_req_clear(struct sreq *r)
+{
+    free(r->ids);
+    free(r->out);
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->obuf);
+    r->ids = r->out = NULL;
+    r->obuf = NULL;
+    r->n_stop = 0;
+}
+
 /* ------------------------------------------------------------ answers */
 
 /* A stream chunk: text (may be NULL for the role chunk), token ids, finish reason. */
@@ -418,6 +445,21 @@ char *k25_serve_metrics_text(struct k25_serve *S)
     for (size_t i = 0; i < sizeof(qc) / sizeof(qc[0]); i++)
         fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %lld\n", qc[i].name, qc[i].help, qc[i].name, qc[i].name,
                 qc[i].v);
+    /* the HTTP layer (docs/serve.md "Limits and hostile clients") */
+    const struct { const char *name, *help; long long v; } hc[] = {
+        {"k25_http_layer_errors_total",
+         "Requests libmicrohttpd answered or dropped itself after their request line (bad header, 431, 505, "
+         "bad chunked framing), or whose client left before k25 answered.", (long long)S->http_layer_errors},
+        {"k25_http_deadline_closes_total", "Connections closed for missing the header or body deadline.",
+         (long long)S->deadline_closes},
+        {"k25_http_disconnect_cancels_total", "Requests cancelled because their client closed the connection "
+         "while they waited.", (long long)S->disconnect_cancels},
+    };
+    for (size_t i = 0; i < sizeof(hc) / sizeof(hc[0]); i++)
+        fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %lld\n", hc[i].name, hc[i].help, hc[i].name, hc[i].name,
+                hc[i].v);
+    fprintf(f, "# HELP k25_http_connections Open HTTP connections.\n# TYPE k25_http_connections gauge\n"
+               "k25_http_connections %d\n", S->n_conns);
     fprintf(f, "# HELP k25_engine_busy_seconds_total Time the engine spent in steps.\n"
                "# TYPE k25_engine_busy_seconds_total counter\nk25_engine_busy_seconds_total %.6f\n",
             (double)st.busy_ns / 1e9);

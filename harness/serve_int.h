@@ -28,17 +28,22 @@ struct hist {
 };
 
 /* HTTP status codes counted in /metrics (serve_api.c). */
-#define SERVE_N_CODES 9
+#define SERVE_N_CODES 12
+/* The longest API key accepted at start (a key longer than an HTTP header line makes no sense). */
+#define SERVE_MAX_API_KEY 4096
+/* A stream that waits (queued, long prefill) sends an SSE comment this often. */
+#define SERVE_KEEPALIVE_NS 1000000000ULL
 extern const int k25_serve_http_codes[SERVE_N_CODES];
 
 struct k25_serve;
+struct sconn;
 
 /* One completion request, shared by its HTTP thread and the engine thread. */
 struct sreq {
     struct k25_serve *S;
     int refs;                      /* under S->mu */
     struct sreq *next;             /* pending queue */
-    char id[48];
+    char id[64];
     bool chat, stream, include_usage;
     int32_t *ids;                  /* [n_ids] prompt, owned */
     int n_ids;
@@ -72,12 +77,37 @@ struct sreq {
     bool gone;                     /* the client went away: cancel */
     int err_status;                /* != 0: failed with this HTTP status and err_msg */
     char err_msg[1100];
-    /* the HTTP thread's stream writer */
+    /* the HTTP side's stream writer (the thread of the connection's MHD worker) */
+    struct MHD_Connection *conn;   /* a stream's connection, for suspending it */
+    struct sconn *sc;
+    uint64_t last_out_ns;          /* a stream's last bytes handed to MHD: keep-alive comments */
     int sent;                      /* tokens released to the client */
     struct k25_utf8 u8;
     int phase;                     /* 0 start, 1 tokens, 2 finished */
     char *obuf;                    /* formatted bytes not yet handed to MHD */
     size_t olen, ooff, ocap;
+};
+
+/*
+ * What a suspended connection waits for (serve.c): a non-streamed answer (the request done), a
+ * stream's start (the engine accepted or refused it), or a stream's next bytes (tokens, its end, or
+ * a keep-alive comment due).  Connections never block a worker thread: they suspend
+ * (MHD_suspend_connection) and whoever sees their news resumes them (serve_limits.c).
+ */
+enum sconn_wait { SC_WAIT_NONE, SC_WAIT_DONE, SC_WAIT_START, SC_WAIT_TOKENS };
+
+/* One TCP connection (MHD_OPTION_NOTIFY_CONNECTION), in S->conns; every field under S->mu. */
+struct sconn {
+    struct sconn *prev, *next;
+    struct MHD_Connection *c;
+    int fd;
+    uint64_t read_start_ns;  /* the header clock: the connection's start or its last request's end */
+    uint64_t body_start_ns;  /* the header was complete (the access handler ran); 0: still reading it */
+    bool body_done;          /* the whole request was read */
+    bool closing;            /* shut down by the watchdog (a deadline passed) */
+    enum sconn_wait wait;
+    struct sreq *r;          /* what it waits for (a reference is held by the waiter) */
+    bool suspended;          /* MHD_suspend_connection called, nobody resumed it yet */
 };
 
 /* An engine event, buffered during a step (engine thread only). */
@@ -91,7 +121,9 @@ struct sev {
 struct k25_serve {
     struct k25_config cfg;
     struct k25_serve_opts o;
-    char host[256], api_key[512], model_name[1024];
+    char host[256], model_name[1024];
+    char *api_key;                 /* malloc'd, NULL = no key; compared whole, in constant time */
+    size_t api_key_len;
     k25_model_t *model;
     k25_engine_t *eng;
     int vocab;
@@ -115,7 +147,20 @@ struct k25_serve {
     int64_t http[SERVE_N_CODES];
     struct hist ttft, itl;
     uint64_t next_id;
+    char start_token[16];          /* this process's part of every response id (unique across restarts) */
     int64_t start_unix;
+    /* connections (serve_limits.c), under mu */
+    struct sconn *conns;
+    int n_conns;
+    int64_t http_layer_errors;     /* requests libmicrohttpd refused itself (docs/serve.md) */
+    int64_t deadline_closes;       /* connections shut for a header/body deadline */
+    int64_t disconnect_cancels;    /* requests cancelled because their client closed the connection */
+    bool no_suspend;               /* stopping: nothing may suspend any more */
+    pthread_t wd;                  /* the watchdog thread */
+    bool wd_started, wd_stop;
+    pthread_cond_t cv_wd;
+    struct MHD_Connection **wake;  /* engine thread: connections to resume after a round */
+    int cap_wake;
     /* engine thread only */
     struct sreq **by_handle;
     int cap_handle;
@@ -125,6 +170,27 @@ struct k25_serve {
     int n_evs, cap_evs;
     bool ev_oom;
 };
+
+/* ------------------------------------------------- serve_limits.c */
+
+/* MHD_OPTION_NOTIFY_CONNECTION: tracks each connection in S->conns (its header clock). */
+void k25_serve_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                             enum MHD_ConnectionNotificationCode toe);
+/* The connection's record (from MHD's socket context). */
+struct sconn *k25_serve_sconn(struct MHD_Connection *c);
+/*
+ * Collects into *buf (grown; *cap its size) the suspended connections whose news is there (S->mu
+ * held), marking them resumed; the caller resumes them after dropping the lock.  Returns how many.
+ */
+int k25_serve_collect_ready(struct k25_serve *S, uint64_t now_ns, struct MHD_Connection ***buf, int *cap);
+/* Starts/stops the watchdog: header and body deadlines, vanished clients of suspended connections,
+ * stream keep-alives.  Start: 0 or an errno. */
+int k25_serve_watchdog_start(struct k25_serve *S);
+void k25_serve_watchdog_stop(struct k25_serve *S);
+/* true when got equals the key (want, nw bytes); the time depends on nw only, not on where they differ. */
+bool k25_serve_key_equal(const char *want, size_t nw, const char *got);
+/* serve.c: whether what sc waits for is there (S->mu held). */
+bool k25_serve_conn_ready(const struct sconn *sc, uint64_t now_ns);
 
 /* What is wrong with a request body: HTTP status, field, message. */
 struct k25_serve_bad {
@@ -141,6 +207,14 @@ struct k25_serve_bad {
  */
 int k25_serve_parse(struct k25_serve *S, const char *body, size_t n, bool chat, struct sreq *r,
                     struct k25_serve_bad *b);
+/*
+ * The context limit (k25_engine_fit_max_new: reads the engine's immutable config, safe from any
+ * thread): 400 naming "prompt" with its length in tokens (r->n_ids, as the tokenizer counted it),
+ * max_tokens and the limit when they do not fit.  0 or -1 with *b filled.
+ */
+int k25_serve_check_len(struct k25_serve *S, const struct sreq *r, bool chat, struct k25_serve_bad *b);
+/* Frees what a request owns (prompt, output, stop sequences, stream buffer), not r itself. */
+void k25_serve_req_clear(struct sreq *r);
 /* OpenAI-style {"error": {message, type, param, code}} (new reference). */
 json_t *k25_serve_error_json(int status, const char *param, const char *msg);
 /* A stream chunk: text (NULL for the chat role chunk), its token ids, a finish reason or NULL. */

@@ -10,7 +10,7 @@ B=${1:-build-fuzz}
 S=${2:-30}
 shift 2 2>/dev/null || shift $#
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(trace gold filter config sweep_spec sla_policy safetensors tokenizer)
+[ ${#targets[@]} -eq 0 ] && targets=(trace gold filter config sweep_spec sla_policy safetensors tokenizer serve_request)
 
 seed_dir() { # TARGET: fills $B/seeds/TARGET from shipped files
   local t=$1 d=$B/seeds/$1 i=0 f
@@ -21,6 +21,7 @@ seed_dir() { # TARGET: fills $B/seeds/TARGET from shipped files
            for f in baselines/results/ci-smoke/points/*/rep-0.h5; do [ -f "$f" ] && cp "$f" "$d/base-$((i++)).h5"; done ;;
     gold) cp datasets/gold/*.jsonl "$d"/ ;;
     filter) cp tests/fuzz/seeds/filter/* "$d"/ ;;
+    serve_request) cp tests/fuzz/seeds/serve/* "$d"/ ;;
     config) for f in baselines/results/ci-smoke/points/*/config.yaml; do cp "$f" "$d/c-$((i++)).yaml"; done ;;
     sweep_spec) cp sweeps/*.yaml "$d"/ ;;
     sla_policy) { printf '\0'; cat reports/sla-example.yaml; } > "$d/sla.yaml"
