@@ -839,6 +839,8 @@ struct k25_serve_opts {
     int body_timeout_s;        /* its body, this long after the header (default 120) */
     int idle_timeout_s;        /* a connection with no traffic is closed (default 120) */
     int http_threads;          /* libmicrohttpd's polling threads (default 4) */
+    const char *chat_template; /* a named chat template (k25_chat_template_parse) instead of the one
+                                  recognised from the folder's tokenizer_config.json; NULL = that one */
 };
 
 void k25_serve_opts_init(struct k25_serve_opts *o);
