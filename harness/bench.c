@@ -525,6 +525,15 @@ static json_t *endpoint_summary(const struct k25_bench_run *run)
             fprintf(stderr, " %lld x %s;", (long long)json_integer_value(v), kind);
         fprintf(stderr, " reasons per request in the trace (/requests reason)\n");
     }
+    json_t *pc = json_object_get(es, "prompt_tokens_check"), *mm = json_object_get(pc, "first_mismatch");
+    if (pc && json_integer_value(json_object_get(pc, "mismatches")) > 0)
+        fprintf(stderr, "k25 bench: WARNING: the server counted %lld of %lld prompts differently from --tokenizer "
+                "(first: '%s', gold line %lld: %lld here, %lld in its usage.prompt_tokens): another tokenizer or "
+                "chat template?\n", (long long)json_integer_value(json_object_get(pc, "mismatches")),
+                (long long)json_integer_value(json_object_get(pc, "requests_counted")),
+                json_string_value(json_object_get(mm, "id")), (long long)json_integer_value(json_object_get(mm, "line")),
+                (long long)json_integer_value(json_object_get(mm, "client_prompt_tokens")),
+                (long long)json_integer_value(json_object_get(mm, "server_prompt_tokens")));
     return es;
 }
 
