@@ -20,6 +20,7 @@
 #include "k25util.h"
 #include "fidelity.h"
 #include "endpoint.h"
+#include "k25_tok.h"
 
 #include <errno.h>
 #include <math.h>
@@ -120,13 +121,22 @@ static void free_inputs(struct k25_bench_input *in, size_t n)
     free(in);
 }
 
-/* Tokenizes the selected gold requests (the engine's byte tokenizer, or their input_ids). */
-static int make_inputs(const struct k25_gold_set *set, struct k25_bench_input **out, struct k25_error *err)
+/*
+ * Tokenizes the selected gold requests: their input_ids, else their text with
+ * the model's tokenizer when cfg is given (the in-process engine: a folder's
+ * tokenizer.json with its BOS template, bytes for a preset; a folder without
+ * tokenizer.json refuses text lines naming the file), else bytes (an
+ * endpoint run sends the text itself).
+ */
+static int make_inputs(const struct k25_gold_set *set, const char *dataset, const struct k25_config *cfg,
+                       struct k25_bench_input **out, struct k25_error *err)
 {
     struct k25_bench_input *in = calloc(set->n, sizeof(*in));
     if (!in)
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     int rc = K25_OK;
+    k25_tokenizer_t *tok = NULL;
+    bool tok_loaded = false;
     for (size_t i = 0; i < set->n; i++) {
         const struct k25_gold_request *g = &set->reqs[i];
         struct k25_bench_input *b = &in[i];
@@ -147,12 +157,31 @@ static int make_inputs(const struct k25_gold_set *set, struct k25_bench_input **
             size_t len = 0;
             if ((rc = k25_gold_request_input(g, &text, &len, err)) != K25_OK)
                 break;
-            rc = k25_tok_encode(text, len, &b->ids, &b->n_ids, err);
+            if (cfg && !tok_loaded) { /* at the first text line: a token-id set needs no tokenizer */
+                struct k25_error e;
+                if ((rc = k25_tokenizer_for_model(cfg, &tok, &e)) != K25_OK) {
+                    free(text);
+                    k25_error_set(err, rc, dataset, (int)g->line, "text",
+                                  "request '%s' is text: %s", g->id, e.msg);
+                    break;
+                }
+                tok_loaded = true;
+            }
+            if (tok) {
+                struct k25_error e;
+                if ((rc = k25_tokenizer_encode(tok, text, len, K25_TOK_ADD_SPECIAL, &b->ids, &b->n_ids, &e)) !=
+                    K25_OK)
+                    k25_error_set(err, rc, dataset, (int)g->line, "text",
+                                  "request '%s': %s", g->id, e.msg);
+            } else {
+                rc = k25_tok_encode(text, len, &b->ids, &b->n_ids, err);
+            }
             free(text);
             if (rc != K25_OK)
                 break;
         }
     }
+    k25_tokenizer_destroy(tok);
     if (rc != K25_OK) {
         free_inputs(in, set->n);
         return rc;
@@ -309,7 +338,7 @@ static int load_gold(struct bench_state *st, struct k25_error *err)
                                          "no request matches '%s' (%lld valid requests in the set)", o->filter,
                                          (long long)st->set.counts.requests)
                          : k25_error_set(err, K25_EINVAL, o->dataset, 0, NULL, "the gold set has no request");
-    if ((rc = make_inputs(&st->set, &st->inputs, err)) != K25_OK)
+    if ((rc = make_inputs(&st->set, o->dataset, o->endpoint ? NULL : st->cfg, &st->inputs, err)) != K25_OK)
         return rc;
     if (!(st->order = k25_loadgen_order(st->set.n, st->cfg->seed)))
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");

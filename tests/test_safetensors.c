@@ -1374,8 +1374,19 @@ static void test_e2e_llama31_tokenizer(void **state)
     assert_int_equal(usage_of(j, "prompt_tokens"), 2);
     json_decref(j);
     srv_stop(&S);
-
+    char *gold = path_in(dir, "gold.jsonl");
+    tu_write_file(gold, "{\"id\":\"a\",\"text\":\"The capital of France is\",\"expected_output_length\":2}\n"
+                        "{\"id\":\"b\",\"text\":\"H\\u00e9llo w\\u00f6rld, \\u6771\\u4eac \\ud83d\\udc4b\\ud83c\\udffd!\","
+                        "\"expected_output_length\":2}\n");
     char *cmd = NULL;
+    assert_true(asprintf(&cmd, "%s bench --model '%s' --dataset '%s' --requests 1 --threads 1 --out '%s/n.h5' --quiet",
+                         tu_k25(), dir, gold, dir) > 0);
+    assert_int_equal(tu_run(cmd, &out), 2); /* text lines and no tokenizer.json: refused naming it */
+    assert_non_null(strstr(out, "tokenizer.json"));
+    assert_non_null(strstr(out, "gold.jsonl:1"));
+    free(out);
+    free(cmd);
+
     assert_true(asprintf(&cmd, "cp '%s/tokenizer.json' '%s/tokenizer_config.json' '%s/'", tokdir, tokdir, dir) > 0);
     assert_int_equal(tu_run(cmd, NULL), 0);
     free(cmd);
@@ -1499,10 +1510,6 @@ static void test_e2e_llama31_tokenizer(void **state)
     free(out);
 
     /* k25 bench --endpoint --tokenizer: every prompt counted as the server counts it */
-    char *gold = path_in(dir, "gold.jsonl");
-    tu_write_file(gold, "{\"id\":\"a\",\"text\":\"The capital of France is\",\"expected_output_length\":2}\n"
-                        "{\"id\":\"b\",\"text\":\"H\\u00e9llo w\\u00f6rld, \\u6771\\u4eac \\ud83d\\udc4b\\ud83c\\udffd!\","
-                        "\"expected_output_length\":2}\n");
     for (int chat = 0; chat < 2; chat++) {
         assert_true(asprintf(&cmd, "%s bench --endpoint http://127.0.0.1:%d --tokenizer '%s' --endpoint-type %s "
                              "--dataset '%s' --requests 2 --concurrency 1 --out '%s/b.h5' --json '%s/b.json' --quiet",
@@ -1523,8 +1530,24 @@ static void test_e2e_llama31_tokenizer(void **state)
         assert_int_equal(json_integer_value(json_object_get(pc, "mismatches")), 0);
         json_decref(sum);
     }
-    free(gold);
     srv_stop(&S);
+    /* the in-process bench encodes the gold text lines with the folder's tokenizer */
+    const char *bt = "H\u00e9llo w\u00f6rld, \u6771\u4eac \U0001F44B\U0001F3FD!";
+    int32_t *bids = NULL;
+    int n_b = 0;
+    assert_int_equal(k25_tokenizer_encode(t, bt, strlen(bt), K25_TOK_ADD_SPECIAL, &bids, &n_b, &err), K25_OK);
+    free(bids);
+    assert_true(asprintf(&cmd, "%s bench --model '%s' --dataset '%s' --requests 2 --concurrency 1 --threads 1 "
+                         "--out '%s/c.h5' --json '%s/c.json' --quiet", tu_k25(), dir, gold, dir, dir) > 0);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    free(cmd);
+    char *cp = path_in(dir, "c.json");
+    json_t *csum = json_load_file(cp, 0, NULL);
+    free(cp);
+    assert_non_null(csum);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(csum, "summary"), "input_tokens")), 6 + n_b);
+    json_decref(csum);
+    free(gold);
     free(run_text);
     k25_tokenizer_destroy(t);
     tmodel_free(&M);
