@@ -11,6 +11,7 @@
 #include "harness.h"
 #include "gold.h"
 #include "cliopt.h"
+#include "k25_tok.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -383,15 +384,30 @@ out_filter:
 
 /* ------------------------------------------------------------ generate */
 
+/* k25_gold_gen_opts.count_tokens with a model's tokenizer: the prompt as a server counts it (BOS template). */
+static int count_with_tokenizer(void *ctx, const char *text, size_t len, int64_t *n_tokens, struct k25_error *err)
+{
+    int32_t *ids = NULL;
+    int n = 0;
+    int rc = k25_tokenizer_encode(ctx, text, len, K25_TOK_ADD_SPECIAL, &ids, &n, err);
+    free(ids);
+    *n_tokens = n;
+    return rc;
+}
+
 static int cmd_generate(int argc, char **argv)
 {
     struct k25_gold_gen_opts o;
     k25_gold_gen_opts_init(&o);
     struct k25_error err;
     k25_error_clear(&err);
-    const char *out = NULL, *licenses = NULL;
+    const char *out = NULL, *licenses = NULL, *tokdir = NULL;
     bool quiet = false;
     const struct k25_opt opts[] = {
+        {.names = {"--tokenizer"}, .type = K25_OPT_PATH, .dest = &tokdir, .metavar = "DIR",
+         .deflt = "bytes",
+         .help = "lengths in tokens of DIR's tokenizer.json (BOS template included), met exactly:\n"
+                 "each request's whole input is that many tokens of that tokenizer"},
         {.names = {"--domain"}, .type = K25_OPT_CALL, .dest = &o.domain, .parse = opt_domain, .metavar = "D",
          .deflt = "mixed",
          .help = "legal: contracts with numbered articles, far references, appendix tables\n"
@@ -420,11 +436,12 @@ static int cmd_generate(int argc, char **argv)
         .name = "gold generate",
         .usage = "gold generate [--domain legal|finance|minutes|licenses|mixed] [--lengths 4k,32k,128k]\n"
                  "                         [--count N] [--questions Q] [--seed S] [--output-length N|MIN-MAX]\n"
-                 "                         [--out FILE]\n"
+                 "                         [--out FILE] [--tokenizer DIR]\n"
                  "                         [--licenses-dir DIR]",
         .about = "Writes N deterministic requests (same arguments, same bytes) as JSONL to stdout or --out.\n"
                  "Request i has input length lengths[i mod #lengths] tokens of the byte tokenizer (within 1%),\n"
-                 "prompt included; mixed turns through legal, finance, minutes, licenses so each length gets each.\n",
+                 "prompt included, or with --tokenizer DIR exactly that many tokens of DIR's tokenizer;\n"
+                 "mixed turns through legal, finance, minutes, licenses so each length gets each.\n",
         .opts = opts,
     };
     int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
@@ -447,7 +464,15 @@ static int cmd_generate(int argc, char **argv)
         return bad_path ? 2 : 1;
     uint64_t t0 = k25_now_ns();
     k25_error_clear(&err);
-    int rc = k25_gold_generate(&o, f, &err);
+    k25_tokenizer_t *tok = NULL;
+    int rc = 0;
+    if (tokdir && (rc = k25_tokenizer_load(tokdir, &tok, &err)) == K25_OK) {
+        o.count_tokens = count_with_tokenizer;
+        o.count_ctx = tok;
+    }
+    if (rc == 0)
+        rc = k25_gold_generate(&o, f, &err);
+    k25_tokenizer_destroy(tok);
     long pos = out ? ftell(f) : -1;
     if (rc < 0)
         fprintf(stderr, "k25 gold generate: %s\n", err.msg);

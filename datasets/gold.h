@@ -298,6 +298,12 @@ struct k25_gold_gen_opts {
     uint64_t seed;
     int64_t out_min, out_max; /* expected_output_length drawn from [min, max] */
     char licenses_dir[1024];  /* K25_GOLD_LICENSES_DIR by default */
+    /* NULL: lengths are bytes (the presets' byte tokenizer).  Set: lengths are tokens as this
+     * counts a request's whole input (prompt, separator, text; a model's tokenizer with its BOS
+     * template), met exactly: the text is cut where the count is the length.  Returns 0 or a
+     * K25_E* code with err filled.  Not with questions > 1. */
+    int (*count_tokens)(void *ctx, const char *text, size_t len, int64_t *n_tokens, struct k25_error *err);
+    void *count_ctx;
 };
 
 void k25_gold_gen_opts_init(struct k25_gold_gen_opts *o);
