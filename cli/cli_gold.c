@@ -37,6 +37,7 @@ struct read_args {
     const char *file;
     const char *filter_expr;
     const char *out;
+    const char *tokenizer; /* validate --tokenizer DIR */
     bool json, quiet, help;
     k25_gold_filter_t *filter;
 };
@@ -168,6 +169,9 @@ static int parse_read_args(int argc, char **argv, struct read_args *a, bool vali
                  "end after 16 x N bytes (/dev/zero, a binary file) stops the reading"},
         {.names = {"--quiet", "-q"}, .type = K25_OPT_FLAG, .dest = &a->quiet,
          .help = "do not print warnings (errors are always printed)"},
+        {.names = {"--tokenizer"}, .type = validate ? K25_OPT_PATH : K25_OPT_END, .dest = &a->tokenizer,
+         .metavar = "DIR", .help = "also count every request's input in tokens of DIR's tokenizer.json\n"
+                                   "(BOS template; input_ids lines: their length)"},
         {.names = {"--out"}, .type = validate ? K25_OPT_END : K25_OPT_PATH, .dest = &a->out,
          .deflt = "stdout", .help = "output file, written to a temporary name and renamed when complete"},
         {.type = K25_OPT_END},
@@ -182,7 +186,7 @@ static int parse_read_args(int argc, char **argv, struct read_args *a, bool vali
     const struct k25_cliopt_cmd cmd = {
         .name = validate ? "gold validate" : "gold select",
         .usage = validate ? "gold validate FILE [--json] [--sanitize strip|reject|keep] [--on-error abort|skip]\n"
-                            "                         [--filter EXPR] [--max-line-bytes N] [--quiet]"
+                            "                         [--filter EXPR] [--max-line-bytes N] [--quiet] [--tokenizer DIR]"
                           : "gold select FILE [--filter EXPR] [--out FILE] [--sanitize ...] [--on-error ...]",
         .about = validate ? "Checks every line of FILE and reports each problem as FILE:LINE: field 'x': what is wrong\n"
                             "(on stderr), then prints statistics: lines, requests, input/output tokens (bytes for the\n"
@@ -232,6 +236,71 @@ static int exit_for(int rc)
 
 /* ------------------------------------------------------------ validate */
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * validate --tokenizer: every selected request's input counted in tokens of
+ * DIR's tokenizer (as a server counts a prompt: BOS template; input_ids: their
+ * length).  *out: {"source", "requests", "total", "min", "p50", "p90", "max"}.
+ */
+static int count_set_tokens(const struct read_args *a, json_t **out, struct k25_error *err)
+{
+    k25_tokenizer_t *tok = NULL;
+    struct k25_gold_set set;
+    memset(&set, 0, sizeof(set));
+    int64_t *n = NULL;
+    int rc = k25_tokenizer_load(a->tokenizer, &tok, err);
+    if (rc != K25_OK)
+        return rc;
+    struct k25_gold_opts go = a->opts;
+    go.diag = NULL; /* the validation above reported them */
+    if ((rc = k25_gold_load(a->file, &go, &set, err)) != K25_OK)
+        goto out;
+    if (!(n = calloc(set.n ? set.n : 1, sizeof(*n)))) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    int64_t total = 0;
+    for (size_t i = 0; i < set.n; i++) {
+        const struct k25_gold_request *g = &set.reqs[i];
+        if (g->input_ids) {
+            n[i] = (int64_t)g->n_input_ids;
+        } else {
+            char *text = NULL;
+            size_t len = 0;
+            int32_t *ids = NULL;
+            int ni = 0;
+            struct k25_error e;
+            if ((rc = k25_gold_request_input(g, &text, &len, err)) != K25_OK)
+                goto out;
+            rc = k25_tokenizer_encode(tok, text, len, K25_TOK_ADD_SPECIAL, &ids, &ni, &e);
+            free(text);
+            free(ids);
+            if (rc != K25_OK) {
+                k25_error_set(err, rc, a->file, (int)g->line, "text", "request '%s': %s", g->id, e.msg);
+                goto out;
+            }
+            n[i] = ni;
+        }
+        total += n[i];
+    }
+    qsort(n, set.n, sizeof(*n), cmp_i64);
+    size_t k = set.n;
+    *out = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "source", k25_tokenizer_source(tok), "requests",
+                     (json_int_t)k, "total", (json_int_t)total, "min", (json_int_t)(k ? n[0] : 0), "p50",
+                     (json_int_t)(k ? n[(k - 1) / 2] : 0), "p90", (json_int_t)(k ? n[(k - 1) * 9 / 10] : 0), "max",
+                     (json_int_t)(k ? n[k - 1] : 0));
+out:
+    free(n);
+    k25_gold_set_free(&set);
+    k25_tokenizer_destroy(tok);
+    return rc;
+}
+
 static int cmd_validate(int argc, char **argv)
 {
     struct read_args a;
@@ -257,11 +326,16 @@ static int cmd_validate(int argc, char **argv)
         opened = false;
     if (rc < 0)
         fprintf(stderr, "k25 gold validate: %s\n", err.msg);
+    json_t *tokens = NULL;
+    if (rc == 0 && a.tokenizer && (rc = count_set_tokens(&a, &tokens, &err)) != 0)
+        fprintf(stderr, "k25 gold validate: --tokenizer: %s\n", err.msg);
     if (opened && a.json) {
         char *txt = k25_gold_stats_to_json(&stats, &a.opts, a.filter_expr);
         json_error_t je;
         json_t *root = txt ? json_loads(txt, 0, &je) : NULL;
         free(txt);
+        if (root && tokens)
+            json_object_set(root, "tokenizer_tokens", tokens);
         if (root && sink.errors) {
             json_object_set(root, "error_list", sink.errors);
             json_object_set_new(root, "error_list_truncated",
@@ -275,11 +349,20 @@ static int cmd_validate(int argc, char **argv)
         }
         free(out);
     } else if (opened) {
-        if (k25_gold_stats_print(stdout, &stats, &a.opts) < 0) {
+        if (k25_gold_stats_print(stdout, &stats, &a.opts) < 0 ||
+            (tokens && printf("tokens of %s: %lld requests, total %lld, min %lld, p50 %lld, p90 %lld, max %lld\n",
+                              json_string_value(json_object_get(tokens, "source")),
+                              (long long)json_integer_value(json_object_get(tokens, "requests")),
+                              (long long)json_integer_value(json_object_get(tokens, "total")),
+                              (long long)json_integer_value(json_object_get(tokens, "min")),
+                              (long long)json_integer_value(json_object_get(tokens, "p50")),
+                              (long long)json_integer_value(json_object_get(tokens, "p90")),
+                              (long long)json_integer_value(json_object_get(tokens, "max"))) < 0)) {
             fprintf(stderr, "k25 gold validate: writing the report failed\n");
             rc = rc ? rc : K25_EIO;
         }
     }
+    json_decref(tokens);
     json_decref(sink.errors);
     k25_gold_stats_free(&stats);
     k25_gold_filter_destroy(a.filter);
