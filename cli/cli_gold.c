@@ -30,7 +30,8 @@ static const char usage_top[] =
     "commands:\n"
     "  validate FILE     check every line, print statistics (text or --json)\n"
     "  select FILE       write the valid requests a --filter selects, sanitized, as JSONL\n"
-    "  generate          write a deterministic set of long documents\n";
+    "  generate          write a deterministic set of long documents (--tokenizer DIR: exact token lengths)\n"
+    "  tokenize          --tokenizer DIR IN OUT: text requests rewritten with input_ids of DIR's tokenizer\n";
 
 struct read_args {
     struct k25_gold_opts opts;
@@ -570,6 +571,101 @@ static int cmd_generate(int argc, char **argv)
     return exit_for(rc);
 }
 
+/* ------------------------------------------------------------ tokenize */
+
+/*
+ * gold tokenize --tokenizer DIR IN OUT: every text request of IN written to
+ * OUT with its input (prompt, separator, text) as input_ids of DIR's
+ * tokenizer (BOS template), the prompt folded into them as the schema asks;
+ * the other fields kept, meta.tokenizer naming the source.  input_ids lines
+ * are copied.  IN is read with the default policies (an invalid line fails).
+ */
+static int cmd_tokenize(int argc, char **argv)
+{
+    const char *tokdir = NULL;
+    struct k25_error err;
+    k25_error_clear(&err);
+    const struct k25_opt opts[] = {
+        {.names = {"--tokenizer"}, .type = K25_OPT_PATH, .dest = &tokdir, .metavar = "DIR",
+         .help = "model folder whose tokenizer.json encodes the text (required)"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "gold tokenize",
+        .usage = "gold tokenize --tokenizer DIR IN OUT",
+        .about = "Writes IN's requests to OUT with input_ids of DIR's tokenizer (prompt + text, BOS\n"
+                 "template) in place of text and prompt; OUT is written to a temporary name and renamed.\n",
+        .opts = opts,
+    };
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (prc != K25_OK || !tokdir || argc != 3) {
+        fprintf(stderr, "k25 gold tokenize: %s\n",
+                prc != K25_OK ? err.msg : !tokdir ? "--tokenizer DIR is required" : "give IN and OUT (--help)");
+        return 2;
+    }
+    k25_tokenizer_t *tok = NULL;
+    struct k25_gold_set set;
+    memset(&set, 0, sizeof(set));
+    struct k25_gold_opts go;
+    k25_gold_opts_init(&go);
+    int rc = k25_tokenizer_load(tokdir, &tok, &err);
+    if (rc == 0)
+        rc = k25_gold_load(argv[1], &go, &set, &err);
+    if (rc != 0) {
+        fprintf(stderr, "k25 gold tokenize: %s\n", err.msg);
+        k25_tokenizer_destroy(tok);
+        return exit_for(rc);
+    }
+    char tmp[1100];
+    bool bad_path;
+    FILE *f = open_out(argv[2], tmp, sizeof(tmp), &bad_path);
+    if (!f) {
+        k25_gold_set_free(&set);
+        k25_tokenizer_destroy(tok);
+        return bad_path ? 2 : 1;
+    }
+    for (size_t i = 0; i < set.n && rc == 0; i++) {
+        struct k25_gold_request r = set.reqs[i];
+        char *text = NULL, *meta = NULL;
+        size_t len = 0;
+        int32_t *ids = NULL;
+        int n = 0;
+        if (!r.input_ids) {
+            struct k25_error e;
+            if ((rc = k25_gold_request_input(&r, &text, &len, &err)) != 0)
+                break;
+            if ((rc = k25_tokenizer_encode(tok, text, len, K25_TOK_ADD_SPECIAL, &ids, &n, &e)) != 0)
+                k25_error_set(&err, rc, argv[1], (int)r.line, "text", "request '%s': %s", r.id, e.msg);
+            free(text);
+            json_t *m = r.meta_json ? json_loads(r.meta_json, 0, NULL) : json_object();
+            if (m)
+                json_object_set_new(m, "tokenizer", json_string(k25_tokenizer_source(tok)));
+            meta = m ? json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+            json_decref(m);
+            r.text = NULL;
+            r.prompt = NULL;
+            r.input_ids = ids;
+            r.n_input_ids = (size_t)n;
+            r.meta_json = meta;
+        }
+        if (rc == 0)
+            rc = k25_gold_request_write(f, &r, &err);
+        free(ids);
+        free(meta);
+    }
+    if (rc != 0)
+        fprintf(stderr, "k25 gold tokenize: %s\n", err.msg);
+    int frc = finish_out(f, argv[2], tmp, rc == 0);
+    size_t nreq = set.n;
+    k25_gold_set_free(&set);
+    k25_tokenizer_destroy(tok);
+    if (rc == 0 && frc == 0)
+        fprintf(stderr, "k25 gold tokenize: wrote %zu requests to %s\n", nreq, argv[2]);
+    return exit_for(rc ? rc : frc);
+}
+
 /* -------------------------------------------------------------- dispatch */
 
 int k25_cmd_gold(int argc, char **argv)
@@ -589,6 +685,8 @@ int k25_cmd_gold(int argc, char **argv)
         return cmd_select(argc - 1, argv + 1);
     if (!strcmp(sub, "generate"))
         return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(sub, "tokenize"))
+        return cmd_tokenize(argc - 1, argv + 1);
     fprintf(stderr, "k25 gold: unknown command '%s'\n\n%s", sub, usage_top);
     return 2;
 }
