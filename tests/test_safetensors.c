@@ -1547,6 +1547,54 @@ static void test_e2e_llama31_tokenizer(void **state)
     assert_non_null(csum);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(csum, "summary"), "input_tokens")), 6 + n_b);
     json_decref(csum);
+
+    /* gold sets in the model's tokens: generate exact lengths, validate counts them, tokenize adds ids */
+    assert_true(asprintf(&cmd, "%s gold generate --tokenizer '%s' --lengths 300,1k --count 4 --out '%s/gen.jsonl' "
+                         "--quiet && %s gold validate '%s/gen.jsonl' --tokenizer '%s' --json > '%s/v.json'",
+                         tu_k25(), dir, dir, tu_k25(), dir, dir, dir) > 0);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    free(cmd);
+    cp = path_in(dir, "v.json");
+    json_t *v = json_load_file(cp, 0, NULL);
+    free(cp);
+    json_t *tt = json_object_get(v, "tokenizer_tokens");
+    assert_int_equal(json_integer_value(json_object_get(tt, "requests")), 4);
+    assert_int_equal(json_integer_value(json_object_get(tt, "min")), 300);
+    assert_int_equal(json_integer_value(json_object_get(tt, "max")), 1024);
+    assert_int_equal(json_integer_value(json_object_get(tt, "total")), 2 * 300 + 2 * 1024);
+    json_decref(v);
+    assert_true(asprintf(&cmd, "%s gold tokenize --tokenizer '%s' '%s' '%s/tok.jsonl' && "
+                         "%s gold validate '%s/tok.jsonl' --json > '%s/v2.json'", tu_k25(), dir, gold, dir, tu_k25(),
+                         dir, dir) > 0);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    free(cmd);
+    cp = path_in(dir, "tok.jsonl");
+    FILE *tf = fopen(cp, "r");
+    free(cp);
+    assert_non_null(tf);
+    char line[4096];
+    assert_non_null(fgets(line, sizeof(line), tf));
+    fclose(tf);
+    j = json_loads(line, 0, NULL);
+    assert_non_null(j);
+    in = json_object_get(j, "input_ids");
+    assert_int_equal(json_array_size(in), 6);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(json_integer_value(json_array_get(in, (size_t)i)), want_in[i]);
+    assert_null(json_object_get(j, "text"));
+    json_decref(j);
+    /* bad uses name what is wrong */
+    assert_true(asprintf(&cmd, "%s gold generate --tokenizer '%s' --questions 2 --lengths 300 --count 2", tu_k25(),
+                         dir) > 0);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "--questions"));
+    free(out);
+    free(cmd);
+    assert_true(asprintf(&cmd, "%s gold tokenize '%s' '%s/x.jsonl'", tu_k25(), gold, dir) > 0);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "--tokenizer"));
+    free(out);
+    free(cmd);
     free(gold);
     free(run_text);
     k25_tokenizer_destroy(t);
