@@ -31,7 +31,8 @@ static const char usage_top[] =
     "  validate FILE     check every line, print statistics (text or --json)\n"
     "  select FILE       write the valid requests a --filter selects, sanitized, as JSONL\n"
     "  generate          write a deterministic set of long documents (--tokenizer DIR: exact token lengths)\n"
-    "  tokenize          --tokenizer DIR IN OUT: text requests rewritten with input_ids of DIR's tokenizer\n";
+    "  tokenize          --tokenizer DIR IN OUT: text requests rewritten with input_ids of DIR's tokenizer\n"
+    "  import            --sharegpt FILE: ShareGPT conversations as requests\n";
 
 struct read_args {
     struct k25_gold_opts opts;
@@ -666,6 +667,148 @@ static int cmd_tokenize(int argc, char **argv)
     return exit_for(rc ? rc : frc);
 }
 
+/* -------------------------------------------------------------- import */
+
+/*
+ * gold import --sharegpt FILE [--tokenizer DIR] [--out OUT]: the ShareGPT
+ * layout vLLM and guidellm read (a JSON list of {"id"?, "conversations":
+ * [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}, ...]}):
+ * one request per conversation, its first human turn as text and the length
+ * of the gpt turn after it as expected_output_length (bytes, or tokens of
+ * DIR's tokenizer, without BOS).  Conversations without such a pair are
+ * skipped and counted.  A malformed file is an error naming the file and
+ * the line and column (bad JSON) or the JSON path (/12/conversations/0/value).
+ */
+static int cmd_import(int argc, char **argv)
+{
+    const char *sharegpt = NULL, *tokdir = NULL, *out = NULL;
+    struct k25_error err;
+    k25_error_clear(&err);
+    const struct k25_opt opts[] = {
+        {.names = {"--sharegpt"}, .type = K25_OPT_PATH, .dest = &sharegpt, .metavar = "FILE",
+         .help = "ShareGPT JSON: a list of {\"conversations\": [{\"from\", \"value\"}, ...]}"},
+        {.names = {"--tokenizer"}, .type = K25_OPT_PATH, .dest = &tokdir, .metavar = "DIR",
+         .deflt = "bytes", .help = "count the gpt turn's length in tokens of DIR's tokenizer.json"},
+        {.names = {"--out"}, .type = K25_OPT_PATH, .dest = &out, .deflt = "stdout",
+         .help = "output file, written to a temporary name and renamed"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "gold import",
+        .usage = "gold import --sharegpt FILE [--tokenizer DIR] [--out FILE]",
+        .about = "Writes one request per ShareGPT conversation: the first human turn as text, the gpt\n"
+                 "answer's length as expected_output_length; conversations without that pair are skipped.\n",
+        .opts = opts,
+    };
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (prc != K25_OK || !sharegpt || argc != 1) {
+        fprintf(stderr, "k25 gold import: %s\n", prc != K25_OK ? err.msg : !sharegpt ? "--sharegpt FILE is required"
+                                                                        : "unexpected argument (--help)");
+        return 2;
+    }
+    json_error_t je;
+    json_t *root = json_load_file(sharegpt, 0, &je);
+    if (!root) {
+        fprintf(stderr, "k25 gold import: %s:%d:%d: %s\n", sharegpt, je.line, je.column, je.text);
+        return 2;
+    }
+    k25_tokenizer_t *tok = NULL;
+    int rc = 0;
+    if (!json_is_array(root)) {
+        fprintf(stderr, "k25 gold import: %s: /: must be a list of conversations\n", sharegpt);
+        json_decref(root);
+        return 2;
+    }
+    if (tokdir && (rc = k25_tokenizer_load(tokdir, &tok, &err)) != 0) {
+        fprintf(stderr, "k25 gold import: %s\n", err.msg);
+        json_decref(root);
+        return exit_for(rc);
+    }
+    char tmp[1100];
+    bool bad_path;
+    FILE *f = open_out(out, tmp, sizeof(tmp), &bad_path);
+    if (!f) {
+        json_decref(root);
+        k25_tokenizer_destroy(tok);
+        return bad_path ? 2 : 1;
+    }
+    size_t written = 0, skipped = 0;
+    for (size_t i = 0; i < json_array_size(root) && rc == 0; i++) {
+        json_t *c = json_array_get(root, i), *conv = json_object_get(c, "conversations");
+        if (!json_is_object(c) || !json_is_array(conv)) {
+            rc = k25_error_set(&err, K25_EFORMAT, sharegpt, 0, "conversations",
+                               "/%zu/conversations: must be an array of {\"from\", \"value\"}", i);
+            break;
+        }
+        const char *human = NULL, *gpt = NULL;
+        size_t hl = 0, gl = 0;
+        for (size_t k = 0; k < json_array_size(conv); k++) {
+            json_t *t = json_array_get(conv, k), *from = json_object_get(t, "from"), *val = json_object_get(t, "value");
+            if (!json_is_string(from) || !json_is_string(val)) {
+                rc = k25_error_set(&err, K25_EFORMAT, sharegpt, 0, "value",
+                                   "/%zu/conversations/%zu/%s: must be a string", i, k,
+                                   !json_is_string(from) ? "from" : "value");
+                break;
+            }
+            const char *fr = json_string_value(from);
+            if (!human && (!strcmp(fr, "human") || !strcmp(fr, "user"))) {
+                human = json_string_value(val);
+                hl = json_string_length(val);
+            } else if (human && !gpt && (!strcmp(fr, "gpt") || !strcmp(fr, "assistant"))) {
+                gpt = json_string_value(val);
+                gl = json_string_length(val);
+                break;
+            }
+        }
+        if (rc != 0)
+            break;
+        if (!human || !gpt || hl == 0 || gl == 0) {
+            skipped++;
+            continue;
+        }
+        int64_t out_len = (int64_t)gl;
+        if (tok) {
+            int32_t *ids = NULL;
+            int n = 0;
+            struct k25_error e;
+            rc = k25_tokenizer_encode(tok, gpt, gl, 0, &ids, &n, &e);
+            free(ids);
+            if (rc != 0) {
+                k25_error_set(&err, rc, sharegpt, 0, "value", "/%zu/conversations: %s", i, e.msg);
+                break;
+            }
+            out_len = n;
+        }
+        if (out_len < 1) {
+            skipped++;
+            continue;
+        }
+        char id[96];
+        json_t *jid = json_object_get(c, "id");
+        if (json_is_string(jid) && json_string_length(jid) > 0 && json_string_length(jid) < 80)
+            snprintf(id, sizeof(id), "%s", json_string_value(jid));
+        else
+            snprintf(id, sizeof(id), "sharegpt-%zu", i);
+        char *text = strndup(human, hl);
+        struct k25_gold_request r = {.id = id, .text = text, .text_len = hl, .expected_output_length = out_len,
+                                     .hint = K25_HINT_AUTO, .priority = K25_PRIORITY_STANDARD};
+        rc = text ? k25_gold_request_write(f, &r, &err) : k25_error_set(&err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        free(text);
+        written += rc == 0;
+    }
+    if (rc != 0)
+        fprintf(stderr, "k25 gold import: %s\n", err.msg);
+    int frc = finish_out(f, out, tmp, rc == 0);
+    if (rc == 0 && frc == 0)
+        fprintf(stderr, "k25 gold import: %zu requests written, %zu conversations skipped (no human turn followed "
+                "by a gpt turn)\n", written, skipped);
+    json_decref(root);
+    k25_tokenizer_destroy(tok);
+    return exit_for(rc ? rc : frc);
+}
+
 /* -------------------------------------------------------------- dispatch */
 
 int k25_cmd_gold(int argc, char **argv)
@@ -687,6 +830,8 @@ int k25_cmd_gold(int argc, char **argv)
         return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(sub, "tokenize"))
         return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(sub, "import"))
+        return cmd_import(argc - 1, argv + 1);
     fprintf(stderr, "k25 gold: unknown command '%s'\n\n%s", sub, usage_top);
     return 2;
 }
