@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -523,4 +524,59 @@ out_free:
     free(b.p);
     licenses_free(&lic);
     return rc;
+}
+
+int k25_gold_random_spec(const char *spec, int64_t count, uint64_t seed, struct k25_gold_gen_opts *o,
+                         struct k25_error *err)
+{
+    k25_gold_gen_opts_init(o);
+    if (strncmp(spec, "random:", 7) != 0)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--dataset", "'%s' is not a random: spec", spec);
+    int64_t input = -1, output = -1, stdev = 0;
+    const char *p = spec + 7;
+    while (*p) {
+        size_t kl = strcspn(p, "=,");
+        if (p[kl] != '=')
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--dataset",
+                                 "random spec: '%.*s' needs KEY=VALUE (input=N,output=N[,stdev=N])", (int)kl, p);
+        char val[32];
+        size_t vl = strcspn(p + kl + 1, ",");
+        snprintf(val, sizeof(val), "%.*s", (int)(vl < sizeof(val) - 1 ? vl : sizeof(val) - 1), p + kl + 1);
+        int64_t v;
+        int64_t *dst = kl == 5 && !strncmp(p, "input", 5)    ? &input
+                       : kl == 6 && !strncmp(p, "output", 6) ? &output
+                       : kl == 5 && !strncmp(p, "stdev", 5)  ? &stdev
+                                                             : NULL;
+        if (!dst)
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--dataset",
+                                 "random spec: unknown key '%.*s' (input, output, stdev)", (int)kl, p);
+        if (vl == 0 || vl >= sizeof(val) || !k25_gold_parse_size(val, &v) || v < 0)
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--dataset",
+                                 "random spec: %.*s='%.*s' is not a size (N, Nk, Nm)", (int)kl, p, (int)vl, p + kl + 1);
+        *dst = v;
+        p += kl + 1 + vl;
+        if (*p == ',')
+            p++;
+    }
+    if (input < MIN_LENGTH || input > MAX_LENGTH || output < 1)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--dataset",
+                             "random spec needs input=N (%d to %lld) and output=N (>= 1): '%s'", MIN_LENGTH,
+                             (long long)MAX_LENGTH, spec);
+    o->count = count > 0 ? count : 1;
+    o->seed = seed;
+    o->out_min = o->out_max = output;
+    o->domain = K25_GOLD_DOMAIN_LEGAL; /* no dependency on the machine's license files */
+    o->n_lengths = (size_t)(o->count < K25_GOLD_GEN_MAX_LENGTHS ? o->count : K25_GOLD_GEN_MAX_LENGTHS);
+    struct k25_gold_rng rng = {seed * 0x9E3779B97F4A7C15ull + 0x5EED};
+    for (size_t i = 0; i < o->n_lengths; i++) {
+        double z = 0;
+        if (stdev > 0) { /* Box-Muller on two uniforms in (0, 1] */
+            double u1 = ((double)(k25_gold_rng_next(&rng) >> 11) + 1.0) / 9007199254740992.0;
+            double u2 = (double)(k25_gold_rng_next(&rng) >> 11) / 9007199254740992.0;
+            z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        }
+        double L = (double)input + z * (double)stdev;
+        o->lengths[i] = L < MIN_LENGTH ? MIN_LENGTH : L > (double)MAX_LENGTH ? MAX_LENGTH : (int64_t)llround(L);
+    }
+    return K25_OK;
 }

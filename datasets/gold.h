@@ -327,4 +327,16 @@ bool k25_gold_parse_size(const char *s, int64_t *out);
  */
 int k25_gold_generate(const struct k25_gold_gen_opts *o, FILE *out, struct k25_error *err);
 
+/*
+ * A synthetic workload spec as vLLM's and guidellm's benchmarks take it:
+ * "random:input=8192,output=256[,stdev=S]" into generator options for count
+ * requests: input lengths drawn (seeded) from a normal distribution of mean
+ * input and standard deviation S (default 0: all equal), clamped to
+ * [64, 32 Mi]; expected_output_length = output.  The caller sets
+ * count_tokens for lengths in a model's tokens (else bytes).  K25_EINVAL
+ * naming the key for anything else.
+ */
+int k25_gold_random_spec(const char *spec, int64_t count, uint64_t seed, struct k25_gold_gen_opts *o,
+                         struct k25_error *err);
+
 #endif /* K25_GOLD_H */

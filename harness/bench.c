@@ -317,6 +317,60 @@ static const char *stop_signal_name(const struct bench_state *st)
     return signal_name(st->o.stop ? (int)*st->o.stop : 0);
 }
 
+static int count_tokens_cb(void *ctx, const char *text, size_t len, int64_t *n_tokens, struct k25_error *err)
+{
+    int32_t *ids = NULL;
+    int n = 0;
+    int rc = k25_tokenizer_encode(ctx, text, len, K25_TOK_ADD_SPECIAL, &ids, &n, err);
+    free(ids);
+    *n_tokens = n;
+    return rc;
+}
+
+/*
+ * --dataset random:input=N,output=N[,stdev=S]: the generator's documents
+ * (k25_gold_random_spec) at exact lengths in the tokens of the model's
+ * tokenizer (in process: the folder's; --endpoint: --tokenizer DIR), bytes
+ * without one, written to a temporary file in $TMPDIR and loaded from it
+ * like any gold set (then removed).  --requests requests (default 64).
+ */
+static int load_random(struct bench_state *st, const struct k25_gold_opts *gopts, struct k25_error *err)
+{
+    struct k25_bench_opts *o = &st->o;
+    struct k25_gold_gen_opts g;
+    int rc = k25_gold_random_spec(o->dataset, o->requests > 0 ? o->requests : 64, st->cfg->seed, &g, err);
+    if (rc != K25_OK)
+        return rc;
+    k25_tokenizer_t *tok = NULL;
+    if (o->endpoint ? o->tokenizer && (rc = k25_tokenizer_load(o->tokenizer, &tok, err)) != K25_OK
+                    : (rc = k25_tokenizer_for_model(st->cfg, &tok, err)) != K25_OK)
+        return rc;
+    if (tok) {
+        g.count_tokens = count_tokens_cb;
+        g.count_ctx = tok;
+    }
+    const char *td = getenv("TMPDIR");
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/k25-random-XXXXXX", td && *td ? td : "/tmp");
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w+") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        k25_tokenizer_destroy(tok);
+        return k25_error_set(err, K25_EIO, path, 0, "--dataset", "cannot create a temporary file: %s",
+                             strerror(errno));
+    }
+    rc = k25_gold_generate(&g, f, err);
+    if (fclose(f) != 0 && rc == K25_OK)
+        rc = k25_error_set(err, K25_EIO, path, 0, "--dataset", "writing the random set failed: %s", strerror(errno));
+    k25_tokenizer_destroy(tok);
+    if (rc == K25_OK)
+        rc = k25_gold_load(path, gopts, &st->set, err);
+    unlink(path);
+    return rc;
+}
+
 /* The gold set loaded and filtered, its requests tokenized and ordered; fails on an empty selection. */
 static int load_gold(struct bench_state *st, struct k25_error *err)
 {
@@ -331,7 +385,8 @@ static int load_gold(struct bench_state *st, struct k25_error *err)
             return rc;
         gopts.filter = st->filter;
     }
-    if ((rc = k25_gold_load(o->dataset, &gopts, &st->set, err)) != K25_OK)
+    if ((rc = strncmp(o->dataset, "random:", 7) == 0 ? load_random(st, &gopts, err)
+                                                     : k25_gold_load(o->dataset, &gopts, &st->set, err)) != K25_OK)
         return rc;
     if (st->set.n == 0)
         return o->filter ? k25_error_set(err, K25_EINVAL, o->dataset, 0, "--filter",

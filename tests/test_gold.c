@@ -1359,11 +1359,56 @@ static void test_cli_import_sharegpt(void **state)
     free(dir);
 }
 
+
+/* --dataset random:...: the spec parsed into generator options; bad keys and values named. */
+static void test_random_spec(void **state)
+{
+    (void)state;
+    struct k25_gold_gen_opts o;
+    struct k25_error err;
+    assert_int_equal(k25_gold_random_spec("random:input=8k,output=256", 10, 1, &o, &err), 0);
+    assert_int_equal(o.count, 10);
+    assert_int_equal(o.n_lengths, 10);
+    for (size_t i = 0; i < o.n_lengths; i++)
+        assert_int_equal(o.lengths[i], 8192);
+    assert_int_equal(o.out_min, 256);
+    assert_int_equal(o.out_max, 256);
+    /* stdev: seeded normal draws around the mean, clamped at 64 */
+    assert_int_equal(k25_gold_random_spec("random:input=1000,output=8,stdev=200", 64, 7, &o, &err), 0);
+    double mean = 0;
+    bool differ = false;
+    for (size_t i = 0; i < o.n_lengths; i++) {
+        mean += (double)o.lengths[i] / (double)o.n_lengths;
+        differ = differ || o.lengths[i] != o.lengths[0];
+        assert_true(o.lengths[i] >= 64);
+    }
+    assert_true(differ);
+    assert_true(mean > 900 && mean < 1100);
+    struct k25_gold_gen_opts o2;
+    assert_int_equal(k25_gold_random_spec("random:input=1000,output=8,stdev=200", 64, 7, &o2, &err), 0);
+    assert_memory_equal(o.lengths, o2.lengths, sizeof(o.lengths[0]) * o.n_lengths);
+    const struct { const char *spec, *want; } bad[] = {
+        {"random:input=100,outpt=4", "unknown key 'outpt'"},
+        {"random:input=100", "needs input=N"},
+        {"random:input=10,output=4", "needs input=N"},
+        {"random:input=abc,output=4", "input='abc' is not a size"},
+        {"random:input", "needs KEY=VALUE"},
+        {"random:input=100,output=", "is not a size"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(k25_gold_random_spec(bad[i].spec, 4, 1, &o, &err), K25_EINVAL);
+        if (!strstr(err.msg, bad[i].want))
+            fail_msg("%s: want '%s' in: %s", bad[i].spec, bad[i].want, err.msg);
+        assert_string_equal(err.field, "--dataset");
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_not_json),
         cmocka_unit_test(test_cli_import_sharegpt),
+        cmocka_unit_test(test_random_spec),
         cmocka_unit_test(test_bad_trailing_garbage),
         cmocka_unit_test(test_bad_duplicate_key),
         cmocka_unit_test(test_bad_not_object),

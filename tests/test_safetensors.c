@@ -1360,8 +1360,8 @@ static void test_e2e_llama31_tokenizer(void **state)
     struct tmodel M;
     tmodel_init(&M, "BF16", true, 0, 128256, 131);
     char *dir = write_model_dir(&M, "BF16", false, 1);
-    /* the context limit: 48 positions */
-    write_config(dir, &M, "  \"max_position_embeddings\": 48,\n");
+    /* the context limit: 128 positions */
+    write_config(dir, &M, "  \"max_position_embeddings\": 128,\n");
 
     /* no tokenizer.json yet: text refused naming it, token ids served */
     struct srv S;
@@ -1416,7 +1416,7 @@ static void test_e2e_llama31_tokenizer(void **state)
     while (gen[first] != gen[1])
         first++;
     char extra[160];
-    snprintf(extra, sizeof(extra), "  \"max_position_embeddings\": 48,\n  \"eos_token_id\": [128001, %d],\n", gen[1]);
+    snprintf(extra, sizeof(extra), "  \"max_position_embeddings\": 128,\n  \"eos_token_id\": [128001, %d],\n", gen[1]);
     write_config(dir, &M, extra);
 
     srv_start(&S, dir, "");
@@ -1490,14 +1490,14 @@ static void test_e2e_llama31_tokenizer(void **state)
     json_decref(j);
 
     /* the context limit in the model's tokens: 400 naming prompt, its length and the limit */
-    char longp[400] = "";
-    for (int i = 0; i < 50; i++)
+    char longp[1000] = "";
+    for (int i = 0; i < 200; i++)
         strcat(longp, " cat");
     int32_t *lids = NULL;
     int n_l = 0;
     assert_int_equal(k25_tokenizer_encode(t, longp, strlen(longp), K25_TOK_ADD_SPECIAL, &lids, &n_l, &err), K25_OK);
     free(lids);
-    char lb[600], want_msg[64];
+    char lb[1200], want_msg[64];
     snprintf(lb, sizeof(lb), "{\"prompt\": \"%s\", \"max_tokens\": 2}", longp);
     assert_int_equal(http_post(&S, "/v1/completions", lb, &out), 400);
     j = json_loads(out, 0, NULL);
@@ -1505,7 +1505,7 @@ static void test_e2e_llama31_tokenizer(void **state)
     assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "param")), "prompt");
     snprintf(want_msg, sizeof(want_msg), "the prompt is %d tokens", n_l);
     assert_non_null(strstr(out, want_msg));
-    assert_non_null(strstr(out, "48"));
+    assert_non_null(strstr(out, "limit is 128 tokens"));
     json_decref(j);
     free(out);
 
@@ -1583,6 +1583,17 @@ static void test_e2e_llama31_tokenizer(void **state)
         assert_int_equal(json_integer_value(json_array_get(in, (size_t)i)), want_in[i]);
     assert_null(json_object_get(j, "text"));
     json_decref(j);
+    /* a synthetic workload at exact token lengths of the folder's tokenizer */
+    assert_true(asprintf(&cmd, "%s bench --model '%s' --dataset random:input=100,output=2 --requests 3 --threads 1 "
+                         "--out '%s/r.h5' --json '%s/r.json' --quiet", tu_k25(), dir, dir, dir) > 0);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    free(cmd);
+    cp = path_in(dir, "r.json");
+    csum = json_load_file(cp, 0, NULL);
+    free(cp);
+    assert_non_null(csum);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(csum, "summary"), "input_tokens")), 300);
+    json_decref(csum);
     /* bad uses name what is wrong */
     assert_true(asprintf(&cmd, "%s gold generate --tokenizer '%s' --questions 2 --lengths 300 --count 2", tu_k25(),
                          dir) > 0);
