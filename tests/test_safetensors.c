@@ -1531,6 +1531,37 @@ static void test_e2e_llama31_tokenizer(void **state)
         json_decref(sum);
     }
     srv_stop(&S);
+    /* a chat template that is none of the named ones: chat refused naming the file and the flag,
+     * completions still served; --chat-template names one */
+    char *tc = path_in(dir, "tokenizer_config.json");
+    tu_write_file(tc, "{\"chat_template\": \"{% for m in messages %}{{ m.content }}{% endfor %}\"}");
+    free(tc);
+    const char *chat_body = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 1}";
+    srv_start(&S, dir, "");
+    assert_int_equal(http_post(&S, "/v1/chat/completions", chat_body, &out), 400);
+    assert_non_null(strstr(out, "tokenizer_config.json"));
+    assert_non_null(strstr(out, "--chat-template"));
+    free(out);
+    json_decref(post_ok(&S, "/v1/completions", "{\"prompt\": \"Hi\", \"max_tokens\": 1}"));
+    srv_stop(&S);
+    srv_start(&S, dir, "--chat-template llama3");
+    j = post_ok(&S, "/v1/chat/completions", chat_body);
+    struct k25_chat_msg um = {"user", "Hi"};
+    assert_int_equal(k25_chat_encode(t, K25_CHAT_LLAMA3, &um, 1, true, &cids, &n_c, &err), K25_OK);
+    free(cids);
+    assert_int_equal(usage_of(j, "prompt_tokens"), n_c);
+    json_decref(j);
+    srv_stop(&S);
+    assert_true(asprintf(&cmd, "%s serve --model '%s' --port 0 --chat-template jinja", tu_k25(), dir) > 0);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "unknown template"));
+    free(out);
+    free(cmd);
+    assert_true(asprintf(&cmd, "%s serve --model tiny --port 0 --chat-template llama3", tu_k25()) > 0);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "--chat-template needs a model folder"));
+    free(out);
+    free(cmd);
     /* the in-process bench encodes the gold text lines with the folder's tokenizer */
     const char *bt = "H\u00e9llo w\u00f6rld, \u6771\u4eac \U0001F44B\U0001F3FD!";
     int32_t *bids = NULL;
