@@ -271,6 +271,12 @@ static void bench_options(struct bench_cli *c)
          .help = "(--endpoint) sent as Authorization: Bearer KEY"},
         {.names = {"--endpoint-type"}, .type = K25_OPT_ENUM, .dest = &c->endpoint_type, .choices = endpoint_types,
          .help = "(--endpoint) /v1/completions or /v1/chat/completions"},
+        {.names = {"--tokenizer"}, .type = K25_OPT_STRING, .dest = &c->o.tokenizer, .metavar = "DIR",
+         .help = "(--endpoint) count each prompt client-side with DIR's tokenizer.json\n(chat: through its chat "
+                 "template) and report where the server's\nusage.prompt_tokens differs (summary: prompt_tokens_check)"},
+        {.names = {"--chat-template"}, .type = K25_OPT_STRING, .dest = &c->o.chat_template, .metavar = "NAME",
+         .help = "(--endpoint --tokenizer, chat) the named template to count with\ninstead of the one recognised "
+                 "from tokenizer_config.json"},
         {.names = {"--ignore-eos"}, .type = K25_OPT_FLAG, .dest = &c->o.ignore_eos,
          .help = "(--endpoint) send \"ignore_eos\": true (vLLM, llama.cpp): always\ngenerate max_tokens"},
         {.names = {"--stall-timeout"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.stall_timeout_s,
@@ -354,8 +360,10 @@ static int finish_options(struct bench_cli *c, int argc, char **argv, struct k25
         o->concurrency = 0; /* open loop: no cap unless asked */
     if (o->mode == K25_BENCH_CLOSED && c->have_conc && o->concurrency < 1)
         return k25_error_set(err, K25_EINVAL, "command line", 0, "--concurrency", "closed loop needs at least 1 user");
-    if (!o->endpoint && (o->ignore_eos || o->endpoint_chat))
-        return k25_error_set(err, K25_EINVAL, "command line", 0, o->ignore_eos ? "--ignore-eos" : "--endpoint-type",
+    if (!o->endpoint && (o->ignore_eos || o->endpoint_chat || o->tokenizer || o->chat_template))
+        return k25_error_set(err, K25_EINVAL, "command line", 0,
+                             o->ignore_eos ? "--ignore-eos" : o->endpoint_chat ? "--endpoint-type"
+                             : o->tokenizer ? "--tokenizer" : "--chat-template",
                              "applies to --endpoint runs only");
     if (o->endpoint && c->have_model)
         o->endpoint_model = c->cfg.model;

@@ -11,6 +11,7 @@
 #include "harness.h"
 #include "gold.h"
 #include "cliopt.h"
+#include "k25_tok.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -29,13 +30,16 @@ static const char usage_top[] =
     "commands:\n"
     "  validate FILE     check every line, print statistics (text or --json)\n"
     "  select FILE       write the valid requests a --filter selects, sanitized, as JSONL\n"
-    "  generate          write a deterministic set of long documents\n";
+    "  generate          write a deterministic set of long documents (--tokenizer DIR: exact token lengths)\n"
+    "  tokenize          --tokenizer DIR IN OUT: text requests rewritten with input_ids of DIR's tokenizer\n"
+    "  import            --sharegpt FILE: ShareGPT conversations as requests\n";
 
 struct read_args {
     struct k25_gold_opts opts;
     const char *file;
     const char *filter_expr;
     const char *out;
+    const char *tokenizer; /* validate --tokenizer DIR */
     bool json, quiet, help;
     k25_gold_filter_t *filter;
 };
@@ -167,6 +171,9 @@ static int parse_read_args(int argc, char **argv, struct read_args *a, bool vali
                  "end after 16 x N bytes (/dev/zero, a binary file) stops the reading"},
         {.names = {"--quiet", "-q"}, .type = K25_OPT_FLAG, .dest = &a->quiet,
          .help = "do not print warnings (errors are always printed)"},
+        {.names = {"--tokenizer"}, .type = validate ? K25_OPT_PATH : K25_OPT_END, .dest = &a->tokenizer,
+         .metavar = "DIR", .help = "also count every request's input in tokens of DIR's tokenizer.json\n"
+                                   "(BOS template; input_ids lines: their length)"},
         {.names = {"--out"}, .type = validate ? K25_OPT_END : K25_OPT_PATH, .dest = &a->out,
          .deflt = "stdout", .help = "output file, written to a temporary name and renamed when complete"},
         {.type = K25_OPT_END},
@@ -181,7 +188,7 @@ static int parse_read_args(int argc, char **argv, struct read_args *a, bool vali
     const struct k25_cliopt_cmd cmd = {
         .name = validate ? "gold validate" : "gold select",
         .usage = validate ? "gold validate FILE [--json] [--sanitize strip|reject|keep] [--on-error abort|skip]\n"
-                            "                         [--filter EXPR] [--max-line-bytes N] [--quiet]"
+                            "                         [--filter EXPR] [--max-line-bytes N] [--quiet] [--tokenizer DIR]"
                           : "gold select FILE [--filter EXPR] [--out FILE] [--sanitize ...] [--on-error ...]",
         .about = validate ? "Checks every line of FILE and reports each problem as FILE:LINE: field 'x': what is wrong\n"
                             "(on stderr), then prints statistics: lines, requests, input/output tokens (bytes for the\n"
@@ -231,6 +238,71 @@ static int exit_for(int rc)
 
 /* ------------------------------------------------------------ validate */
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * validate --tokenizer: every selected request's input counted in tokens of
+ * DIR's tokenizer (as a server counts a prompt: BOS template; input_ids: their
+ * length).  *out: {"source", "requests", "total", "min", "p50", "p90", "max"}.
+ */
+static int count_set_tokens(const struct read_args *a, json_t **out, struct k25_error *err)
+{
+    k25_tokenizer_t *tok = NULL;
+    struct k25_gold_set set;
+    memset(&set, 0, sizeof(set));
+    int64_t *n = NULL;
+    int rc = k25_tokenizer_load(a->tokenizer, &tok, err);
+    if (rc != K25_OK)
+        return rc;
+    struct k25_gold_opts go = a->opts;
+    go.diag = NULL; /* the validation above reported them */
+    if ((rc = k25_gold_load(a->file, &go, &set, err)) != K25_OK)
+        goto out;
+    if (!(n = calloc(set.n ? set.n : 1, sizeof(*n)))) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    int64_t total = 0;
+    for (size_t i = 0; i < set.n; i++) {
+        const struct k25_gold_request *g = &set.reqs[i];
+        if (g->input_ids) {
+            n[i] = (int64_t)g->n_input_ids;
+        } else {
+            char *text = NULL;
+            size_t len = 0;
+            int32_t *ids = NULL;
+            int ni = 0;
+            struct k25_error e;
+            if ((rc = k25_gold_request_input(g, &text, &len, err)) != K25_OK)
+                goto out;
+            rc = k25_tokenizer_encode(tok, text, len, K25_TOK_ADD_SPECIAL, &ids, &ni, &e);
+            free(text);
+            free(ids);
+            if (rc != K25_OK) {
+                k25_error_set(err, rc, a->file, (int)g->line, "text", "request '%s': %s", g->id, e.msg);
+                goto out;
+            }
+            n[i] = ni;
+        }
+        total += n[i];
+    }
+    qsort(n, set.n, sizeof(*n), cmp_i64);
+    size_t k = set.n;
+    *out = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "source", k25_tokenizer_source(tok), "requests",
+                     (json_int_t)k, "total", (json_int_t)total, "min", (json_int_t)(k ? n[0] : 0), "p50",
+                     (json_int_t)(k ? n[(k - 1) / 2] : 0), "p90", (json_int_t)(k ? n[(k - 1) * 9 / 10] : 0), "max",
+                     (json_int_t)(k ? n[k - 1] : 0));
+out:
+    free(n);
+    k25_gold_set_free(&set);
+    k25_tokenizer_destroy(tok);
+    return rc;
+}
+
 static int cmd_validate(int argc, char **argv)
 {
     struct read_args a;
@@ -256,11 +328,16 @@ static int cmd_validate(int argc, char **argv)
         opened = false;
     if (rc < 0)
         fprintf(stderr, "k25 gold validate: %s\n", err.msg);
+    json_t *tokens = NULL;
+    if (rc == 0 && a.tokenizer && (rc = count_set_tokens(&a, &tokens, &err)) != 0)
+        fprintf(stderr, "k25 gold validate: --tokenizer: %s\n", err.msg);
     if (opened && a.json) {
         char *txt = k25_gold_stats_to_json(&stats, &a.opts, a.filter_expr);
         json_error_t je;
         json_t *root = txt ? json_loads(txt, 0, &je) : NULL;
         free(txt);
+        if (root && tokens)
+            json_object_set(root, "tokenizer_tokens", tokens);
         if (root && sink.errors) {
             json_object_set(root, "error_list", sink.errors);
             json_object_set_new(root, "error_list_truncated",
@@ -274,11 +351,20 @@ static int cmd_validate(int argc, char **argv)
         }
         free(out);
     } else if (opened) {
-        if (k25_gold_stats_print(stdout, &stats, &a.opts) < 0) {
+        if (k25_gold_stats_print(stdout, &stats, &a.opts) < 0 ||
+            (tokens && printf("tokens of %s: %lld requests, total %lld, min %lld, p50 %lld, p90 %lld, max %lld\n",
+                              json_string_value(json_object_get(tokens, "source")),
+                              (long long)json_integer_value(json_object_get(tokens, "requests")),
+                              (long long)json_integer_value(json_object_get(tokens, "total")),
+                              (long long)json_integer_value(json_object_get(tokens, "min")),
+                              (long long)json_integer_value(json_object_get(tokens, "p50")),
+                              (long long)json_integer_value(json_object_get(tokens, "p90")),
+                              (long long)json_integer_value(json_object_get(tokens, "max"))) < 0)) {
             fprintf(stderr, "k25 gold validate: writing the report failed\n");
             rc = rc ? rc : K25_EIO;
         }
     }
+    json_decref(tokens);
     json_decref(sink.errors);
     k25_gold_stats_free(&stats);
     k25_gold_filter_destroy(a.filter);
@@ -383,15 +469,30 @@ out_filter:
 
 /* ------------------------------------------------------------ generate */
 
+/* k25_gold_gen_opts.count_tokens with a model's tokenizer: the prompt as a server counts it (BOS template). */
+static int count_with_tokenizer(void *ctx, const char *text, size_t len, int64_t *n_tokens, struct k25_error *err)
+{
+    int32_t *ids = NULL;
+    int n = 0;
+    int rc = k25_tokenizer_encode(ctx, text, len, K25_TOK_ADD_SPECIAL, &ids, &n, err);
+    free(ids);
+    *n_tokens = n;
+    return rc;
+}
+
 static int cmd_generate(int argc, char **argv)
 {
     struct k25_gold_gen_opts o;
     k25_gold_gen_opts_init(&o);
     struct k25_error err;
     k25_error_clear(&err);
-    const char *out = NULL, *licenses = NULL;
+    const char *out = NULL, *licenses = NULL, *tokdir = NULL;
     bool quiet = false;
     const struct k25_opt opts[] = {
+        {.names = {"--tokenizer"}, .type = K25_OPT_PATH, .dest = &tokdir, .metavar = "DIR",
+         .deflt = "bytes",
+         .help = "lengths in tokens of DIR's tokenizer.json (BOS template included), met exactly:\n"
+                 "each request's whole input is that many tokens of that tokenizer"},
         {.names = {"--domain"}, .type = K25_OPT_CALL, .dest = &o.domain, .parse = opt_domain, .metavar = "D",
          .deflt = "mixed",
          .help = "legal: contracts with numbered articles, far references, appendix tables\n"
@@ -420,11 +521,12 @@ static int cmd_generate(int argc, char **argv)
         .name = "gold generate",
         .usage = "gold generate [--domain legal|finance|minutes|licenses|mixed] [--lengths 4k,32k,128k]\n"
                  "                         [--count N] [--questions Q] [--seed S] [--output-length N|MIN-MAX]\n"
-                 "                         [--out FILE]\n"
+                 "                         [--out FILE] [--tokenizer DIR]\n"
                  "                         [--licenses-dir DIR]",
         .about = "Writes N deterministic requests (same arguments, same bytes) as JSONL to stdout or --out.\n"
                  "Request i has input length lengths[i mod #lengths] tokens of the byte tokenizer (within 1%),\n"
-                 "prompt included; mixed turns through legal, finance, minutes, licenses so each length gets each.\n",
+                 "prompt included, or with --tokenizer DIR exactly that many tokens of DIR's tokenizer;\n"
+                 "mixed turns through legal, finance, minutes, licenses so each length gets each.\n",
         .opts = opts,
     };
     int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
@@ -447,7 +549,15 @@ static int cmd_generate(int argc, char **argv)
         return bad_path ? 2 : 1;
     uint64_t t0 = k25_now_ns();
     k25_error_clear(&err);
-    int rc = k25_gold_generate(&o, f, &err);
+    k25_tokenizer_t *tok = NULL;
+    int rc = 0;
+    if (tokdir && (rc = k25_tokenizer_load(tokdir, &tok, &err)) == K25_OK) {
+        o.count_tokens = count_with_tokenizer;
+        o.count_ctx = tok;
+    }
+    if (rc == 0)
+        rc = k25_gold_generate(&o, f, &err);
+    k25_tokenizer_destroy(tok);
     long pos = out ? ftell(f) : -1;
     if (rc < 0)
         fprintf(stderr, "k25 gold generate: %s\n", err.msg);
@@ -460,6 +570,243 @@ static int cmd_generate(int argc, char **argv)
                 (long long)o.count, pos, out, s, s > 0 ? (double)pos / 1e6 / s : 0.0);
     }
     return exit_for(rc);
+}
+
+/* ------------------------------------------------------------ tokenize */
+
+/*
+ * gold tokenize --tokenizer DIR IN OUT: every text request of IN written to
+ * OUT with its input (prompt, separator, text) as input_ids of DIR's
+ * tokenizer (BOS template), the prompt folded into them as the schema asks;
+ * the other fields kept, meta.tokenizer naming the source.  input_ids lines
+ * are copied.  IN is read with the default policies (an invalid line fails).
+ */
+static int cmd_tokenize(int argc, char **argv)
+{
+    const char *tokdir = NULL;
+    struct k25_error err;
+    k25_error_clear(&err);
+    const struct k25_opt opts[] = {
+        {.names = {"--tokenizer"}, .type = K25_OPT_PATH, .dest = &tokdir, .metavar = "DIR",
+         .help = "model folder whose tokenizer.json encodes the text (required)"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "gold tokenize",
+        .usage = "gold tokenize --tokenizer DIR IN OUT",
+        .about = "Writes IN's requests to OUT with input_ids of DIR's tokenizer (prompt + text, BOS\n"
+                 "template) in place of text and prompt; OUT is written to a temporary name and renamed.\n",
+        .opts = opts,
+    };
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (prc != K25_OK || !tokdir || argc != 3) {
+        fprintf(stderr, "k25 gold tokenize: %s\n",
+                prc != K25_OK ? err.msg : !tokdir ? "--tokenizer DIR is required" : "give IN and OUT (--help)");
+        return 2;
+    }
+    k25_tokenizer_t *tok = NULL;
+    struct k25_gold_set set;
+    memset(&set, 0, sizeof(set));
+    struct k25_gold_opts go;
+    k25_gold_opts_init(&go);
+    int rc = k25_tokenizer_load(tokdir, &tok, &err);
+    if (rc == 0)
+        rc = k25_gold_load(argv[1], &go, &set, &err);
+    if (rc != 0) {
+        fprintf(stderr, "k25 gold tokenize: %s\n", err.msg);
+        k25_tokenizer_destroy(tok);
+        return exit_for(rc);
+    }
+    char tmp[1100];
+    bool bad_path;
+    FILE *f = open_out(argv[2], tmp, sizeof(tmp), &bad_path);
+    if (!f) {
+        k25_gold_set_free(&set);
+        k25_tokenizer_destroy(tok);
+        return bad_path ? 2 : 1;
+    }
+    for (size_t i = 0; i < set.n && rc == 0; i++) {
+        struct k25_gold_request r = set.reqs[i];
+        char *text = NULL, *meta = NULL;
+        size_t len = 0;
+        int32_t *ids = NULL;
+        int n = 0;
+        if (!r.input_ids) {
+            struct k25_error e;
+            if ((rc = k25_gold_request_input(&r, &text, &len, &err)) != 0)
+                break;
+            if ((rc = k25_tokenizer_encode(tok, text, len, K25_TOK_ADD_SPECIAL, &ids, &n, &e)) != 0)
+                k25_error_set(&err, rc, argv[1], (int)r.line, "text", "request '%s': %s", r.id, e.msg);
+            free(text);
+            json_t *m = r.meta_json ? json_loads(r.meta_json, 0, NULL) : json_object();
+            if (m)
+                json_object_set_new(m, "tokenizer", json_string(k25_tokenizer_source(tok)));
+            meta = m ? json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+            json_decref(m);
+            r.text = NULL;
+            r.prompt = NULL;
+            r.input_ids = ids;
+            r.n_input_ids = (size_t)n;
+            r.meta_json = meta;
+        }
+        if (rc == 0)
+            rc = k25_gold_request_write(f, &r, &err);
+        free(ids);
+        free(meta);
+    }
+    if (rc != 0)
+        fprintf(stderr, "k25 gold tokenize: %s\n", err.msg);
+    int frc = finish_out(f, argv[2], tmp, rc == 0);
+    size_t nreq = set.n;
+    k25_gold_set_free(&set);
+    k25_tokenizer_destroy(tok);
+    if (rc == 0 && frc == 0)
+        fprintf(stderr, "k25 gold tokenize: wrote %zu requests to %s\n", nreq, argv[2]);
+    return exit_for(rc ? rc : frc);
+}
+
+/* -------------------------------------------------------------- import */
+
+/*
+ * gold import --sharegpt FILE [--tokenizer DIR] [--out OUT]: the ShareGPT
+ * layout vLLM and guidellm read (a JSON list of {"id"?, "conversations":
+ * [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}, ...]}):
+ * one request per conversation, its first human turn as text and the length
+ * of the gpt turn after it as expected_output_length (bytes, or tokens of
+ * DIR's tokenizer, without BOS).  Conversations without such a pair are
+ * skipped and counted.  A malformed file is an error naming the file and
+ * the line and column (bad JSON) or the JSON path (/12/conversations/0/value).
+ */
+static int cmd_import(int argc, char **argv)
+{
+    const char *sharegpt = NULL, *tokdir = NULL, *out = NULL;
+    struct k25_error err;
+    k25_error_clear(&err);
+    const struct k25_opt opts[] = {
+        {.names = {"--sharegpt"}, .type = K25_OPT_PATH, .dest = &sharegpt, .metavar = "FILE",
+         .help = "ShareGPT JSON: a list of {\"conversations\": [{\"from\", \"value\"}, ...]}"},
+        {.names = {"--tokenizer"}, .type = K25_OPT_PATH, .dest = &tokdir, .metavar = "DIR",
+         .deflt = "bytes", .help = "count the gpt turn's length in tokens of DIR's tokenizer.json"},
+        {.names = {"--out"}, .type = K25_OPT_PATH, .dest = &out, .deflt = "stdout",
+         .help = "output file, written to a temporary name and renamed"},
+        {.type = K25_OPT_END},
+    };
+    const struct k25_cliopt_cmd cmd = {
+        .name = "gold import",
+        .usage = "gold import --sharegpt FILE [--tokenizer DIR] [--out FILE]",
+        .about = "Writes one request per ShareGPT conversation: the first human turn as text, the gpt\n"
+                 "answer's length as expected_output_length; conversations without that pair are skipped.\n",
+        .opts = opts,
+    };
+    int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
+    if (prc == K25_CLIOPT_HELP)
+        return 0;
+    if (prc != K25_OK || !sharegpt || argc != 1) {
+        fprintf(stderr, "k25 gold import: %s\n", prc != K25_OK ? err.msg : !sharegpt ? "--sharegpt FILE is required"
+                                                                        : "unexpected argument (--help)");
+        return 2;
+    }
+    json_error_t je;
+    json_t *root = json_load_file(sharegpt, 0, &je);
+    if (!root) {
+        fprintf(stderr, "k25 gold import: %s:%d:%d: %s\n", sharegpt, je.line, je.column, je.text);
+        return 2;
+    }
+    k25_tokenizer_t *tok = NULL;
+    int rc = 0;
+    if (!json_is_array(root)) {
+        fprintf(stderr, "k25 gold import: %s: /: must be a list of conversations\n", sharegpt);
+        json_decref(root);
+        return 2;
+    }
+    if (tokdir && (rc = k25_tokenizer_load(tokdir, &tok, &err)) != 0) {
+        fprintf(stderr, "k25 gold import: %s\n", err.msg);
+        json_decref(root);
+        return exit_for(rc);
+    }
+    char tmp[1100];
+    bool bad_path;
+    FILE *f = open_out(out, tmp, sizeof(tmp), &bad_path);
+    if (!f) {
+        json_decref(root);
+        k25_tokenizer_destroy(tok);
+        return bad_path ? 2 : 1;
+    }
+    size_t written = 0, skipped = 0;
+    for (size_t i = 0; i < json_array_size(root) && rc == 0; i++) {
+        json_t *c = json_array_get(root, i), *conv = json_object_get(c, "conversations");
+        if (!json_is_object(c) || !json_is_array(conv)) {
+            rc = k25_error_set(&err, K25_EFORMAT, sharegpt, 0, "conversations",
+                               "/%zu/conversations: must be an array of {\"from\", \"value\"}", i);
+            break;
+        }
+        const char *human = NULL, *gpt = NULL;
+        size_t hl = 0, gl = 0;
+        for (size_t k = 0; k < json_array_size(conv); k++) {
+            json_t *t = json_array_get(conv, k), *from = json_object_get(t, "from"), *val = json_object_get(t, "value");
+            if (!json_is_string(from) || !json_is_string(val)) {
+                rc = k25_error_set(&err, K25_EFORMAT, sharegpt, 0, "value",
+                                   "/%zu/conversations/%zu/%s: must be a string", i, k,
+                                   !json_is_string(from) ? "from" : "value");
+                break;
+            }
+            const char *fr = json_string_value(from);
+            if (!human && (!strcmp(fr, "human") || !strcmp(fr, "user"))) {
+                human = json_string_value(val);
+                hl = json_string_length(val);
+            } else if (human && !gpt && (!strcmp(fr, "gpt") || !strcmp(fr, "assistant"))) {
+                gpt = json_string_value(val);
+                gl = json_string_length(val);
+                break;
+            }
+        }
+        if (rc != 0)
+            break;
+        if (!human || !gpt || hl == 0 || gl == 0) {
+            skipped++;
+            continue;
+        }
+        int64_t out_len = (int64_t)gl;
+        if (tok) {
+            int32_t *ids = NULL;
+            int n = 0;
+            struct k25_error e;
+            rc = k25_tokenizer_encode(tok, gpt, gl, 0, &ids, &n, &e);
+            free(ids);
+            if (rc != 0) {
+                k25_error_set(&err, rc, sharegpt, 0, "value", "/%zu/conversations: %s", i, e.msg);
+                break;
+            }
+            out_len = n;
+        }
+        if (out_len < 1) {
+            skipped++;
+            continue;
+        }
+        char id[96];
+        json_t *jid = json_object_get(c, "id");
+        if (json_is_string(jid) && json_string_length(jid) > 0 && json_string_length(jid) < 80)
+            snprintf(id, sizeof(id), "%s", json_string_value(jid));
+        else
+            snprintf(id, sizeof(id), "sharegpt-%zu", i);
+        char *text = strndup(human, hl);
+        struct k25_gold_request r = {.id = id, .text = text, .text_len = hl, .expected_output_length = out_len,
+                                     .hint = K25_HINT_AUTO, .priority = K25_PRIORITY_STANDARD};
+        rc = text ? k25_gold_request_write(f, &r, &err) : k25_error_set(&err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        free(text);
+        written += rc == 0;
+    }
+    if (rc != 0)
+        fprintf(stderr, "k25 gold import: %s\n", err.msg);
+    int frc = finish_out(f, out, tmp, rc == 0);
+    if (rc == 0 && frc == 0)
+        fprintf(stderr, "k25 gold import: %zu requests written, %zu conversations skipped (no human turn followed "
+                "by a gpt turn)\n", written, skipped);
+    json_decref(root);
+    k25_tokenizer_destroy(tok);
+    return exit_for(rc ? rc : frc);
 }
 
 /* -------------------------------------------------------------- dispatch */
@@ -481,6 +828,10 @@ int k25_cmd_gold(int argc, char **argv)
         return cmd_select(argc - 1, argv + 1);
     if (!strcmp(sub, "generate"))
         return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(sub, "tokenize"))
+        return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(sub, "import"))
+        return cmd_import(argc - 1, argv + 1);
     fprintf(stderr, "k25 gold: unknown command '%s'\n\n%s", sub, usage_top);
     return 2;
 }

@@ -416,10 +416,11 @@ int k25_cmd_run(int argc, char **argv)
     struct progress pg = {!quiet && isatty(2), n_ids,
                           cfg.disable_prefill_optimization ? n_ids : cfg.prefill_chunk_size, k25_now_ns()};
     k25_engine_set_event_cb(eng, on_event, &pg);
-    /* section starts of a text prompt (byte tokenizer: byte offsets), for the KV tiers' spans */
+    /* section starts of a text prompt (byte tokenizer: byte offsets), for the KV tiers' spans; a
+     * tokenizer.json gives no byte offsets yet, so a model folder's prompt has none (fixed spans) */
     size_t *sec_off = NULL, n_sec = 0;
     bool clauses;
-    if (text && !prompt_len && k25_gold_section_starts(text, strlen(text), &sec_off, &n_sec, &clauses, &err) != K25_OK)
+    if (text && !prompt_len && !tok && k25_gold_section_starts(text, strlen(text), &sec_off, &n_sec, &clauses, &err) != K25_OK)
         goto out_err;
     sections = n_sec ? malloc(sizeof(int32_t) * n_sec) : NULL;
     if (n_sec && !sections) {

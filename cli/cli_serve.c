@@ -60,6 +60,10 @@ int k25_cmd_serve(int argc, char **argv)
          .metavar = "N",
          .help = "libmicrohttpd polling threads (connections that wait for the\nengine are suspended, not a thread "
                  "each)"},
+        {.names = {"--chat-template"}, .type = K25_OPT_STRING, .dest = &o.chat_template, .metavar = "NAME",
+         .deflt = "recognised from tokenizer_config.json",
+         .help = "chat format of /v1/chat/completions for a model folder:\n"
+                 "llama3|llama3.1|llama2|chatml|qwen2.5|qwen3|gemma (docs/models.md)"},
         {.type = K25_OPT_END},
     };
     const struct k25_cliopt_cmd cmd = {
@@ -68,12 +72,15 @@ int k25_cmd_serve(int argc, char **argv)
                  "                 [--host ADDR] [--port P] [--api-key KEY] [--served-model-name NAME]\n"
                  "                 [--max-body-bytes N] [--max-waiting N] [--max-connections N]\n"
                  "                 [--max-connections-per-ip N] [--header-timeout S] [--body-timeout S]\n"
-                 "                 [--idle-timeout S] [--http-threads N] [--max-model-len N]",
+                 "                 [--idle-timeout S] [--http-threads N] [--max-model-len N]\n"
+                 "                 [--chat-template NAME]",
         .about = "Serves the reference engine over an OpenAI-compatible HTTP API (docs/serve.md):\n"
                  "  POST /v1/completions, POST /v1/chat/completions   (\"stream\": true for SSE)\n"
                  "  GET  /v1/models, /health, /metrics                  (Prometheus text)\n"
-                 "Streams carry one chunk per token with its id in \"token_ids\"; byte output that is not\n"
-                 "valid UTF-8 is sent as U+FFFD.  A client that disconnects has its request cancelled.\n"
+                 "A model folder's tokenizer.json encodes text prompts (BOS template) and decodes the\n"
+                 "output; chat goes through its named chat template.  Presets are bytes.  Streams carry\n"
+                 "each token's id in \"token_ids\"; text never splits a UTF-8 character.  A client that\n"
+                 "disconnects has its request cancelled.\n"
                  "A prompt + max_tokens over the context limit (--max-model-len; the model's by default)\n"
                  "gets 400.  Limits against hostile clients: docs/serve.md \"Limits and hostile clients\".\n",
         .opts = opts,

@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -313,6 +314,75 @@ static void cut_to(struct k25_gold_sbuf *b, size_t len)
     b->p[cut] = 0;
 }
 
+/*
+ * Exact token lengths (o->count_tokens): b holds the document generated
+ * long enough; the input is prompt + separator + text.  A binary search over
+ * the text's cut (UTF-8 character boundaries) finds the longest input of at
+ * most L tokens, then the cuts just past it are tried for exactly L (adding
+ * a character can add two tokens at once).  K25_ERANGE when the document is
+ * too short or no cut gives exactly L.
+ */
+static int cut_to_tokens(const struct k25_gold_gen_opts *o, struct k25_gold_sbuf *b, const char *prompt, int64_t L,
+                         bool *short_doc, struct k25_error *err)
+{
+    size_t pl = prompt ? strlen(prompt) + K25_GOLD_PROMPT_SEP_LEN : 0;
+    char *in = malloc(pl + b->n + 1);
+    if (!in)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    if (prompt) {
+        memcpy(in, prompt, pl - K25_GOLD_PROMPT_SEP_LEN);
+        memcpy(in + pl - K25_GOLD_PROMPT_SEP_LEN, K25_GOLD_PROMPT_SEP, K25_GOLD_PROMPT_SEP_LEN);
+    }
+    memcpy(in + pl, b->p, b->n);
+    int rc = 0;
+    int64_t n = 0;
+    *short_doc = false;
+    if ((rc = o->count_tokens(o->count_ctx, in, pl + b->n, &n, err)) != 0)
+        goto out;
+    if (n < L) { /* the caller generates a longer document */
+        *short_doc = true;
+        goto out;
+    }
+    size_t lo = 0, hi = b->n; /* count(lo) <= L < count(hi) or hi is the whole text with count == L */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        while (mid > lo && ((unsigned char)b->p[mid] & 0xC0) == 0x80)
+            mid--;
+        if (mid == lo)
+            break;
+        if ((rc = o->count_tokens(o->count_ctx, in, pl + mid, &n, err)) != 0)
+            goto out;
+        if (n <= L)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    size_t cut = SIZE_MAX;
+    for (size_t c = lo, tries = 0; c <= b->n && tries < 64; c++) {
+        if (c < b->n && ((unsigned char)b->p[c] & 0xC0) == 0x80)
+            continue;
+        tries++;
+        if ((rc = o->count_tokens(o->count_ctx, in, pl + c, &n, err)) != 0)
+            goto out;
+        if (n == L) {
+            cut = c;
+            break;
+        }
+        if (n > L + 2)
+            break;
+    }
+    if (cut == SIZE_MAX) {
+        rc = k25_error_set(err, K25_ERANGE, NULL, 0, "--lengths",
+                           "no cut of the document is exactly %lld tokens of the tokenizer", (long long)L);
+        goto out;
+    }
+    b->n = cut;
+    b->p[cut] = 0;
+out:
+    free(in);
+    return rc;
+}
+
 /* --questions: what each request asks about its document (question k of a document: entry k % n). */
 static const char *const questions[] = {
     "Question: Which party bears the obligations set out in the first article, and under what conditions?",
@@ -338,6 +408,9 @@ int k25_gold_generate(const struct k25_gold_gen_opts *o, FILE *out, struct k25_e
             return k25_error_set(err, K25_ERANGE, NULL, 0, "--lengths",
                                  "length %lld out of range (%d to %lld)", (long long)o->lengths[i],
                                  MIN_LENGTH, (long long)MAX_LENGTH);
+    if (o->count_tokens && o->questions > 1)
+        return k25_error_set(err, K25_EINVAL, NULL, 0, "--questions",
+                             "--questions with --tokenizer is not supported (exact token lengths per request)");
     int rc = 0;
     struct licenses lic = {0};
     if (o->domain == K25_GOLD_DOMAIN_LICENSES || o->domain == K25_GOLD_DOMAIN_MIXED) {
@@ -376,19 +449,41 @@ int k25_gold_generate(const struct k25_gold_gen_opts *o, FILE *out, struct k25_e
             target = target > 2 * ql ? target - ql : target / 2;
         }
 
-        b.n = 0;
-        switch (dom) {
-        case K25_GOLD_DOMAIN_LEGAL: k25_gold_gen_legal(&rng, &b, target); break;
-        case K25_GOLD_DOMAIN_FINANCE: k25_gold_gen_finance(&rng, &b, target); break;
-        case K25_GOLD_DOMAIN_MINUTES: k25_gold_gen_minutes(&rng, &b, target); break;
-        default: gen_licenses(&rng, &lic, &b, target); break;
+        /* token lengths: the document in bytes 6x the tokens (English BPE is ~4.5 bytes a token), more
+         * when that is not enough; the same rng start each time, so the text only grows */
+        size_t gen_bytes = o->count_tokens ? (size_t)L * 6 : target;
+        struct k25_gold_rng rng0 = rng;
+        for (int attempt = 0;; attempt++) {
+            rng = rng0;
+            b.n = 0;
+            switch (dom) {
+            case K25_GOLD_DOMAIN_LEGAL: k25_gold_gen_legal(&rng, &b, gen_bytes); break;
+            case K25_GOLD_DOMAIN_FINANCE: k25_gold_gen_finance(&rng, &b, gen_bytes); break;
+            case K25_GOLD_DOMAIN_MINUTES: k25_gold_gen_minutes(&rng, &b, gen_bytes); break;
+            default: gen_licenses(&rng, &lic, &b, gen_bytes); break;
+            }
+            if (b.oom) {
+                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory generating %lld bytes",
+                                   (long long)L);
+                goto out_free;
+            }
+            if (!o->count_tokens) {
+                cut_to(&b, target);
+                break;
+            }
+            bool short_doc = false;
+            cut_to(&b, gen_bytes);
+            if ((rc = cut_to_tokens(o, &b, with_prompt ? prompt : NULL, L, &short_doc, err)) != 0)
+                goto out_free;
+            if (!short_doc)
+                break;
+            if (attempt == 3) {
+                rc = k25_error_set(err, K25_ERANGE, NULL, 0, "--lengths",
+                                   "%zu bytes of text are fewer than %lld tokens of the tokenizer", b.n, (long long)L);
+                goto out_free;
+            }
+            gen_bytes *= 2;
         }
-        if (b.oom) {
-            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory generating %lld bytes",
-                               (long long)L);
-            goto out_free;
-        }
-        cut_to(&b, target);
         char doc_id[96];
         snprintf(doc_id, sizeof(doc_id), "%s-%lld-%05lld", domain_names[dom], (long long)L, (long long)i);
         if (nq > 1) {
@@ -429,4 +524,59 @@ out_free:
     free(b.p);
     licenses_free(&lic);
     return rc;
+}
+
+int k25_gold_random_spec(const char *spec, int64_t count, uint64_t seed, struct k25_gold_gen_opts *o,
+                         struct k25_error *err)
+{
+    k25_gold_gen_opts_init(o);
+    if (strncmp(spec, "random:", 7) != 0)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--dataset", "'%s' is not a random: spec", spec);
+    int64_t input = -1, output = -1, stdev = 0;
+    const char *p = spec + 7;
+    while (*p) {
+        size_t kl = strcspn(p, "=,");
+        if (p[kl] != '=')
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--dataset",
+                                 "random spec: '%.*s' needs KEY=VALUE (input=N,output=N[,stdev=N])", (int)kl, p);
+        char val[32];
+        size_t vl = strcspn(p + kl + 1, ",");
+        snprintf(val, sizeof(val), "%.*s", (int)(vl < sizeof(val) - 1 ? vl : sizeof(val) - 1), p + kl + 1);
+        int64_t v;
+        int64_t *dst = kl == 5 && !strncmp(p, "input", 5)    ? &input
+                       : kl == 6 && !strncmp(p, "output", 6) ? &output
+                       : kl == 5 && !strncmp(p, "stdev", 5)  ? &stdev
+                                                             : NULL;
+        if (!dst)
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--dataset",
+                                 "random spec: unknown key '%.*s' (input, output, stdev)", (int)kl, p);
+        if (vl == 0 || vl >= sizeof(val) || !k25_gold_parse_size(val, &v) || v < 0)
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--dataset",
+                                 "random spec: %.*s='%.*s' is not a size (N, Nk, Nm)", (int)kl, p, (int)vl, p + kl + 1);
+        *dst = v;
+        p += kl + 1 + vl;
+        if (*p == ',')
+            p++;
+    }
+    if (input < MIN_LENGTH || input > MAX_LENGTH || output < 1)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--dataset",
+                             "random spec needs input=N (%d to %lld) and output=N (>= 1): '%s'", MIN_LENGTH,
+                             (long long)MAX_LENGTH, spec);
+    o->count = count > 0 ? count : 1;
+    o->seed = seed;
+    o->out_min = o->out_max = output;
+    o->domain = K25_GOLD_DOMAIN_LEGAL; /* no dependency on the machine's license files */
+    o->n_lengths = (size_t)(o->count < K25_GOLD_GEN_MAX_LENGTHS ? o->count : K25_GOLD_GEN_MAX_LENGTHS);
+    struct k25_gold_rng rng = {seed * 0x9E3779B97F4A7C15ull + 0x5EED};
+    for (size_t i = 0; i < o->n_lengths; i++) {
+        double z = 0;
+        if (stdev > 0) { /* Box-Muller on two uniforms in (0, 1] */
+            double u1 = ((double)(k25_gold_rng_next(&rng) >> 11) + 1.0) / 9007199254740992.0;
+            double u2 = (double)(k25_gold_rng_next(&rng) >> 11) / 9007199254740992.0;
+            z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        }
+        double L = (double)input + z * (double)stdev;
+        o->lengths[i] = L < MIN_LENGTH ? MIN_LENGTH : L > (double)MAX_LENGTH ? MAX_LENGTH : (int64_t)llround(L);
+    }
+    return K25_OK;
 }

@@ -318,6 +318,12 @@ struct k25_gold_gen_opts {
     uint64_t seed;
     int64_t out_min, out_max; /* expected_output_length drawn from [min, max] */
     char licenses_dir[1024];  /* K25_GOLD_LICENSES_DIR by default */
+    /* NULL: lengths are bytes (the presets' byte tokenizer).  Set: lengths are tokens as this
+     * counts a request's whole input (prompt, separator, text; a model's tokenizer with its BOS
+     * template), met exactly: the text is cut where the count is the length.  Returns 0 or a
+     * K25_E* code with err filled.  Not with questions > 1. */
+    int (*count_tokens)(void *ctx, const char *text, size_t len, int64_t *n_tokens, struct k25_error *err);
+    void *count_ctx;
 };
 
 void k25_gold_gen_opts_init(struct k25_gold_gen_opts *o);
@@ -340,5 +346,17 @@ bool k25_gold_parse_size(const char *s, int64_t *out);
  * K25_EIO when a write fails.
  */
 int k25_gold_generate(const struct k25_gold_gen_opts *o, FILE *out, struct k25_error *err);
+
+/*
+ * A synthetic workload spec as vLLM's and guidellm's benchmarks take it:
+ * "random:input=8192,output=256[,stdev=S]" into generator options for count
+ * requests: input lengths drawn (seeded) from a normal distribution of mean
+ * input and standard deviation S (default 0: all equal), clamped to
+ * [64, 32 Mi]; expected_output_length = output.  The caller sets
+ * count_tokens for lengths in a model's tokens (else bytes).  K25_EINVAL
+ * naming the key for anything else.
+ */
+int k25_gold_random_spec(const char *spec, int64_t count, uint64_t seed, struct k25_gold_gen_opts *o,
+                         struct k25_error *err);
 
 #endif /* K25_GOLD_H */

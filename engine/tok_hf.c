@@ -112,7 +112,8 @@ static void load_config(struct k25_tokenizer *t, const char *cfg, size_t len, co
         snprintf(t->chat_why, sizeof(t->chat_why), "%s is absent", name);
         return;
     }
-    json_t *root = json_loadb(cfg, len, JSON_DECODE_INT_AS_REAL, &je); /* model_max_length 1e30 as an integer */
+    /* as real ones have: "model_max_length": 1000000000000000019884624838656 (no int64): a real number */
+    json_t *root = json_loadb(cfg, len, JSON_DECODE_INT_AS_REAL, &je);
     if (!root) {
         snprintf(t->chat_why, sizeof(t->chat_why), "%s:%d:%d: %s", name, je.line, je.column, je.text);
         return;

@@ -20,6 +20,7 @@
 #include "k25util.h"
 #include "fidelity.h"
 #include "endpoint.h"
+#include "k25_tok.h"
 
 #include <errno.h>
 #include <math.h>
@@ -143,13 +144,22 @@ static int input_sections(const char *text, size_t len, const size_t *tok_start,
     return K25_OK;
 }
 
-/* Tokenizes the selected gold requests (the engine's byte tokenizer, or their input_ids). */
-static int make_inputs(const struct k25_gold_set *set, struct k25_bench_input **out, struct k25_error *err)
+/*
+ * Tokenizes the selected gold requests: their input_ids, else their text with
+ * the model's tokenizer when cfg is given (the in-process engine: a folder's
+ * tokenizer.json with its BOS template, bytes for a preset; a folder without
+ * tokenizer.json refuses text lines naming the file), else bytes (an
+ * endpoint run sends the text itself).
+ */
+static int make_inputs(const struct k25_gold_set *set, const char *dataset, const struct k25_config *cfg,
+                       struct k25_bench_input **out, struct k25_error *err)
 {
     struct k25_bench_input *in = calloc(set->n, sizeof(*in));
     if (!in)
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     int rc = K25_OK;
+    k25_tokenizer_t *tok = NULL;
+    bool tok_loaded = false;
     for (size_t i = 0; i < set->n; i++) {
         const struct k25_gold_request *g = &set->reqs[i];
         struct k25_bench_input *b = &in[i];
@@ -171,14 +181,34 @@ static int make_inputs(const struct k25_gold_set *set, struct k25_bench_input **
             size_t len = 0;
             if ((rc = k25_gold_request_input(g, &text, &len, err)) != K25_OK)
                 break;
-            rc = k25_tok_encode(text, len, &b->ids, &b->n_ids, err);
-            if (rc == K25_OK) /* section starts, for the KV tiers' spans (byte tokenizer: NULL offsets) */
-                rc = input_sections(text, len, NULL, b, err);
+            if (cfg && !tok_loaded) { /* at the first text line: a token-id set needs no tokenizer */
+                struct k25_error e;
+                if ((rc = k25_tokenizer_for_model(cfg, &tok, &e)) != K25_OK) {
+                    free(text);
+                    k25_error_set(err, rc, dataset, (int)g->line, "text",
+                                  "request '%s' is text: %s", g->id, e.msg);
+                    break;
+                }
+                tok_loaded = true;
+            }
+            if (tok) {
+                struct k25_error e;
+                if ((rc = k25_tokenizer_encode(tok, text, len, K25_TOK_ADD_SPECIAL, &b->ids, &b->n_ids, &e)) !=
+                    K25_OK)
+                    k25_error_set(err, rc, dataset, (int)g->line, "text",
+                                  "request '%s': %s", g->id, e.msg);
+            } else {
+                rc = k25_tok_encode(text, len, &b->ids, &b->n_ids, err);
+                if (rc == K25_OK) /* section starts, for the KV tiers' spans (byte tokenizer: NULL offsets;
+                                   * a tokenizer.json gives no byte offsets yet, so no sections there) */
+                    rc = input_sections(text, len, NULL, b, err);
+            }
             free(text);
             if (rc != K25_OK)
                 break;
         }
     }
+    k25_tokenizer_destroy(tok);
     if (rc != K25_OK) {
         free_inputs(in, set->n);
         return rc;
@@ -314,6 +344,60 @@ static const char *stop_signal_name(const struct bench_state *st)
     return signal_name(st->o.stop ? (int)*st->o.stop : 0);
 }
 
+static int count_tokens_cb(void *ctx, const char *text, size_t len, int64_t *n_tokens, struct k25_error *err)
+{
+    int32_t *ids = NULL;
+    int n = 0;
+    int rc = k25_tokenizer_encode(ctx, text, len, K25_TOK_ADD_SPECIAL, &ids, &n, err);
+    free(ids);
+    *n_tokens = n;
+    return rc;
+}
+
+/*
+ * --dataset random:input=N,output=N[,stdev=S]: the generator's documents
+ * (k25_gold_random_spec) at exact lengths in the tokens of the model's
+ * tokenizer (in process: the folder's; --endpoint: --tokenizer DIR), bytes
+ * without one, written to a temporary file in $TMPDIR and loaded from it
+ * like any gold set (then removed).  --requests requests (default 64).
+ */
+static int load_random(struct bench_state *st, const struct k25_gold_opts *gopts, struct k25_error *err)
+{
+    struct k25_bench_opts *o = &st->o;
+    struct k25_gold_gen_opts g;
+    int rc = k25_gold_random_spec(o->dataset, o->requests > 0 ? o->requests : 64, st->cfg->seed, &g, err);
+    if (rc != K25_OK)
+        return rc;
+    k25_tokenizer_t *tok = NULL;
+    if (o->endpoint ? o->tokenizer && (rc = k25_tokenizer_load(o->tokenizer, &tok, err)) != K25_OK
+                    : (rc = k25_tokenizer_for_model(st->cfg, &tok, err)) != K25_OK)
+        return rc;
+    if (tok) {
+        g.count_tokens = count_tokens_cb;
+        g.count_ctx = tok;
+    }
+    const char *td = getenv("TMPDIR");
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/k25-random-XXXXXX", td && *td ? td : "/tmp");
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w+") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        k25_tokenizer_destroy(tok);
+        return k25_error_set(err, K25_EIO, path, 0, "--dataset", "cannot create a temporary file: %s",
+                             strerror(errno));
+    }
+    rc = k25_gold_generate(&g, f, err);
+    if (fclose(f) != 0 && rc == K25_OK)
+        rc = k25_error_set(err, K25_EIO, path, 0, "--dataset", "writing the random set failed: %s", strerror(errno));
+    k25_tokenizer_destroy(tok);
+    if (rc == K25_OK)
+        rc = k25_gold_load(path, gopts, &st->set, err);
+    unlink(path);
+    return rc;
+}
+
 /* The gold set loaded and filtered, its requests tokenized and ordered; fails on an empty selection. */
 static int load_gold(struct bench_state *st, struct k25_error *err)
 {
@@ -328,14 +412,15 @@ static int load_gold(struct bench_state *st, struct k25_error *err)
             return rc;
         gopts.filter = st->filter;
     }
-    if ((rc = k25_gold_load(o->dataset, &gopts, &st->set, err)) != K25_OK)
+    if ((rc = strncmp(o->dataset, "random:", 7) == 0 ? load_random(st, &gopts, err)
+                                                     : k25_gold_load(o->dataset, &gopts, &st->set, err)) != K25_OK)
         return rc;
     if (st->set.n == 0)
         return o->filter ? k25_error_set(err, K25_EINVAL, o->dataset, 0, "--filter",
                                          "no request matches '%s' (%lld valid requests in the set)", o->filter,
                                          (long long)st->set.counts.requests)
                          : k25_error_set(err, K25_EINVAL, o->dataset, 0, NULL, "the gold set has no request");
-    if ((rc = make_inputs(&st->set, &st->inputs, err)) != K25_OK)
+    if ((rc = make_inputs(&st->set, o->dataset, o->endpoint ? NULL : st->cfg, &st->inputs, err)) != K25_OK)
         return rc;
     if (!(st->order = k25_loadgen_order(st->set.n, st->cfg->seed)))
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
@@ -551,6 +636,15 @@ static json_t *endpoint_summary(const struct k25_bench_run *run)
             fprintf(stderr, " %lld x %s;", (long long)json_integer_value(v), kind);
         fprintf(stderr, " reasons per request in the trace (/requests reason)\n");
     }
+    json_t *pc = json_object_get(es, "prompt_tokens_check"), *mm = json_object_get(pc, "first_mismatch");
+    if (pc && json_integer_value(json_object_get(pc, "mismatches")) > 0)
+        fprintf(stderr, "k25 bench: WARNING: the server counted %lld of %lld prompts differently from --tokenizer "
+                "(first: '%s', gold line %lld: %lld here, %lld in its usage.prompt_tokens): another tokenizer or "
+                "chat template?\n", (long long)json_integer_value(json_object_get(pc, "mismatches")),
+                (long long)json_integer_value(json_object_get(pc, "requests_counted")),
+                json_string_value(json_object_get(mm, "id")), (long long)json_integer_value(json_object_get(mm, "line")),
+                (long long)json_integer_value(json_object_get(mm, "client_prompt_tokens")),
+                (long long)json_integer_value(json_object_get(mm, "server_prompt_tokens")));
     return es;
 }
 

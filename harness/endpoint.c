@@ -20,6 +20,7 @@
  * --stall-timeout seconds, or the --request-timeout.
  */
 #include "endpoint.h"
+#include "k25_tok.h"
 #include "sse.h"
 
 #include <curl/curl.h>
@@ -41,6 +42,9 @@ struct k25_endpoint {
     size_t n_in;
     struct curl_slist *hdrs;
     CURLM *multi;
+    k25_tokenizer_t *tok;   /* --tokenizer, owned; NULL: prompts not counted client-side */
+    enum k25_chat_template chat_tpl;
+    int32_t *client_n;      /* [n_in] prompt tokens counted client-side (0: not counted) */
 };
 
 static bool curl_ready;
@@ -175,7 +179,7 @@ static int resolve_urls(struct k25_endpoint *ep, const char *base, struct k25_er
 
 /* The body of one request (new string), or NULL with err filled. */
 static char *make_body(const struct k25_endpoint *ep, const struct k25_bench_opts *o, const struct k25_bench_input *bi,
-                       struct k25_error *err)
+                       int32_t *client_n, struct k25_error *err)
 {
     json_t *prompt = NULL;
     bool bytes = true;
@@ -201,6 +205,29 @@ static char *make_body(const struct k25_endpoint *ep, const struct k25_bench_opt
                                        : "request '%s': the prompt is not valid UTF-8 and cannot be sent as text",
                       bi->id);
         return NULL;
+    }
+    if (ep->tok && bi->pretokenized) {
+        *client_n = bi->n_ids; /* the ids go as they are */
+    } else if (ep->tok) {
+        /* what the server should count: the text with the BOS template, or the chat as rendered */
+        struct k25_error e;
+        int32_t *ids = NULL;
+        int n = 0, trc;
+        if (ep->chat) {
+            struct k25_chat_msg m = {.role = "user", .content = text};
+            trc = k25_chat_encode(ep->tok, ep->chat_tpl, &m, 1, true, &ids, &n, &e);
+        } else {
+            trc = k25_tokenizer_encode(ep->tok, text, (size_t)bi->n_ids, K25_TOK_ADD_SPECIAL, &ids, &n, &e);
+        }
+        free(ids);
+        if (trc != K25_OK) {
+            free(text);
+            json_decref(prompt);
+            k25_error_set(err, trc, o->dataset, (int)bi->line, "text", "request '%s': --tokenizer %s: %s", bi->id,
+                          o->tokenizer, e.msg);
+            return NULL;
+        }
+        *client_n = n;
     }
     free(text);
     json_t *j = json_pack("{s:s, s:i, s:f, s:b, s:{s:b}}", "model", ep->model, "max_tokens", bi->max_new,
@@ -283,14 +310,25 @@ int k25_endpoint_open(const struct k25_bench_opts *o, const struct k25_bench_inp
         goto out_fail;
     }
 
-    if (!(ep->bodies = calloc(n_in, sizeof(char *))) || !(ep->body_len = calloc(n_in, sizeof(size_t)))) {
+    if (o->tokenizer) { /* the prompts counted client-side (docs/serve.md "Prompt counts") */
+        if ((rc = k25_tokenizer_load(o->tokenizer, &ep->tok, err)) != K25_OK)
+            goto out_fail;
+        if (ep->chat && (rc = o->chat_template ? k25_chat_template_parse(o->chat_template, &ep->chat_tpl, err)
+                                               : k25_tokenizer_chat_template(ep->tok, &ep->chat_tpl, err)) != K25_OK)
+            goto out_fail;
+    } else if (o->chat_template) {
+        rc = k25_error_set(err, K25_EINVAL, "command line", 0, "--chat-template", "needs --tokenizer DIR");
+        goto out_fail;
+    }
+    if (!(ep->bodies = calloc(n_in, sizeof(char *))) || !(ep->body_len = calloc(n_in, sizeof(size_t))) ||
+        !(ep->client_n = calloc(n_in, sizeof(int32_t)))) {
         rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
         goto out_fail;
     }
     ep->n_in = n_in;
     ep->in = in;
     for (size_t i = 0; i < n_in; i++) {
-        if (!(ep->bodies[i] = make_body(ep, o, &in[i], err))) {
+        if (!(ep->bodies[i] = make_body(ep, o, &in[i], &ep->client_n[i], err))) {
             rc = err->code;
             goto out_fail;
         }
@@ -314,6 +352,8 @@ void k25_endpoint_close(k25_endpoint_t *ep)
         free(ep->bodies[i]);
     free(ep->bodies);
     free(ep->body_len);
+    free(ep->client_n);
+    k25_tokenizer_destroy(ep->tok);
     curl_slist_free_all(ep->hdrs);
     if (ep->multi)
         curl_multi_cleanup(ep->multi);
@@ -342,6 +382,7 @@ struct xfer {
     bool ids_missing, got_done, have_usage, failed;
     bool stalled;            /* no byte for --stall-timeout: ended by the loop */
     int usage_out, usage_in;
+    int32_t client_in;       /* the prompt counted client-side (0: not counted) */
     uint64_t now;            /* arrival time of the bytes being parsed */
     struct k25_sse sse;
     struct membuf errbody;   /* the body of a non-200 answer (first 4 KiB) */
@@ -508,6 +549,7 @@ static int record(struct xfer *x, struct k25_bench_run *run, uint64_t end_ns)
         return 0;
     }
     q->state = K25_REQ_COMPLETED;
+    q->client_input = x->client_in;
     int n = x->have_usage ? x->usage_out : x->n_tok;
     q->tokens_counted = !x->have_usage;
     if (x->have_usage && x->usage_in > 0)
@@ -557,6 +599,7 @@ static struct xfer *start(k25_endpoint_t *ep, const struct k25_bench_opts *o, si
     }
     x->rec = rec;
     x->user = user;
+    x->client_in = ep->client_n[input];
     x->chat = ep->chat;
     x->errbody.limit = 4096;
     k25_sse_init(&x->sse);
@@ -736,12 +779,21 @@ int k25_endpoint_run(k25_endpoint_t *ep, const struct k25_loadgen_settings *s, s
 json_t *k25_endpoint_summary_json(const struct k25_bench_run *run)
 {
     json_t *by_status = json_object(), *by_reason = json_object();
-    int64_t failed = 0, counted = 0, completed = 0;
+    int64_t failed = 0, counted = 0, completed = 0, client = 0, mismatch = 0;
+    json_t *first_mm = json_null();
     for (size_t i = 0; i < run->n_reqs; i++) {
         const struct k25_bench_req *q = &run->reqs[i];
         if (q->state == K25_REQ_COMPLETED) {
             completed++;
             counted += q->tokens_counted;
+            if (q->client_input > 0) { /* --tokenizer: the client's count beside the server's usage */
+                client++;
+                if (q->client_input != q->n_input && mismatch++ == 0) {
+                    json_decref(first_mm);
+                    first_mm = json_pack("{s:s, s:I, s:i, s:i}", "id", q->id, "line", (json_int_t)q->line,
+                                         "client_prompt_tokens", q->client_input, "server_prompt_tokens", q->n_input);
+                }
+            }
             continue;
         }
         if (q->state != K25_REQ_REJECTED)
@@ -755,8 +807,15 @@ json_t *k25_endpoint_summary_json(const struct k25_bench_run *run)
         snprintf(kind, sizeof(kind), "%.*s", (int)(k < sizeof(kind) - 1 ? k : sizeof(kind) - 1), q->reason);
         json_object_set_new(by_reason, kind, json_integer(json_integer_value(json_object_get(by_reason, kind)) + 1));
     }
-    return json_pack("{s:I, s:o, s:o, s:s, s:I}", "failed", (json_int_t)failed, "failed_by_http_status", by_status,
-                     "failed_by_reason", by_reason, "output_tokens_from",
-                     counted == 0 ? "usage" : counted == completed ? "counted_chunks" : "mixed",
-                     "requests_tokens_counted", (json_int_t)counted);
+    json_t *j = json_pack("{s:I, s:o, s:o, s:s, s:I}", "failed", (json_int_t)failed, "failed_by_http_status",
+                          by_status, "failed_by_reason", by_reason, "output_tokens_from",
+                          counted == 0 ? "usage" : counted == completed ? "counted_chunks" : "mixed",
+                          "requests_tokens_counted", (json_int_t)counted);
+    if (j && client > 0)
+        json_object_set_new(j, "prompt_tokens_check",
+                            json_pack("{s:I, s:I, s:o}", "requests_counted", (json_int_t)client, "mismatches",
+                                      (json_int_t)mismatch, "first_mismatch", first_mm));
+    else
+        json_decref(first_mm);
+    return j;
 }

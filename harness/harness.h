@@ -206,6 +206,10 @@ struct k25_bench_opts {
     const char *api_key;        /* sent as "Authorization: Bearer KEY" when not NULL */
     bool endpoint_chat;         /* POST /v1/chat/completions instead of /v1/completions */
     bool ignore_eos;            /* send "ignore_eos": true (vLLM, llama.cpp): generate max_tokens */
+    const char *tokenizer;      /* --endpoint --tokenizer DIR: each prompt counted client-side with DIR's
+                                   tokenizer.json (chat: through its chat template) beside the server's
+                                   usage.prompt_tokens; NULL: not counted */
+    const char *chat_template;  /* with tokenizer: a named template instead of the recognised one */
     double stall_timeout_s;     /* a stream without a byte for this long fails (default 30) */
     double request_timeout_s;   /* a request taking longer fails (default 600) */
     /* --surge FACTOR:START_S:DURATION_S (open loop): the rate is rate_rps x
@@ -320,6 +324,8 @@ struct k25_bench_req {
     /* --endpoint only (not stored in the trace: the reason says it) */
     int32_t http_status;     /* 0: no response */
     bool tokens_counted;     /* n_output counted from the stream's chunks: the server sent no usage */
+    int32_t client_input;    /* --tokenizer: the prompt's tokens counted client-side (0: not counted);
+                                n_input is then the server's usage.prompt_tokens */
     /* Elastic queue (k25_result; schema 3, false/standard in older traces) */
     enum k25_priority priority; /* the priority it ran at (low once spilled) */
     bool spilled, replayed, degraded;
@@ -856,6 +862,8 @@ struct k25_serve_opts {
     int body_timeout_s;        /* its body, this long after the header (default 120) */
     int idle_timeout_s;        /* a connection with no traffic is closed (default 120) */
     int http_threads;          /* libmicrohttpd's polling threads (default 4) */
+    const char *chat_template; /* a named chat template (k25_chat_template_parse) instead of the one
+                                  recognised from the folder's tokenizer_config.json; NULL = that one */
 };
 
 void k25_serve_opts_init(struct k25_serve_opts *o);

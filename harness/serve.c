@@ -127,6 +127,73 @@ static void drop_active(struct k25_serve *S, struct sreq *r)
 }
 
 /* Applies the buffered events (S->mu held, engine thread). */
+/* Appends decoded text to r->text (S->mu held).  -1: out of memory. */
+static int text_add(struct sreq *r, const char *t, size_t n)
+{
+    if (r->text_len + n + 1 > r->text_cap) {
+        size_t nc = r->text_cap ? r->text_cap : 256;
+        while (nc < r->text_len + n + 1)
+            nc *= 2;
+        char *nt = realloc(r->text, nc);
+        if (!nt)
+            return -1;
+        r->text = nt;
+        r->text_cap = nc;
+    }
+    memcpy(r->text + r->text_len, t, n);
+    r->text_len += n;
+    r->text[r->text_len] = '\0';
+    return 0;
+}
+
+/* Whether stop sequence s (bytes kept as ids) equals text[len] bytes. */
+static bool stop_eq(const struct sreq *r, int s, const char *text, size_t len)
+{
+    if ((size_t)r->stop_len[s] < len)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (r->stop[s][i] != (unsigned char)text[i])
+            return false;
+    return true;
+}
+
+/*
+ * A generated id of a text-mode request (S->mu held, engine thread): decoded
+ * through the streaming decoder (a chunk never ends inside a UTF-8
+ * sequence), appended to r->text, and the stop strings looked for where the
+ * new text could complete one.  A match cuts the text at its start and marks
+ * the request for cancellation (engine_main): finish "stop", as OpenAI's API.
+ */
+static int text_push(struct sreq *r, int32_t id)
+{
+    const char *t;
+    size_t n = 0;
+    struct k25_error e;
+    if (k25_tok_stream_push(r->dec, id, &t, &n, &e) != K25_OK)
+        return -1;
+    size_t before = r->text_len;
+    if (n == 0)
+        return 0;
+    if (text_add(r, t, n) != 0)
+        return -1;
+    size_t best = SIZE_MAX;
+    for (int s = 0; s < r->n_stop; s++) {
+        size_t sl = (size_t)r->stop_len[s];
+        size_t from = before >= sl - 1 ? before - (sl - 1) : 0;
+        for (size_t p = from; p + sl <= r->text_len && p < best; p++)
+            if (stop_eq(r, s, r->text + p, sl)) {
+                best = p;
+                break;
+            }
+    }
+    if (best != SIZE_MAX) {
+        r->text_len = best;
+        r->text[best] = '\0';
+        r->stop_hit = true;
+    }
+    return 0;
+}
+
 static void apply_events(struct k25_serve *S)
 {
     for (int i = 0; i < S->n_evs; i++) {
@@ -160,7 +227,14 @@ static void apply_events(struct k25_serve *S)
                 r->out = no;
                 r->cap_out = nc;
             }
+            if (r->stop_hit)
+                continue; /* past a matched stop string (cancelled before the next step) */
             r->out[r->n_out++] = ev->tok;
+            if (r->text_mode && text_push(r, ev->tok) != 0) {
+                r->gone = true;
+                r->err_status = 500;
+                snprintf(r->err_msg, sizeof(r->err_msg), "out of memory decoding the output");
+            }
             double dt = (double)(ev->t_ns - (r->n_out == 1 ? r->arrival_ns : r->last_t_ns)) / 1e9;
             hist_add(r->n_out == 1 ? &S->ttft : &S->itl, dt);
             r->last_t_ns = ev->t_ns;
@@ -169,6 +243,18 @@ static void apply_events(struct k25_serve *S)
             const struct k25_result *res = k25_engine_result(S->eng, ev->handle);
             r->state = res->state;
             r->finish = res->finish;
+            if (r->stop_hit) { /* cancelled by us at a stop string: a normal end */
+                r->state = K25_REQ_COMPLETED;
+                r->finish = K25_FINISH_STOP;
+            } else if (r->text_mode && r->dec) { /* what the decoder still held back */
+                const char *t;
+                size_t tl = 0;
+                struct k25_error e;
+                if (k25_tok_stream_flush(r->dec, &t, &tl, &e) != K25_OK || text_add(r, t, tl) != 0) {
+                    r->err_status = 500;
+                    snprintf(r->err_msg, sizeof(r->err_msg), "decoding the output failed");
+                }
+            }
             r->n_prompt = res->n_input;
             snprintf(r->reason, sizeof(r->reason), "%s", res->reason);
             if (res->state != K25_REQ_COMPLETED && !r->err_status) {
@@ -288,9 +374,10 @@ static void intake(struct k25_serve *S)
         q[k] = (struct k25_request){.id = r->id, .input_ids = r->ids, .n_input = r->n_ids,
                                     .max_new_tokens = r->max_tokens, .has_sampling = r->has_sampling,
                                     .temperature = r->temperature, .top_p = r->top_p, .seed = r->seed,
-                                    .stop_ids = r->n_stop ? stops[k] : NULL,
-                                    .stop_lens = r->n_stop ? r->stop_len : NULL, .n_stop = r->n_stop,
-                                    .priority = r->priority};
+                                    .stop_ids = r->n_stop && !r->text_mode ? stops[k] : NULL,
+                                    .stop_lens = r->n_stop && !r->text_mode ? r->stop_len : NULL,
+                                    .n_stop = r->text_mode ? 0 : r->n_stop, /* text mode: matched on the text */
+                                    .priority = r->priority, .ignore_eos = r->ignore_eos};
         rs[k++] = r;
     }
     if (k > 0)
@@ -325,10 +412,11 @@ static void *engine_main(void *arg)
             intake(S);
         for (int i = 0; i < S->n_active; i++) {
             struct sreq *r = S->active[i];
-            if ((r->gone || S->stopping || S->broken) && !r->cancel_sent) {
+            if ((r->gone || r->stop_hit || S->stopping || S->broken) && !r->cancel_sent) {
                 r->cancel_sent = true;
                 k25_engine_cancel(S->eng, r->handle,
-                                  r->gone ? "client disconnected" : S->broken ? "engine failed" : "server stopping");
+                                  r->gone ? "client disconnected" : S->broken ? "engine failed"
+                                  : r->stop_hit ? "stop string matched" : "server stopping");
             }
         }
         apply_events(S);
@@ -465,6 +553,31 @@ static int releasable(const struct sreq *r)
     return n - hold;
 }
 
+/*
+ * Text-mode streams (S->mu held): the bytes of r->text that may go out now:
+ * all of them at the end, else all but a suffix that could still grow into
+ * a stop string.
+ */
+static size_t releasable_text(const struct sreq *r)
+{
+    size_t n = r->text_len, hold = 0;
+    if (r->done || r->stop_hit)
+        return n;
+    for (int s = 0; s < r->n_stop; s++)
+        for (size_t k = (size_t)r->stop_len[s] - 1; k > hold; k--)
+            if (k <= n - r->text_sent && stop_eq(r, s, r->text + n - k, k)) {
+                hold = k;
+                break;
+            }
+    return n - hold;
+}
+
+/* Whether a stream has something to send (S->mu held). */
+static bool stream_news(const struct sreq *r)
+{
+    return r->text_mode ? r->n_out > r->sent || releasable_text(r) > r->text_sent : releasable(r) > r->sent;
+}
+
 /* Decodes ids[i] to text for the stream (bytes; ids past a byte are '?', as k25_tok_decode). */
 static size_t token_text(struct sreq *r, int32_t id, char *out)
 {
@@ -482,7 +595,17 @@ static int stream_fill(struct sreq *r)
         if (r->chat && !r->err_status && obuf_event(r, k25_serve_chunk_json(r, model, NULL, 0, NULL, 0, NULL, true)) != 0)
             return -1;
     }
-    int rel = releasable(r);
+    if (r->text_mode) { /* one chunk: the text released now and the ids generated since the last one */
+        size_t rel_t = releasable_text(r);
+        if ((rel_t > r->text_sent || r->n_out > r->sent) && !r->err_status) {
+            if (obuf_event(r, k25_serve_chunk_json(r, model, r->text ? r->text + r->text_sent : "", rel_t - r->text_sent,
+                                                   &r->out[r->sent], r->n_out - r->sent, NULL, false)) != 0)
+                return -1;
+            r->text_sent = rel_t;
+            r->sent = r->n_out;
+        }
+    }
+    int rel = r->text_mode ? r->sent : releasable(r);
     for (; r->sent < rel; r->sent++) {
         char text[16];
         size_t n = token_text(r, r->out[r->sent], text);
@@ -553,7 +676,7 @@ bool k25_serve_conn_ready(const struct sconn *sc, uint64_t now_ns)
     case SC_WAIT_START:
         return r->done || r->submitted || r->err_status;
     case SC_WAIT_TOKENS:
-        return r->done || releasable(r) > r->sent || now_ns - r->last_out_ns >= SERVE_KEEPALIVE_NS;
+        return r->done || stream_news(r) || now_ns - r->last_out_ns >= SERVE_KEEPALIVE_NS;
     default:
         return true;
     }
@@ -895,6 +1018,47 @@ static void k25_serve_start_token(char *out, size_t n)
     snprintf(out, n, "%08x", v);
 }
 
+/*
+ * The model's tokenizer (S->tok) and chat template.  A preset: bytes (tok
+ * NULL), and --chat-template is refused by name.  A folder without
+ * tokenizer.json serves token-id prompts only: text is refused per request
+ * with the loader's message (S->text_err), never silently bytes.  A broken
+ * tokenizer.json or an unknown --chat-template fails the start.  An
+ * unrecognised tokenizer_config.json chat_template refuses chat per request
+ * (S->chat_err); completions still work.
+ */
+static int serve_tokenizer(struct k25_serve *S, const struct k25_config *cfg, const char *tpl_name,
+                           struct k25_error *err)
+{
+    struct k25_error e;
+    k25_error_clear(&e);
+    int rc = k25_tokenizer_for_model(cfg, &S->tok, &e);
+    if (rc == K25_ENOTFOUND && e.file[0]) {
+        snprintf(S->text_err, sizeof(S->text_err), "text prompts need the model's tokenizer: %s; send token ids "
+                 "instead", e.msg);
+        fprintf(stderr, "k25 serve: warning: %s\n", S->text_err);
+        return tpl_name ? k25_error_set(err, K25_EINVAL, "command line", 0, "--chat-template",
+                                        "the model has no tokenizer.json: %s", e.msg)
+                        : K25_OK;
+    }
+    if (rc != K25_OK) {
+        *err = e;
+        return rc;
+    }
+    if (!S->tok)
+        return tpl_name ? k25_error_set(err, K25_EINVAL, "command line", 0, "--chat-template",
+                                        "the preset '%s' has the byte tokenizer and no chat templates; "
+                                        "--chat-template needs a model folder with tokenizer.json", cfg->model)
+                        : K25_OK;
+    if (tpl_name)
+        return k25_chat_template_parse(tpl_name, &S->chat_tpl, err);
+    if (k25_tokenizer_chat_template(S->tok, &S->chat_tpl, &e) != K25_OK) {
+        S->chat_tpl = K25_CHAT_NONE;
+        snprintf(S->chat_err, sizeof(S->chat_err), "chat is not available: %s", e.msg);
+    }
+    return K25_OK;
+}
+
 int k25_serve_start(const struct k25_config *cfg, const struct k25_serve_opts *o, k25_serve_t **out,
                     struct k25_error *err)
 {
@@ -965,6 +1129,8 @@ int k25_serve_start(const struct k25_config *cfg, const struct k25_serve_opts *o
     bool v6 = ai->ai_family == AF_INET6;
     freeaddrinfo(ai);
 
+    if ((rc = serve_tokenizer(S, cfg, o->chat_template, err)) != K25_OK)
+        goto out_free;
     if ((rc = k25_model_load(cfg, &S->model, err)) != K25_OK)
         goto out_free;
     if ((rc = k25_engine_create(cfg, S->model, &S->eng, err)) != K25_OK)
@@ -1031,6 +1197,7 @@ out_engine:
 out_model:
     k25_model_destroy(S->model);
 out_free:
+    k25_tokenizer_destroy(S->tok);
     free(S->api_key);
     free(S);
     return rc;
@@ -1068,6 +1235,7 @@ void k25_serve_stop(k25_serve_t *S)
     pthread_mutex_destroy(&S->mu);
     k25_engine_destroy(S->eng);
     k25_model_destroy(S->model);
+    k25_tokenizer_destroy(S->tok);
     free(S->by_handle);
     free(S->active);
     free(S->evs);

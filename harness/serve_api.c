@@ -76,7 +76,14 @@ static int parse_prompt(struct k25_serve *S, json_t *p, struct sreq *r, struct k
     int cap = 0;
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
         p = json_array_get(p, 0);
-    if (json_is_string(p)) {
+    if (json_is_string(p) && S->text_err[0]) {
+        return bad(b, 400, "prompt", "%s", S->text_err);
+    } else if (json_is_string(p) && S->tok) { /* the model's tokenizer, with its BOS template */
+        struct k25_error e;
+        if (k25_tokenizer_encode(S->tok, json_string_value(p), json_string_length(p), K25_TOK_ADD_SPECIAL, &r->ids,
+                                 &r->n_ids, &e) != K25_OK)
+            return bad(b, e.code == K25_ENOMEM ? 413 : 400, "prompt", "%s", e.msg);
+    } else if (json_is_string(p)) {
         if (push_bytes(&r->ids, &r->n_ids, &cap, json_string_value(p), json_string_length(p)) != 0)
             return bad(b, 413, "prompt", "prompt too long");
     } else if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
@@ -97,6 +104,90 @@ static int parse_prompt(struct k25_serve *S, json_t *p, struct sreq *r, struct k
         return bad(b, 400, "prompt", "'prompt' must be a string or an array of token ids");
     }
     return 0;
+}
+
+/*
+ * The chat prompt of a real model folder: the messages (string content, or
+ * text parts concatenated) rendered through the folder's named chat template
+ * (docs/models.md "Chat templates") with the assistant header to continue
+ * from, encoded with its tokenizer.  An unrecognised template is a 400 that
+ * names tokenizer_config.json and --chat-template.
+ */
+static int parse_messages_tok(struct k25_serve *S, json_t *m, struct sreq *r, struct k25_serve_bad *b)
+{
+    if (!json_is_array(m) || json_array_size(m) == 0)
+        return bad(b, 400, "messages", "'messages' must be a non-empty array");
+    if (S->chat_tpl == K25_CHAT_NONE)
+        return bad(b, 400, "messages", "%s", S->chat_err);
+    size_t n = json_array_size(m);
+    if (n > 100000)
+        return bad(b, 413, "messages", "at most 100000 messages");
+    struct k25_chat_msg *msgs = calloc(n, sizeof(*msgs));
+    char **owned = calloc(n, sizeof(*owned));
+    int rc = -1;
+    if (!msgs || !owned) {
+        bad(b, 503, "messages", "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *msg = json_array_get(m, i), *role = json_object_get(msg, "role"),
+               *content = json_object_get(msg, "content");
+        char param[64];
+        snprintf(param, sizeof(param), "messages[%zu]", i);
+        if (!json_is_object(msg) || !json_is_string(role)) {
+            bad(b, 400, param, "messages[%zu] needs a string 'role'", i);
+            goto out;
+        }
+        msgs[i].role = json_string_value(role);
+        if (json_is_string(content)) {
+            msgs[i].content = json_string_value(content);
+            if (strlen(msgs[i].content) != json_string_length(content)) {
+                bad(b, 400, param, "messages[%zu].content contains a NUL character", i);
+                goto out;
+            }
+        } else if (json_is_array(content)) {
+            size_t len = 0;
+            for (size_t k = 0; k < json_array_size(content); k++) {
+                json_t *part = json_array_get(content, k), *text = json_object_get(part, "text");
+                const char *type = json_string_value(json_object_get(part, "type"));
+                if (!type || strcmp(type, "text") || !json_is_string(text)) {
+                    bad(b, 400, param, "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": ...} "
+                        "parts are supported", i, k);
+                    goto out;
+                }
+                len += json_string_length(text);
+            }
+            if (!(owned[i] = malloc(len + 1))) {
+                bad(b, 413, param, "prompt too long");
+                goto out;
+            }
+            len = 0;
+            for (size_t k = 0; k < json_array_size(content); k++) {
+                json_t *text = json_object_get(json_array_get(content, k), "text");
+                memcpy(owned[i] + len, json_string_value(text), json_string_length(text));
+                len += json_string_length(text);
+            }
+            owned[i][len] = '\0';
+            msgs[i].content = owned[i];
+        } else if (json_is_null(content) && !strcmp(msgs[i].role, "assistant")) {
+            msgs[i].content = "";
+        } else {
+            bad(b, 400, param, "messages[%zu].content must be a string or an array of text parts", i);
+            goto out;
+        }
+    }
+    struct k25_error e;
+    if (k25_chat_encode(S->tok, S->chat_tpl, msgs, (int)n, true, &r->ids, &r->n_ids, &e) != K25_OK) {
+        bad(b, e.code == K25_ENOMEM ? 413 : 400, "messages", "%s", e.msg);
+        goto out;
+    }
+    rc = 0;
+out:
+    for (size_t i = 0; owned && i < n; i++)
+        free(owned[i]);
+    free(owned);
+    free(msgs);
+    return rc;
 }
 
 /*
@@ -225,7 +316,12 @@ int k25_serve_parse(struct k25_serve *S, const char *body, size_t n, bool chat, 
             goto out;
         }
     }
-    if (chat ? parse_messages(json_object_get(j, "messages"), r, b) != 0
+    if (chat && S->text_err[0]) {
+        bad(b, 400, "messages", "%s", S->text_err);
+        goto out;
+    }
+    if (chat ? (S->tok ? parse_messages_tok(S, json_object_get(j, "messages"), r, b)
+                       : parse_messages(json_object_get(j, "messages"), r, b)) != 0
              : parse_prompt(S, json_object_get(j, "prompt"), r, b) != 0)
         goto out;
     if (r->n_ids == 0) {
@@ -242,6 +338,12 @@ int k25_serve_parse(struct k25_serve *S, const char *body, size_t n, bool chat, 
         get_num(j, "temperature", 0, 100, false, &r->temperature, &have_t, b) ||
         get_num(j, "top_p", 0, 1, true, &r->top_p, &have_p, b) || parse_stop(json_object_get(j, "stop"), r, b))
         goto out;
+    json_t *ie = json_object_get(j, "ignore_eos"); /* vLLM's extension: generate past the model's EOS */
+    if (ie && !json_is_null(ie) && !json_is_boolean(ie)) {
+        bad(b, 400, "ignore_eos", "'ignore_eos' must be true or false");
+        goto out;
+    }
+    r->ignore_eos = json_is_true(ie);
     json_t *st = json_object_get(j, "stream"), *so = json_object_get(j, "stream_options");
     if (st && !json_is_null(st) && !json_is_boolean(st)) {
         bad(b, 400, "stream", "'stream' must be true or false");
@@ -269,6 +371,14 @@ int k25_serve_parse(struct k25_serve *S, const char *body, size_t n, bool chat, 
     r->has_sampling = have_t || have_p || have_seed;
     r->seed = have_seed ? (uint64_t)seed : S->cfg.seed;
     r->chat = chat;
+    if (S->tok) {
+        r->text_mode = true;
+        struct k25_error e;
+        if (k25_tok_stream_create(S->tok, K25_TOK_SKIP_SPECIAL, &r->dec, &e) != K25_OK) {
+            bad(b, 503, NULL, "%s", e.msg);
+            goto out;
+        }
+    }
     rc = 0;
 out:
     json_decref(j);
@@ -296,6 +406,10 @@ void k25_serve_req_clear(struct sreq *r)
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->obuf);
+    k25_tok_stream_destroy(r->dec);
+    free(r->text);
+    r->dec = NULL;
+    r->text = NULL;
     r->ids = r->out = NULL;
     r->obuf = NULL;
     r->n_stop = 0;
@@ -350,7 +464,7 @@ const char *k25_serve_finish_name(const struct sreq *r)
 
 json_t *k25_serve_result_json(const struct sreq *r, const char *model)
 {
-    char *text = malloc((size_t)r->n_out * 3 + 8);
+    char *text = malloc(r->text_mode ? r->text_len + 1 : (size_t)r->n_out * 3 + 8);
     size_t n = 0;
     struct k25_utf8 u = {0};
     int end = r->n_out;
@@ -363,10 +477,15 @@ json_t *k25_serve_result_json(const struct sreq *r, const char *model)
             }
     if (!text)
         return NULL;
-    for (int i = 0; i < end; i++)
-        k25_utf8_push(&u, r->out[i] >= 0 && r->out[i] < 256 ? (unsigned char)r->out[i] : (unsigned char)'?', text,
-                      &n);
-    k25_utf8_flush(&u, text, &n);
+    if (r->text_mode) { /* decoded with the model's tokenizer, a matched stop string already cut off */
+        memcpy(text, r->text ? r->text : "", r->text_len);
+        n = r->text_len;
+    } else {
+        for (int i = 0; i < end; i++)
+            k25_utf8_push(&u, r->out[i] >= 0 && r->out[i] < 256 ? (unsigned char)r->out[i] : (unsigned char)'?',
+                          text, &n);
+        k25_utf8_flush(&u, text, &n);
+    }
     json_t *tid = json_array(), *choice = json_object();
     for (int i = 0; i < r->n_out; i++)
         json_array_append_new(tid, json_integer(r->out[i]));

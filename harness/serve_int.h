@@ -7,6 +7,7 @@
 #define K25_SERVE_INT_H
 
 #include "harness.h"
+#include "k25_tok.h"
 #include "sse.h"
 
 #include <jansson.h>
@@ -54,6 +55,14 @@ struct sreq {
     int32_t *stop[SERVE_MAX_STOP]; /* [n_stop][stop_len[i]], owned */
     int stop_len[SERVE_MAX_STOP];
     int n_stop;
+    bool ignore_eos;               /* the request's ignore_eos field */
+    /* a real tokenizer (S->tok): stop strings are matched on the decoded text, not on ids */
+    bool text_mode;
+    k25_tok_stream_t *dec;         /* owned; the engine thread pushes each generated id */
+    char *text;                    /* [text_len] decoded output so far (a matched stop string cut off), owned */
+    size_t text_len, text_cap;
+    size_t text_sent;              /* a stream's text bytes released to the client */
+    bool stop_hit;                 /* a stop string matched: cancelled in the engine, finish "stop" */
     uint64_t arrival_ns;           /* the request body was complete */
     int64_t created;               /* Unix time, for the response */
     /* engine thread only */
@@ -127,6 +136,11 @@ struct k25_serve {
     k25_model_t *model;
     k25_engine_t *eng;
     int vocab;
+    /* the model folder's tokenizer.json (NULL: a preset's bytes, or text_err says why text is refused) */
+    k25_tokenizer_t *tok;
+    char text_err[1400];           /* non-empty: a real folder without tokenizer.json (text prompts refused) */
+    enum k25_chat_template chat_tpl; /* K25_CHAT_NONE with tok: chat refused with chat_err */
+    char chat_err[1400];
     struct MHD_Daemon *d;
     int port;
     pthread_t th;
@@ -196,7 +210,7 @@ bool k25_serve_conn_ready(const struct sconn *sc, uint64_t now_ns);
 struct k25_serve_bad {
     int status;
     char param[64];
-    char msg[400];
+    char msg[1600];
 };
 
 /*

