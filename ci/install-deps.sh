@@ -11,6 +11,7 @@ PKGS=(
   libhdf5-dev hdf5-tools
   gnuplot-nox jq procps
   libmicrohttpd-dev libcurl4-openssl-dev   # k25 serve (HTTP server), k25 bench --endpoint (HTTP client)
+  valgrind                 # the instruction-count gate (ci/instr-gate.sh: callgrind)
 )
 # tests/test_slurm.c starts a one-node Slurm cluster (Debian 12: Slurm 22.05) on 127.0.0.1
 # with its own munged; K25_NO_SLURM=1 leaves these out (the test then skips, saying why).

@@ -7,6 +7,9 @@
 #      under ci/gate-policy-ci.yaml (exact checks, memory; timings at 2x) -> results/ci-smoke/gate.json
 #   4. (test only) the CI timing gate, ci/timing-gate.sh: the baseline commit built from
 #      source, measured beside the candidate, interleaved, 15%  -> results/timing-gate/
+#      (INCONCLUSIVE - too noisy to tell - counts as a pass there, said in its log)
+#   5. (test only) the instruction gate, ci/instr-gate.sh: the same baseline binary and the
+#      candidate under callgrind, a fixed tiny workload, 3%   -> results/instr-gate/
 #
 #   ci/pipeline.sh test   `make test`, after the unit tests: a regression fails (exit 1),
 #                         unusable input too (exit 2: e.g. the config changed and the
@@ -89,6 +92,15 @@ set +e
 K25="$K25" ./ci/timing-gate.sh
 timing=$?
 set -e
-echo "--- pipeline: $(( $(date +%s) - t0 ))s, gate exit status $gate, timing gate exit status $timing"
+
+# 5. instructions: deterministic, whatever the machine's neighbours do
+step "ci/instr-gate.sh (instructions under callgrind, the same baseline commit)"
+set +e
+K25="$K25" ./ci/instr-gate.sh
+instr=$?
+set -e
+echo "--- pipeline: $(( $(date +%s) - t0 ))s, gate exit status $gate, timing gate exit status $timing," \
+     "instruction gate exit status $instr"
 [ $gate -ne 0 ] && exit $gate
-exit $timing
+[ $timing -ne 0 ] && exit $timing
+exit $instr
