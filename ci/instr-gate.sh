@@ -41,7 +41,7 @@
 #   K25_INSTR_GATE       `strict`: no valgrind or a binary valgrind cannot run fails (exit 2)
 #                        instead of the loud fallback
 #   K25_GATE_BIN_ENV     extra environment for the candidate's runs only (the proof tests:
-#                        K25_EXTRA_ONE_IN=24 for build/tests/k25-extra-work)
+#                        K25_EXTRA_K_FRACTION=0.04 for build/tests/k25-extra-work)
 # Exit status: 0 pass (or the loud fallback), 1 more instructions than the tolerance,
 # 2 unusable.
 set -euo pipefail

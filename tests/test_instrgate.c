@@ -7,8 +7,9 @@
  *     two callgrind runs of the same binary (no cache: both measured), and
  *     no function outside libc's allocator and mem* copies moved;
  *   - build/tests/k25-extra-work (2 of 3 GEMMs run twice) fails;
- *   - the same binary with K25_EXTRA_ONE_IN=14 (one GEMM in 14 twice: about
- *     +5% prefill instructions, deterministically) fails on prefill;
+ *   - the same binary with K25_EXTRA_K_FRACTION=0.04 (every GEMM also over
+ *     4% of its inner dimension: +5.6% prefill instructions here,
+ *     deterministically) fails on prefill;
  *   - bad settings exit 2; no valgrind is the loud fallback (exit 0, or 2
  *     when strict).
  * The valgrind parts are skipped under make test-quick and make asan.
@@ -123,11 +124,11 @@ static void test_five_percent_fails(void **state)
         return;
     }
     char *out = NULL;
-    int st = instr_gate("five", extra_work_bin(), "K25_GATE_BIN_ENV=K25_EXTRA_ONE_IN=14", true, &out);
+    int st = instr_gate("five", extra_work_bin(), "K25_GATE_BIN_ENV=K25_EXTRA_K_FRACTION=0.04", true, &out);
     double ch = change_of("five", "prefill");
     if (st != 1 || !(ch > 4 && ch < 7) || !strstr(out, "* MORE"))
-        fail_msg("one GEMM in 14 twice: exit %d, prefill %+.2f%% (want +4..+7%%)\n%s", st, ch, out);
-    print_table("K25_EXTRA_ONE_IN=14 (exit 1)", out);
+        fail_msg("every GEMM also over 4%% of k: exit %d, prefill %+.2f%% (want +4..+7%%)\n%s", st, ch, out);
+    print_table("K25_EXTRA_K_FRACTION=0.04 (exit 1)", out);
     free(out);
 }
 
