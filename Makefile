@@ -3,8 +3,9 @@
 #   make            build build/k25 and build/libk25.a (CPU backend)
 #   make test       install deps, build, run every CMocka test executable, then the
 #                   pipeline (ci/pipeline.sh): ci-smoke sweep, report, gate vs the stored baseline,
-#                   and the CI timing gate (ci/timing-gate.sh: the baseline commit built from
-#                   source, measured beside the candidate, interleaved)
+#                   the CI timing gate (ci/timing-gate.sh: the baseline commit built from
+#                   source, measured beside the candidate, interleaved) and the instruction
+#                   gate (ci/instr-gate.sh: both under callgrind, > 3% more instructions fails)
 #   make test-quick the unit tests only (no integration tests)
 #   make layering-check  the include paths refuse upward and internal includes
 #                   (ci/layering-check.sh; README.md "Source layout"); part of test, test-quick
@@ -13,6 +14,7 @@
 #   make baselines  re-measure baselines/results/ci-smoke, the gate's stored baseline
 #   make bench-decode  batch-1 decode and prefill of `small`: k25 against the single-file
 #                   reference decoder (bench/ref_decoder.c), interleaved (ci/bench-decode.sh)
+#   make instr-gate the instruction-count gate alone (ci/instr-gate.sh; docs/gates.md)
 #   make gate-ab    interleaved A/B timing gate (ci/timing-gate.sh): GATE_A=old/k25
 #                   GATE_B=build/k25 (default: A = B, the noise floor); ROUNDS=N MAX_ROUNDS=M
 #   make asan       AddressSanitizer + UBSan build of the tests, then run them
@@ -138,7 +140,7 @@ TEST_BIN    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
 K25         := $(BUILD)/k25
 
-.PHONY: all deps test test-quick demo asan clean tests-bin baselines gate-ab layering-check cuda-check
+.PHONY: all deps test test-quick demo asan clean tests-bin baselines gate-ab instr-gate layering-check cuda-check
 all: $(K25)
 
 $(BUILD)/obj/engine/cuda/%.cu.o: engine/cuda/%.cu
@@ -235,6 +237,14 @@ GATE_B        ?= $(K25)
 gate-ab: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) all
 	K25_BASE_BIN=$(GATE_A) K25=$(GATE_B) K25_TIMING_OUT=results/gate-ab ./ci/timing-gate.sh
+
+# The instruction-count gate (ci/instr-gate.sh, docs/gates.md): the baseline commit built from
+# source (cached, shared with the timing gate) and build/k25 run a fixed tiny workload under
+# valgrind --tool=callgrind; a figure needing > 3% more instructions fails.  make test runs it
+# from ci/pipeline.sh.
+instr-gate: deps
+	@$(MAKE) --no-print-directory -j$$(nproc) all
+	K25=$(K25) ./ci/instr-gate.sh
 
 # The single-file reference decoder (bench/ref_decoder.c: llama2.c-style, fp32, OpenMP, no
 # BLAS, no libk25), built on its own; make bench-decode measures k25's batch-1 decode and prefill

@@ -13,6 +13,7 @@ PKGS=(
   coreutils                # timeout(1): ci/run-tests.sh's time limit per test (essential: always there)
   libmicrohttpd-dev libcurl4-openssl-dev   # k25 serve (HTTP server), k25 bench --endpoint (HTTP client)
   libpcre2-dev libutf8proc-dev             # tokenizer.json: pre-tokenizer regexes (PCRE2), Unicode normalization
+  valgrind                 # the instruction-count gate (ci/instr-gate.sh: callgrind)
 )
 # tests/test_slurm.c starts a one-node Slurm cluster (Debian 12: Slurm 22.05) on 127.0.0.1
 # with its own munged; K25_NO_SLURM=1 leaves these out (the test then skips, saying why).

@@ -1,7 +1,8 @@
 /*
  * cli_gate.c - `k25 gate`: argument parsing only; the comparison is
  * k25_gate_compare (gate.c), the policy gate_policy.c, the inputs
- * gate_input.c.  Exit status: 0 pass, 1 regression, 2 unusable input.
+ * gate_input.c.  Exit status: 0 pass, 1 regression, 2 unusable input,
+ * 3 inconclusive (a gated metric UNSURE; K25_GATE_EXIT_* in gate.h).
  */
 #include "cli.h"
 #include "harness.h"
@@ -134,13 +135,19 @@ int k25_cmd_gate(int argc, char **argv)
         .name = "gate",
         .usage = "gate --baseline B --candidate C [--policy FILE] [--json | --json-file FILE]\n"
                  "                [--allow-mismatch]\n"
-                 "       k25 gate --ab CMD_A CMD_B [--rounds N] [--max-rounds M] [--dir DIR] [--policy FILE] [--json ...]",
+                 "       k25 gate --ab CMD_A CMD_B [--rounds N] [--max-rounds M] [--dir DIR] [--quiet]\n"
+                 "                [--policy FILE] [--json | --json-file FILE] [--allow-mismatch]",
         .about = "Compares benchmark results against a baseline under a policy of per-metric tolerances\n"
                  "and fails on a regression (docs/gates.md).  B and C are `k25 bench` runs (.json or .h5),\n"
                  "sweep folders (results/NAME) or folders of runs.\n",
         .opts = opts,
         .epilog = "Verdicts: SAME, FASTER/BETTER, SLOWER/WORSE, DIFFERENT (exact), UNSURE (too noisy to tell).\n"
-                  "Exit status: 0 pass, 1 regression, 2 unusable input (unreadable, mismatched, bad policy).\n",
+                  "A gate with a gated metric UNSURE and no regression is INCONCLUSIVE, never \"passed\": it\n"
+                  "says why and the command that would settle it (--ab, more rounds); a policy may say\n"
+                  "`unsure: pass` (passes, naming them) or `unsure: fail`.  When a calibration spread\n"
+                  "too much to normalize by (> 10%), the raw change is judged and the row says so.\n"
+                  "Exit status: 0 pass, 1 regression, 2 unusable input (unreadable, mismatched, bad policy),\n"
+                  "3 inconclusive.\n",
     };
     int prc = k25_cliopt_parse(&cmd, &argc, argv, &err);
     if (prc == K25_CLIOPT_HELP)
@@ -199,16 +206,17 @@ int k25_cmd_gate(int argc, char **argv)
         cand = pb;
     }
     struct ab_plan plan = {cmd_a, cmd_b, ab, dir, rounds, max_rounds, quiet};
-    struct k25_gate_opts go = {allow};
+    struct k25_gate_opts go = {allow, cmd_a, cmd_b, rounds, max_rounds};
     if (measure_and_compare(&plan, base, cand, pol, &go, &B, &C, res, &err) != K25_OK) {
         fprintf(stderr, "k25 gate: %s\n", err.msg);
         goto out;
     }
     if (ab && !quiet)
         fprintf(stderr, "k25 gate: A/B runs (%d rounds) kept in %s\n", plan.rounds, dir);
+
     if (print_verdicts(&B, &C, pol, res, json, json_file) != 0)
         goto out;
-    status = res->n_fail ? 1 : 0;
+    status = k25_gate_exit_status(res);
 out:
     k25_gate_set_free(&B);
     k25_gate_set_free(&C);

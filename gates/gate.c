@@ -210,26 +210,37 @@ static enum k25_gate_verdict verdict_of(const struct k25_gate_row *row, bool has
     return K25_V_UNSURE;
 }
 
-/* Says what the calibration division did, so the change agrees with the raw columns beside it;
- * UNSURE when the calibration spread too much to normalize by. */
-static void note_normalized(struct k25_gate_row *row, double spread)
+/* Says what the calibration division did, so the change agrees with the raw columns beside it. */
+static void note_normalized(struct k25_gate_row *row)
 {
     size_t l = strlen(row->note);
     snprintf(row->note + l, sizeof(row->note) - l,
              "%schange normalized by calibration: candidate/baseline %.2fx, raw change %+.1f%%", l ? "; " : "",
              row->norm_factor, 100 * (row->raw_ratio - 1));
-    if (isfinite(spread) && spread > K25_CALIB_MAX_SPREAD) {
+}
+
+/* Says that the calibration could not be trusted, so the raw change was judged (the change column
+ * shows it); on another machine a raw SLOWER/FASTER cannot tell the engine from the machine. */
+static void note_untrusted(struct k25_gate_row *row, double spread, bool other_machine)
+{
+    size_t l = strlen(row->note);
+    snprintf(row->note + l, sizeof(row->note) - l,
+             "%scalibration spread %.0f%% > %.0f%%: not normalized (machine not steady enough to normalize by), "
+             "raw change judged (calibration factor %.2fx not applied)",
+             l ? "; " : "", 100 * spread, 100 * K25_CALIB_MAX_SPREAD, row->norm_factor);
+    if (other_machine && (row->verdict == K25_V_WORSE || row->verdict == K25_V_BETTER)) {
         row->verdict = K25_V_UNSURE;
+        snprintf(row->unsure_why, sizeof(row->unsure_why),
+                 "another machine with an unsteady calibration: the raw change may be the machine's");
         l = strlen(row->note);
         snprintf(row->note + l, sizeof(row->note) - l,
-                 "; UNSURE: calibration spread %.0f%% > %.0f%% (machine not steady enough to normalize by)",
-                 100 * spread, 100 * K25_CALIB_MAX_SPREAD);
+                 "; UNSURE: on another machine the raw change cannot tell the engine from the machine");
     }
 }
 
 static void compare_statistical(const struct k25_gate_set *B, const struct k25_gate_set *C, const struct pairing *pr,
                                 const struct k25_gate_policy *pol, const struct k25_gate_metric *m,
-                                struct k25_gate_row *row, bool *unnormalized)
+                                struct k25_gate_row *row, bool other_machine, bool *unnormalized)
 {
     int col = m->src == K25_GATE_SRC_REQUEST ? req_col(m->path) : -1;
     *unnormalized = false;
@@ -310,7 +321,12 @@ static void compare_statistical(const struct k25_gate_set *B, const struct k25_g
             }
         }
     }
+    /* a calibration that spread too much says anything between 1x and 3x: judge the raw change */
+    bool untrusted = n_norm > 0 && isfinite(spread) && spread > K25_CALIB_MAX_SPREAD;
     double est, lo, hi;
+    if (untrusted)
+        for (int k = 0; k < n_groups; k++)
+            g[k].norm = 0;
     int n_cells = k25_gate_best_ratio(g, n_groups, m->lower_better, pol->resamples, pol->confidence, pol->seed, &est,
                                       &lo, &hi);
     row->paired = any_mode[0] > 0;
@@ -326,16 +342,35 @@ static void compare_statistical(const struct k25_gate_set *B, const struct k25_g
     row->lo = exp(lo);
     row->hi = exp(hi);
     row->calib_spread = spread;
-    if (n_norm > 0)
+    row->normalized = n_norm > 0 && !untrusted;
+    row->calib_untrusted = untrusted;
+    if (untrusted) {
+        row->raw_ratio = row->ratio;
+        row->norm_factor = exp(log_factor / n_norm);
+    } else if (n_norm > 0) {
         unnormalized_ratio(g, n_groups, m, pol, row, log_factor / n_norm);
+    }
     row->noise = isfinite(lo) ? fmax(row->hi / row->ratio, row->ratio / row->lo) - 1 : NAN;
     row->verdict = verdict_of(row, isfinite(lo), m->lower_better);
+    if (row->verdict == K25_V_UNSURE) {
+        if (!isfinite(lo))
+            snprintf(row->unsure_why, sizeof(row->unsure_why), "one value per side: no interval");
+        else if (row->noise > row->tol)
+            snprintf(row->unsure_why, sizeof(row->unsure_why), "noise +-%.0f%% exceeds the %.0f%% tolerance",
+                     100 * row->noise, 100 * row->tol);
+        else
+            snprintf(row->unsure_why, sizeof(row->unsure_why),
+                     "%+.1f%% [%+.1f, %+.1f] reaches past the %.0f%% tolerance", 100 * (row->ratio - 1),
+                     100 * (row->lo - 1), 100 * (row->hi - 1), 100 * row->tol);
+    }
     if (any_mode[2])
         snprintf(row->note, sizeof(row->note), "no trace: per-repetition %s", fallback_of(m->path));
     else if (any_mode[1])
         snprintf(row->note, sizeof(row->note), "requests differ: ratio of run medians");
-    if (n_norm > 0)
-        note_normalized(row, spread);
+    if (untrusted)
+        note_untrusted(row, spread, other_machine);
+    else if (n_norm > 0)
+        note_normalized(row);
 out:
     for (int k = 0; k < n_groups; k++) {
         free(g[k].b);
@@ -554,6 +589,73 @@ done:
     json_decref(y);
 }
 
+/* The run's `k25 bench` command line without its output options (NULL when the run lacks it). */
+static char *bench_args(const struct k25_gate_run *r)
+{
+    const json_t *cl = k25_json_path(json_object_get(r->doc, "provenance"), "command_line");
+    if (!json_is_string(cl))
+        return NULL;
+    const char *src = json_string_value(cl);
+    char *out = malloc(strlen(src) + 1), *p = out;
+    if (!out)
+        return NULL;
+    bool skip_next = false;
+    for (const char *c = src; *c;) {
+        size_t n = strcspn(c, " ");
+        bool is_out = (n == 5 && !strncmp(c, "--out", 5)) || (n == 6 && !strncmp(c, "--json", 6)) ||
+                      (n == 5 && !strncmp(c, "--csv", 5)) || (n == 17 && !strncmp(c, "--result-filename", 17));
+        if (!skip_next && !is_out) {
+            if (p != out)
+                *p++ = ' ';
+            memcpy(p, c, n);
+            p += n;
+        }
+        skip_next = is_out;
+        c += n;
+        while (*c == ' ')
+            c++;
+    }
+    *p = 0;
+    return out;
+}
+
+/*
+ * res->settle: what would turn an INCONCLUSIVE gate into a verdict.  After
+ * --ab, more rounds of the same commands (up to the 32 k25 gate allows); for
+ * stored results, measuring both builds here, interleaved, on the runs' own
+ * workload (their command line, when the runs carry it).
+ */
+static void settle_command(const struct k25_gate_set *B, const struct k25_gate_set *C, const struct k25_gate_opts *o,
+                           struct k25_gate_result *res)
+{
+    (void)B;
+    if (o->ab_cmd_a && o->ab_cmd_b) {
+        int more = o->ab_max_rounds * 2 > 32 ? 32 : o->ab_max_rounds * 2;
+        if (o->ab_max_rounds >= 32)
+            snprintf(res->settle, sizeof(res->settle),
+                     "%d rounds is the most k25 gate runs: measure on a quieter machine (or count instructions: "
+                     "ci/instr-gate.sh)",
+                     o->ab_max_rounds);
+        else
+            snprintf(res->settle, sizeof(res->settle), "k25 gate --ab '%s' '%s' --rounds %d --max-rounds %d", o->ab_cmd_a,
+                     o->ab_cmd_b, o->ab_max_rounds, more);
+        return;
+    }
+    char *args = C->n_runs > 0 ? bench_args(&C->runs[0]) : NULL;
+    snprintf(res->settle, sizeof(res->settle),
+             "measure both builds here, interleaved: k25 gate --ab 'BASELINE/k25 %s' 'CANDIDATE/k25 %s' --rounds 6 "
+             "--max-rounds 12 (BASELINE/k25: the baseline's commit built; or more repetitions of each run)",
+             args ? args : "bench ARGS", args ? args : "bench ARGS");
+    free(args);
+}
+
+int k25_gate_exit_status(const struct k25_gate_result *res)
+{
+    if (res->n_fail)
+        return K25_GATE_EXIT_REGRESSION;
+    return res->inconclusive ? K25_GATE_EXIT_INCONCLUSIVE : K25_GATE_EXIT_PASS;
+}
+
 int k25_gate_compare(const struct k25_gate_set *B, const struct k25_gate_set *C, const struct k25_gate_policy *pol,
                      const struct k25_gate_opts *o, struct k25_gate_result *res, struct k25_error *err)
 {
@@ -635,7 +737,7 @@ int k25_gate_compare(const struct k25_gate_set *B, const struct k25_gate_set *C,
         if (m->src == K25_GATE_SRC_TOKENS)
             compare_tokens(B, C, &pr, row, !res->other_machine);
         else if (m->cmp == K25_GATE_STATISTICAL)
-            compare_statistical(B, C, &pr, pol, m, row, &unnormalized);
+            compare_statistical(B, C, &pr, pol, m, row, res->other_machine, &unnormalized);
         else
             compare_summary(B, C, &pr, m, row);
         if (unnormalized) {
@@ -654,9 +756,18 @@ int k25_gate_compare(const struct k25_gate_set *B, const struct k25_gate_set *C,
                      "%snoise +-%.0f%% exceeds the tolerance: more repetitions", row->note[0] ? "; " : "",
                      100 * row->noise);
         bool counts = m->gate && !row->advisory;
-        row->fails = counts && (row->verdict == K25_V_WORSE || (row->verdict == K25_V_UNSURE && pol->unsure_fails));
+        row->fails = counts && (row->verdict == K25_V_WORSE ||
+                                (row->verdict == K25_V_UNSURE && pol->unsure == K25_UNSURE_FAIL));
+        if (row->verdict == K25_V_UNSURE && !row->unsure_why[0])
+            snprintf(row->unsure_why, sizeof(row->unsure_why), "%s", row->note[0] ? row->note : "too noisy to tell");
         res->n_fail += row->fails;
         res->n_unsure += row->verdict == K25_V_UNSURE;
+        res->n_gated_unsure += counts && row->verdict == K25_V_UNSURE && !row->fails;
+    }
+    if (res->n_fail == 0 && res->n_gated_unsure > 0) {
+        res->inconclusive = pol->unsure == K25_UNSURE_INCONCLUSIVE;
+        res->unsure_passed = pol->unsure == K25_UNSURE_PASS;
+        settle_command(B, C, o, res);
     }
 out:
     free(pr.idx);
@@ -738,10 +849,26 @@ void k25_gate_print(FILE *out, const struct k25_gate_set *b, const struct k25_ga
                 k25_gate_verdict_name(r), tol, r->m->gate ? "" : " (report only)", r->note[0] ? "; " : "", r->note);
     }
     fprintf(out, "\n");
-    if (res->n_fail)
+    if (res->n_fail) {
         fprintf(out, "GATE FAILED: %d regression%s (marked *)\n", res->n_fail, res->n_fail == 1 ? "" : "s");
-    else
-        fprintf(out, "gate passed%s\n", res->n_unsure ? " (some metrics UNSURE: too noisy to tell; see notes)" : "");
+        return;
+    }
+    if (res->inconclusive || res->unsure_passed) {
+        if (res->inconclusive)
+            fprintf(out, "INCONCLUSIVE: no regression found, but %d gated metric%s UNSURE (too noisy to tell):\n",
+                    res->n_gated_unsure, res->n_gated_unsure == 1 ? "" : "s");
+        else
+            fprintf(out, "gate passed with %d gated metric%s UNSURE (the policy says `unsure: pass`):\n",
+                    res->n_gated_unsure, res->n_gated_unsure == 1 ? "" : "s");
+        for (int i = 0; i < res->n_rows; i++) {
+            const struct k25_gate_row *r = &res->rows[i];
+            if (r->verdict == K25_V_UNSURE && r->m->gate && !r->advisory && !r->fails)
+                fprintf(out, "  %s: %s\n", r->m->name, r->unsure_why);
+        }
+        fprintf(out, "to settle it: %s\n", res->settle);
+        return;
+    }
+    fprintf(out, "gate passed%s\n", res->n_unsure ? " (metrics UNSURE only where they do not gate; see notes)" : "");
 }
 
 static json_t *num(double v)
@@ -771,6 +898,8 @@ json_t *k25_gate_json(const struct k25_gate_set *b, const struct k25_gate_set *c
                               k25_gate_verdict_name(r), "regression", r->fails, "advisory", r->advisory, "gated",
                               r->m->gate, "n", r->n, "baseline", num(r->base), "candidate", num(r->cand), "tolerance",
                               num(r->tol), "note", r->note);
+        if (r->verdict == K25_V_UNSURE)
+            json_object_set_new(o, "unsure_why", json_string(r->unsure_why));
         if (r->m->cmp == K25_GATE_STATISTICAL) {
             json_object_set_new(o, "ratio", num(r->ratio));
             json_object_set_new(o, "ci", json_pack("[o, o]", num(r->lo), num(r->hi)));
@@ -781,19 +910,28 @@ json_t *k25_gate_json(const struct k25_gate_set *b, const struct k25_gate_set *c
             json_object_set_new(o, "calibration_factor", num(r->norm_factor));
             json_object_set_new(o, "raw_ratio", num(r->raw_ratio));
             json_object_set_new(o, "calibration_spread", num(r->calib_spread));
+            json_object_set_new(o, "normalized", json_boolean(r->normalized));
         } else {
             json_object_set_new(o, "change", num(r->change));
         }
         json_array_append_new(rows, o);
     }
-    int status = res->n_fail ? 1 : 0;
-    return json_pack("{s:s, s:i, s:b, s:i, s:o, s:o, s:{s:s, s:f, s:i, s:s}, s:b, s:b, s:s*, s:i, s:i, s:i, s:o}",
-                     "kind", "k25-gate", "schema_version", 1, "pass", !res->n_fail, "exit_status", status, "baseline",
+    int status = k25_gate_exit_status(res);
+    static const char *const un[] = {"inconclusive", "pass", "fail"};
+    json_t *j = json_pack("{s:s, s:i, s:b, s:s, s:i, s:o, s:o, s:{s:s, s:f, s:i, s:s}, s:b, s:b, s:s*, s:i, s:i, s:i, s:o}",
+                     "kind", "k25-gate", "schema_version", 1, "pass", status == K25_GATE_EXIT_PASS, "result",
+                     status == K25_GATE_EXIT_REGRESSION ? "failed" : status == K25_GATE_EXIT_INCONCLUSIVE ? "inconclusive" : "passed",
+                     "exit_status", status, "baseline",
                      set_json(b), "candidate", set_json(c), "policy", "path", p->path, "confidence", p->confidence,
-                     "resamples", p->resamples, "unsure", p->unsure_fails ? "fail" : "warn", "other_machine",
+                     "resamples", p->resamples, "unsure", un[p->unsure], "other_machine",
                      res->other_machine, "mismatch", res->mismatch, "mismatch_reason",
                      res->mismatch ? res->mismatch_msg : NULL, "run_pairs", res->n_pairs, "regressions", res->n_fail,
                      "unsure", res->n_unsure, "metrics", rows);
+    if (j) {
+        json_object_set_new(j, "gated_unsure", json_integer(res->n_gated_unsure));
+        json_object_set_new(j, "settle", res->settle[0] ? json_string(res->settle) : json_null());
+    }
+    return j;
 }
 
 /* ------------------------------------------------------------------ A/B */

@@ -56,12 +56,19 @@ struct k25_gate_metric {
     int line;                /* in the policy file */
 };
 
+/* What a gated metric left UNSURE (too noisy to tell) makes of the gate (`unsure:` in the policy). */
+enum k25_gate_unsure {
+    K25_UNSURE_INCONCLUSIVE, /* default: the gate is INCONCLUSIVE (exit 3), never "passed" */
+    K25_UNSURE_PASS,         /* passes, saying which metrics were UNSURE */
+    K25_UNSURE_FAIL,         /* fails like a regression */
+};
+
 #define K25_GATE_MAX_METRICS 48
 struct k25_gate_policy {
     char path[1024];
     double confidence;       /* of the bootstrap interval (0.95) */
     int resamples;           /* bootstrap resamples (2000) */
-    bool unsure_fails;       /* UNSURE fails the gate (default: warns) */
+    enum k25_gate_unsure unsure;
     uint64_t seed;           /* bootstrap seed: same inputs, same verdicts */
     int n;
     struct k25_gate_metric m[K25_GATE_MAX_METRICS];
@@ -122,23 +129,35 @@ void k25_gate_set_free(struct k25_gate_set *s);
 
 enum k25_gate_verdict { K25_V_SAME, K25_V_BETTER, K25_V_WORSE, K25_V_UNSURE, K25_V_NA };
 
+/* Exit statuses of `k25 gate` (and of what k25_gate_exit_status returns). */
+enum {
+    K25_GATE_EXIT_PASS = 0,
+    K25_GATE_EXIT_REGRESSION = 1,
+    K25_GATE_EXIT_UNUSABLE = 2,     /* unreadable, mismatched, bad policy */
+    K25_GATE_EXIT_INCONCLUSIVE = 3, /* no regression, but a gated metric UNSURE (unsure: inconclusive) */
+};
+
 struct k25_gate_row {
     const struct k25_gate_metric *m;
     enum k25_gate_verdict verdict;
     bool fails;               /* counts as a regression */
     bool advisory;            /* other machine, advisory there */
     double base, cand;        /* typical values (medians; normalized figures are not shown here) */
-    double ratio, lo, hi;     /* statistical: candidate/baseline (normalized), bootstrap interval */
+    double ratio, lo, hi;     /* statistical: candidate/baseline, bootstrap interval: the figure the
+                                 verdict was computed from (normalized when `normalized`, else raw) */
     double change;            /* threshold/exact: worst relative (or absolute) change */
     double tol;               /* tolerance applied */
     double noise;             /* statistical: interval half-width, max(hi/ratio, ratio/lo) - 1 */
     double norm_factor;       /* statistical, normalized: candidate/baseline calibration ratio the raw
                                  ratios were divided by (geometric mean over groups); NaN when not */
-    double raw_ratio;         /* statistical: the estimate before that division (NaN when not normalized) */
+    double raw_ratio;         /* statistical: the estimate before that division (NaN when no calibration) */
     double calib_spread;      /* the largest calibration spread of the runs it used (NaN: none) */
+    bool normalized;          /* ratio is divided by the calibration factor */
+    bool calib_untrusted;     /* normalize asked for, but the calibration spread too much: raw judged */
     int n;                    /* pairs (requests) or runs compared */
     bool paired;
     char note[512];
+    char unsure_why[192];     /* UNSURE: why, in a few words (for the INCONCLUSIVE summary) */
 };
 
 struct k25_gate_result {
@@ -149,12 +168,22 @@ struct k25_gate_result {
     bool mismatch;            /* configs/datasets differ (allowed with allow_mismatch) */
     char mismatch_msg[1024];
     int n_fail, n_unsure;
+    int n_gated_unsure;       /* UNSURE on a gated, not advisory metric that did not fail */
+    bool inconclusive;        /* no regression, n_gated_unsure > 0 and the policy says inconclusive */
+    bool unsure_passed;       /* the same, but the policy says `unsure: pass` */
+    char settle[1536];        /* inconclusive: the command that would settle it */
 };
 
 
 struct k25_gate_opts {
     bool allow_mismatch;
+    /* --ab: the commands and rounds measured (NULL: stored results), for the settle command */
+    const char *ab_cmd_a, *ab_cmd_b;
+    int ab_rounds, ab_max_rounds;
 };
+
+/* The exit status the result calls for: K25_GATE_EXIT_PASS, _REGRESSION or _INCONCLUSIVE. */
+int k25_gate_exit_status(const struct k25_gate_result *res);
 
 /*
  * Compares candidate c with baseline b under policy p.  Returns K25_OK

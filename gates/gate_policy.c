@@ -5,7 +5,7 @@
  *
  *   confidence: 0.95          # bootstrap interval
  *   resamples: 2000
- *   unsure: warn              # warn | fail
+ *   unsure: inconclusive      # inconclusive (exit 3) | pass | fail
  *   seed: 1                   # bootstrap seed (same inputs, same verdicts)
  *   metrics:
  *     ttft_ms: {from: request.ttft_ms, compare: statistical, better: lower,
@@ -297,9 +297,16 @@ int k25_gate_policy_load(const char *path, struct k25_gate_policy *pol, struct k
             if (!(rc = parse_num(path, v, key, 0, 9007199254740992.0, &x, err)))
                 pol->seed = (uint64_t)x;
         } else if (!strcmp(key, "unsure")) {
-            static const char *const n[] = {"warn", "fail"};
-            if (!(rc = parse_enum(path, v, key, n, 2, &e, err)))
-                pol->unsure_fails = e == 1;
+            /* `warn` (before issue 29: UNSURE passed with a note) is refused by name rather than
+             * quietly given a new meaning */
+            static const char *const n[] = {"inconclusive", "pass", "fail"};
+            const char *sv = scalar(v);
+            if (sv && !strcmp(sv, "warn"))
+                rc = k25_error_set(err, K25_EINVAL, path, LINE(v), key,
+                                   "'warn' is no longer a setting: UNSURE now makes the gate INCONCLUSIVE "
+                                   "(exit 3) by default; say `unsure: pass` to let it pass, `fail` to fail");
+            else if (!(rc = parse_enum(path, v, key, n, 3, &e, err)))
+                pol->unsure = (enum k25_gate_unsure)e;
         } else if (!strcmp(key, "metrics")) {
             have_metrics = true;
             if (v->type != YAML_MAPPING_NODE) {

@@ -114,7 +114,8 @@ static void test_policy_file_is_default(void **state)
         fail_msg("%s", err.msg);
     assert_int_equal(a->n, b->n);
     assert_true(a->confidence == b->confidence && a->resamples == b->resamples && a->seed == b->seed);
-    assert_int_equal(a->unsure_fails, b->unsure_fails);
+    assert_int_equal(a->unsure, b->unsure);
+    assert_int_equal(a->unsure, K25_UNSURE_INCONCLUSIVE);
     for (int i = 0; i < a->n; i++) {
         const struct k25_gate_metric *x = &a->m[i], *y = &b->m[i];
         if (strcmp(x->name, y->name) || x->src != y->src || strcmp(x->path, y->path) || x->cmp != y->cmp ||
@@ -161,7 +162,8 @@ static void test_policy_errors(void **state)
     expect_policy_error("metrics:\n  m: {compare: threshold, normalize: always}\n", 2, "normalize applies");
     expect_policy_error("metrics:\n  a: {}\n  a: {}\n", 3, "listed twice");
     expect_policy_error("confidence: 2\nmetrics:\n  a: {}\n", 1, "confidence");
-    expect_policy_error("unsure: maybe\nmetrics:\n  a: {}\n", 1, "warn, fail");
+    expect_policy_error("unsure: maybe\nmetrics:\n  a: {}\n", 1, "inconclusive, pass, fail");
+    expect_policy_error("unsure: warn\nmetrics:\n  a: {}\n", 1, "'warn' is no longer a setting");
     expect_policy_error("colour: red\nmetrics:\n  a: {}\n", 1, "'colour': unknown key");
     expect_policy_error("confidence: 0.9\n", 1, "lists no metric");
     expect_policy_error("metrics: [1, 2\n", 0, "YAML");
@@ -384,7 +386,7 @@ static void test_lossy_and_mismatch(void **state)
     snprintf(cmd, sizeof(cmd), "%s gate --baseline %s/base.json --candidate %s/other.json --allow-mismatch", tu_k25(),
              tu_dir, tu_dir);
     st = run(cmd, &out);
-    if ((st != 0 && st != 1) || !strstr(out, "mismatch allowed"))
+    if ((st != 0 && st != 1 && st != 3) || !strstr(out, "mismatch allowed"))
         fail_msg("--allow-mismatch: exit %d\n%s", st, out);
     free(out);
 }
@@ -420,6 +422,247 @@ static void with_calibration(const char *name, const char *trials, double median
              ".provenance.calibration.min_ms = %g",
              trials, median, min);
     base_variant(name, f);
+}
+
+
+/*
+ * A synthetic set, deterministic to the last bit: R runs ("round-K", as an
+ * A/B measurement stores them) of N requests; request i of run r took
+ * 100 (1 + 0.3 i) * slow * cellf[i] * runf[r] ms (cellf, runf NULL: 1).  The
+ * runs' calibration: calib_ms fastest, spread as given; machine as named.
+ */
+static void synth_set(struct k25_gate_set *s, const char *machine, int R, int N, double slow, const double *cellf,
+                      const double *runf, double calib_ms, double spread)
+{
+    memset(s, 0, sizeof(*s));
+    snprintf(s->path, sizeof(s->path), "synthetic-%s", machine);
+    snprintf(s->kind, sizeof(s->kind), "runs");
+    s->runs = calloc((size_t)R, sizeof(*s->runs));
+    assert_non_null(s->runs);
+    s->n_runs = R;
+    for (int r = 0; r < R; r++) {
+        struct k25_gate_run *x = &s->runs[r];
+        snprintf(x->key, sizeof(x->key), "round-%d", r);
+        snprintf(x->label, sizeof(x->label), "round-%d", r);
+        snprintf(x->machine, sizeof(x->machine), "%s", machine);
+        x->doc = json_pack("{s:{}, s:{s:s}}", "summary", "provenance", "command_line",
+                           "bench --dataset g.jsonl --model tiny --threads 1 --out x.h5 --json x.json --quiet");
+        x->identity = strdup("{}");
+        x->calib_ms = calib_ms;
+        x->calib_spread = spread;
+        x->has_trace = true;
+        x->req = calloc((size_t)N, sizeof(*x->req));
+        assert_true(x->doc && x->identity && x->req);
+        x->n_req = N;
+        for (int i = 0; i < N; i++) {
+            struct k25_gate_req *q = &x->req[i];
+            snprintf(q->id, sizeof(q->id), "r%d", i);
+            q->seq = i;
+            q->completed = true;
+            for (int k = 0; k < K25_GATE_NREQ; k++)
+                q->v[k] = NAN;
+            q->v[K25_GATE_REQ_TTFT] = 100 * (1 + 0.3 * i) * slow * (cellf ? cellf[i] : 1) * (runf ? runf[r] : 1);
+        }
+    }
+}
+
+/* The policy of the synthetic tests: ttft_ms alone, 10% (50% on another machine), normalized. */
+static void synth_policy(struct k25_gate_policy *p, const char *unsure)
+{
+    char path[600], text[600];
+    snprintf(path, sizeof(path), "%s/synth-%s.yaml", tu_dir, unsure);
+    snprintf(text, sizeof(text),
+             "unsure: %s\nmetrics:\n  ttft_ms: {from: request.ttft_ms, compare: statistical, better: lower, "
+             "tolerance: 10%%, other_machine: 50%%, normalize: always}\n",
+             unsure);
+    tu_write_file(path, text);
+    struct k25_error err;
+    if (k25_gate_policy_load(path, p, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+}
+
+/* Compares the synthetic sets; the printed table into *table (owned by the caller). */
+static int synth_compare(const struct k25_gate_set *B, const struct k25_gate_set *C, const struct k25_gate_policy *p,
+                         const struct k25_gate_opts *o, struct k25_gate_result *res, char **table)
+{
+    struct k25_error err;
+    if (k25_gate_compare(B, C, p, o, res, &err) != K25_OK)
+        fail_msg("%s", err.msg);
+    size_t n = 0;
+    FILE *f = open_memstream(table, &n);
+    assert_non_null(f);
+    k25_gate_print(f, B, C, res);
+    fclose(f);
+    return k25_gate_exit_status(res);
+}
+
+/*
+ * Issue 29: a calibration that cannot be trusted (spread > 10%) is not
+ * divided by; the raw change is judged and shown.  Synthetic inputs: a 3.5x
+ * slower candidate whose calibration took 3x as long with a 278% spread
+ * (normalized it would read +16.7%, UNSURE: "gate passed") is SLOWER at
+ * +250.0%; the same timings with a calibration 4x as long (normalized:
+ * -75% FASTER) are SAME at +0.0%; on another machine the raw +250% cannot
+ * tell the engine from the machine: UNSURE, so INCONCLUSIVE, never passed.
+ */
+static void test_raw_change_when_calibration_unsteady(void **state)
+{
+    (void)state;
+    struct k25_gate_policy *p = calloc(1, sizeof(*p));
+    struct k25_gate_result *res = calloc(1, sizeof(*res));
+    struct k25_gate_set B, C;
+    struct k25_gate_opts o = {0};
+    char *t = NULL;
+    assert_true(p && res);
+    synth_policy(p, "inconclusive");
+
+    synth_set(&B, "box", 6, 8, 1.0, NULL, NULL, 2.0, 0.02);
+    synth_set(&C, "box", 6, 8, 3.5, NULL, NULL, 6.0, 2.78);
+    int st = synth_compare(&B, &C, p, &o, res, &t);
+    const struct k25_gate_row *r = &res->rows[0];
+    if (st != K25_GATE_EXIT_REGRESSION || r->verdict != K25_V_WORSE || !r->calib_untrusted || r->normalized ||
+        fabs(r->ratio - 3.5) > 1e-9 || !strstr(t, "+250.0% [+250.0, +250.0]") ||
+        !strstr(t, "calibration spread 278% > 10%: not normalized") || !strstr(t, "factor 3.00x not applied") ||
+        !strstr(t, "GATE FAILED"))
+        fail_msg("exit %d, verdict %d, ratio %g\n%s", st, r->verdict, r->ratio, t);
+    free(t);
+    k25_gate_set_free(&C);
+
+    synth_set(&C, "box", 6, 8, 1.0, NULL, NULL, 8.0, 0.5);
+    st = synth_compare(&B, &C, p, &o, res, &t);
+    if (st != K25_GATE_EXIT_PASS || r->verdict != K25_V_SAME || fabs(r->ratio - 1) > 1e-12 ||
+        !strstr(t, "+0.0% [+0.0, +0.0]") || !strstr(t, "gate passed"))
+        fail_msg("exit %d, verdict %d, ratio %g\n%s", st, r->verdict, r->ratio, t);
+    free(t);
+    k25_gate_set_free(&C);
+
+    /* a trusted calibration is still divided by: 3.5x slower on a machine 3.5x slower is SAME */
+    synth_set(&C, "box", 6, 8, 3.5, NULL, NULL, 7.0, 0.02);
+    st = synth_compare(&B, &C, p, &o, res, &t);
+    if (st != K25_GATE_EXIT_PASS || !r->normalized || fabs(r->ratio - 1) > 1e-9 || fabs(r->raw_ratio - 3.5) > 1e-9 ||
+        !strstr(t, "change normalized by calibration: candidate/baseline 3.50x, raw change +250.0%"))
+        fail_msg("exit %d, ratio %g\n%s", st, r->ratio, t);
+    free(t);
+    k25_gate_set_free(&C);
+
+    synth_set(&C, "other box", 6, 8, 3.5, NULL, NULL, 6.0, 2.78);
+    st = synth_compare(&B, &C, p, &o, res, &t);
+    if (st != K25_GATE_EXIT_INCONCLUSIVE || r->verdict != K25_V_UNSURE || fabs(r->ratio - 3.5) > 1e-9 ||
+        !strstr(t, "+250.0%") || !strstr(t, "INCONCLUSIVE") || strstr(t, "gate passed") ||
+        !strstr(t, "the raw change may be the machine's") || !strstr(t, "to settle it: measure both builds here") ||
+        !strstr(t, "k25 gate --ab 'BASELINE/k25 bench --dataset g.jsonl --model tiny --threads 1 --quiet'"))
+        fail_msg("exit %d, verdict %d\n%s", st, r->verdict, t);
+    free(t);
+    k25_gate_set_free(&C);
+    k25_gate_set_free(&B);
+    free(p);
+    free(res);
+}
+
+/*
+ * Issue 29: a gate with a gated metric UNSURE never says "passed".  A
+ * candidate whose requests are alternately as fast and 25% slower: median
+ * +11.8%, interval [+0, +25] against a 10% tolerance, UNSURE.  Default
+ * policy (unsure: inconclusive): INCONCLUSIVE, the reason, the settle
+ * command, exit 3; `unsure: pass`: exit 0 naming the metric; `unsure:
+ * fail`: exit 1.  A metric that does not gate (gate: false) UNSURE passes.
+ */
+static void test_unsure_is_inconclusive(void **state)
+{
+    (void)state;
+    struct k25_gate_policy *p = calloc(1, sizeof(*p));
+    struct k25_gate_result *res = calloc(1, sizeof(*res));
+    struct k25_gate_set B, C;
+    struct k25_gate_opts o = {0};
+    char *t = NULL;
+    assert_true(p && res);
+    const double alt[8] = {1, 1.25, 1, 1.25, 1, 1.25, 1, 1.25};
+    synth_set(&B, "box", 6, 8, 1.0, NULL, NULL, 2.0, 0.02);
+    synth_set(&C, "box", 6, 8, 1.0, alt, NULL, 2.0, 0.02);
+
+    synth_policy(p, "inconclusive");
+    int st = synth_compare(&B, &C, p, &o, res, &t);
+    if (st != K25_GATE_EXIT_INCONCLUSIVE || res->rows[0].verdict != K25_V_UNSURE || !res->inconclusive ||
+        res->n_gated_unsure != 1 || !strstr(t, "INCONCLUSIVE: no regression found, but 1 gated metric UNSURE") ||
+        !strstr(t, "  ttft_ms: noise +-12% exceeds the 10% tolerance") || !strstr(t, "to settle it: ") ||
+        strstr(t, "gate passed"))
+        fail_msg("exit %d\n%s", st, t);
+    free(t);
+    json_t *j = k25_gate_json(&B, &C, p, res);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "result")), "inconclusive");
+    assert_int_equal(json_integer_value(json_object_get(j, "exit_status")), K25_GATE_EXIT_INCONCLUSIVE);
+    assert_false(json_is_true(json_object_get(j, "pass")));
+    assert_true(json_is_string(json_object_get(j, "settle")));
+    json_decref(j);
+
+    /* after --ab: more rounds of the same commands */
+    struct k25_gate_opts ab = {false, "old/k25 bench X", "build/k25 bench X", 6, 12};
+    st = synth_compare(&B, &C, p, &ab, res, &t);
+    if (st != K25_GATE_EXIT_INCONCLUSIVE ||
+        !strstr(t, "to settle it: k25 gate --ab 'old/k25 bench X' 'build/k25 bench X' --rounds 12 --max-rounds 24"))
+        fail_msg("exit %d\n%s", st, t);
+    free(t);
+
+    synth_policy(p, "pass");
+    st = synth_compare(&B, &C, p, &o, res, &t);
+    if (st != K25_GATE_EXIT_PASS || res->inconclusive || !strstr(t, "gate passed with 1 gated metric UNSURE") ||
+        !strstr(t, "unsure: pass"))
+        fail_msg("exit %d\n%s", st, t);
+    free(t);
+
+    synth_policy(p, "fail");
+    st = synth_compare(&B, &C, p, &o, res, &t);
+    if (st != K25_GATE_EXIT_REGRESSION || !res->rows[0].fails || !strstr(t, "GATE FAILED"))
+        fail_msg("exit %d\n%s", st, t);
+    free(t);
+
+    /* report-only: an UNSURE that does not gate leaves the gate passed */
+    synth_policy(p, "inconclusive");
+    p->m[0].gate = false;
+    st = synth_compare(&B, &C, p, &o, res, &t);
+    if (st != K25_GATE_EXIT_PASS || !strstr(t, "gate passed"))
+        fail_msg("exit %d\n%s", st, t);
+    free(t);
+    k25_gate_set_free(&B);
+    k25_gate_set_free(&C);
+    free(p);
+    free(res);
+}
+
+/* Through the command: a gated figure the candidate lacks is UNSURE: INCONCLUSIVE, exit 3, in the JSON too. */
+static void test_inconclusive_exit_status(void **state)
+{
+    (void)state;
+    char cmd[2048], *out = NULL;
+    base_variant("withmem", "."); /* through jq as well: the same number formatting on both sides */
+    base_variant("nomem", "del(.summary.memory.peak_tracked_bytes)");
+    snprintf(cmd, sizeof(cmd), "%s gate --baseline %s/withmem.json --candidate %s/nomem.json --json-file %s/nomem-gate.json",
+             tu_k25(), tu_dir, tu_dir, tu_dir);
+    int st = run(cmd, &out);
+    if (st != 3 || !strstr(out, "INCONCLUSIVE") || !strstr(out, "peak_memory_bytes: ") || strstr(out, "gate passed") ||
+        !strstr(out, "to settle it:"))
+        fail_msg("exit %d (want 3)\n%s", st, out);
+    free(out);
+    snprintf(cmd, sizeof(cmd),
+             "jq -e '.result == \"inconclusive\" and .exit_status == 3 and (.pass | not) and .gated_unsure >= 1' "
+             "%s/nomem-gate.json",
+             tu_dir);
+    if (run(cmd, &out) != 0)
+        fail_msg("%s\n%s", cmd, out);
+    free(out);
+    /* the policy opts back into passing */
+    char pol[600];
+    snprintf(pol, sizeof(pol), "%s/unsure-pass.yaml", tu_dir);
+    snprintf(cmd, sizeof(cmd), "sed 's/^unsure: .*/unsure: pass/' ci/gate-policy.yaml > %s", pol);
+    assert_int_equal(run(cmd, &out), 0);
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s gate --baseline %s/withmem.json --candidate %s/nomem.json --policy %s", tu_k25(), tu_dir,
+             tu_dir, pol);
+    st = run(cmd, &out);
+    if (st != 0 || !strstr(out, "gate passed with") || !strstr(out, "peak_memory_bytes: "))
+        fail_msg("exit %d (want 0)\n%s", st, out);
+    free(out);
 }
 
 /*
@@ -480,14 +723,16 @@ static void test_calibration_note(void **state)
     if (run(cmd, &out) != 0)
         fail_msg("%s\n%s", cmd, out);
     free(out);
+    /* a calibration spread by 50% (and 2x slower) is not divided by: the raw change, +0.0%, is judged */
     snprintf(cmd, sizeof(cmd), "%s gate --baseline %s/cal1.json --candidate %s/cal3.json --policy ci/gate-policy-ci.yaml "
                                "--json-file %s/calspread.json", tu_k25(), tu_dir, tu_dir, tu_dir);
     st = run(cmd, &out);
-    if (st != 0 || !strstr(out, "UNSURE: calibration spread 50% > 10%"))
+    if (st != 0 || !strstr(out, "calibration spread 50% > 10%: not normalized") || !strstr(out, "raw change judged"))
         fail_msg("exit %d\n%s", st, out);
     free(out);
     snprintf(cmd, sizeof(cmd),
-             "jq -e '[.metrics[] | select(.normalize == \"always\") | .verdict == \"UNSURE\"] | all' %s/calspread.json",
+             "jq -e '[.metrics[] | select(.normalize == \"always\") | (.normalized | not) and .ratio == .raw_ratio and "
+             "(.calibration_factor - 2 | fabs) < 1e-9] | all' %s/calspread.json",
              tu_dir);
     if (run(cmd, &out) != 0)
         fail_msg("%s\n%s", cmd, out);
@@ -549,6 +794,8 @@ static void test_bad_inputs(void **state)
     snprintf(cmd, sizeof(cmd), "%s gate --help", k);
     assert_int_equal(run(cmd, &out), 0);
     assert_non_null(strstr(out, "Exit status: 0 pass, 1 regression, 2 unusable input"));
+    assert_non_null(strstr(out, "3 inconclusive"));
+    assert_non_null(strstr(out, "[--dir DIR] [--quiet]"));
     free(out);
 }
 
@@ -589,6 +836,9 @@ int main(void)
         cmocka_unit_test(test_stored_baseline),
         cmocka_unit_test(test_lossy_and_mismatch),
         cmocka_unit_test(test_calibration_note),
+        cmocka_unit_test(test_raw_change_when_calibration_unsteady),
+        cmocka_unit_test(test_unsure_is_inconclusive),
+        cmocka_unit_test(test_inconclusive_exit_status),
         cmocka_unit_test(test_degraded_ratio),
         cmocka_unit_test(test_interrupted_and_json_file),
         cmocka_unit_test(test_ci_timing_gate_fallback),
