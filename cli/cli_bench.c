@@ -185,7 +185,7 @@ struct bench_cli {
     struct k25_bench_opts o;
     bool quiet, have_conc, have_burst, have_model, have_rate;
     bool save_result, have_pctl_list, have_pctl_metrics, have_goodput;
-    int endpoint_type, pctl_method;
+    int endpoint_type, pctl_method, progress;
     char json_buf[4200]; /* --save-result's file name beside --out */
     struct k25_opt opts[32];
 };
@@ -258,7 +258,10 @@ static void bench_options(struct bench_cli *c)
         {.names = {"--fidelity-tokens"}, .type = K25_OPT_INT, .dest = &c->o.fidelity_tokens, .min = 1, .max = 100000,
          .help = "generated positions compared per request\n(--fidelity, --fidelity-degraded)"},
         {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &c->quiet,
-         .help = "no progress line (it is shown only when stderr is a terminal)"},
+         .help = "no progress and no closing note (--progress off)"},
+        {.names = {"--progress"}, .type = K25_OPT_ENUM, .dest = &c->progress, .choices = k25_progress_mode_names,
+         .help = "progress on stderr: auto (a bar on a terminal, else a plain line\n"
+                 "every 10 s: done/total, rate, ETA), bar, lines, off"},
         {.names = {"--endpoint"}, .type = K25_OPT_STRING, .dest = &c->o.endpoint, .metavar = "URL",
          .help = "benchmark an OpenAI-compatible server instead of the engine:\n"
                  "http://HOST:PORT (or .../v1, or the full completions URL); every\n"
@@ -295,7 +298,8 @@ static struct k25_cliopt_cmd bench_command(struct bench_cli *c)
                  "                 [--filter EXPR] [--warmup N] [--repeat K] [--seed S]\n"
                  "                 [--slo ttft_ms=500,tpot_ms=50] [--json summary.json] [--csv requests.csv]\n"
                  "                 [--percentile-method nearest-rank|linear] [--metric-percentiles 50,90,99]\n"
-                 "                 [--fidelity] [--fidelity-degraded] [--fidelity-tokens N] [--quiet]\n"
+                 "                 [--fidelity] [--fidelity-degraded] [--fidelity-tokens N]\n"
+                 "                 [--progress auto|bar|lines|off] [--quiet]\n"
                  "       k25 bench --endpoint URL [--model NAME] [--api-key KEY] [--endpoint-type completions|chat]\n"
                  "                 [--ignore-eos] [--stall-timeout S] [--request-timeout S] --dataset FILE --out run.h5 ...",
         .about = "Drives the reference engine (or, with --endpoint, an OpenAI-compatible server: vLLM,\n"
@@ -359,7 +363,7 @@ static int finish_options(struct bench_cli *c, int argc, char **argv, struct k25
                              "applies to --endpoint runs only");
     if (o->endpoint && c->have_model)
         o->endpoint_model = c->cfg.model;
-    o->progress = !c->quiet && isatty(2) && !o->endpoint;
+    o->progress = k25_progress_resolve((enum k25_progress_mode)c->progress, c->quiet);
     return K25_OK;
 }
 

@@ -40,6 +40,7 @@ void k25_bench_opts_init(struct k25_bench_opts *o)
     o->stall_timeout_s = 30;
     o->request_timeout_s = 600;
     o->pctl_method = K25_PCTL_NEAREST_RANK;
+    o->progress = K25_PROGRESS_OFF;
     k25_pctl_spec_init(&o->pctl);
 }
 
@@ -253,6 +254,7 @@ struct bench_state {
     char *prov_s, *cfg_s, *wl_s, *sum_s;
     struct k25_fidelity fid;
     struct k25_pctl_table *pctl; /* --metric-percentiles / --percentile-metrics */
+    struct k25_progress prog;    /* the measured repetitions' progress (o.prog points here) */
     size_t n_dropped;            /* requests in flight dropped by an interruption */
 };
 
@@ -410,6 +412,11 @@ static int measure_reps(struct bench_state *st, struct k25_error *err)
         return rc;
     }
     k25_mem_reset_peak();
+    if (o->progress != K25_PROGRESS_OFF) {
+        k25_progress_begin(&st->prog, o->progress, "k25 bench", "requests", o->requests * o->repeat,
+                           o->duration_s * o->repeat);
+        st->o.prog = &st->prog;
+    }
     struct k25_engine_stats st0; /* the engine's counters before the measurement: run totals are after - before */
     if (st->eng)
         k25_engine_get_stats(st->eng, &st0);
@@ -427,6 +434,7 @@ static int measure_reps(struct bench_state *st, struct k25_error *err)
                                      stop_signal_name(st));
         }
     }
+    k25_progress_end(o->prog, (int64_t)run->n_reqs, "%s", run->interrupted ? "interrupted" : "measured");
     k25_calib_measure(&calib, 5);
     json_object_set_new(st->prov, "calibration", k25_calib_json(&calib));
     double spread = k25_calib_spread(&calib);
@@ -454,6 +462,9 @@ static int summarize(struct bench_state *st, struct k25_error *err)
     if ((rc = k25_bench_summarize_method(&st->run, &o->slo, o->pctl_method, sum, err)) != K25_OK)
         return rc;
     sum->pctl_method = o->pctl_method;
+    sum->client_view = o->endpoint != NULL;
+    if (sum->client_view) /* the server's steps are not visible: no overhead split (null, not 0) */
+        sum->overhead_per_request_us = sum->overhead_per_token_us = NAN;
     if (o->pctl_table) {
         o->pctl.method = o->pctl_method;
         if (!(st->pctl = malloc(sizeof(*st->pctl))))
@@ -493,7 +504,7 @@ static int measure_fidelity(struct bench_state *st, struct k25_error *err)
     if (!o->fidelity && !o->fidelity_degraded)
         return K25_OK;
     if (o->fidelity) {
-        if (o->progress)
+        if (o->progress != K25_PROGRESS_OFF)
             fprintf(stderr, "k25 bench: measuring fidelity on %zu requests x %d tokens\n", st->set.n,
                     o->fidelity_tokens);
         if ((rc = k25_fidelity_measure(cfg, st->model, st->inputs, st->set.n, o->fidelity_tokens, &st->fid, err)) !=
@@ -501,7 +512,7 @@ static int measure_fidelity(struct bench_state *st, struct k25_error *err)
             return rc;
     }
     if (o->fidelity_degraded || st->sum->n_degraded > 0 || cfg->breaker_enabled) {
-        if (o->progress)
+        if (o->progress != K25_PROGRESS_OFF)
             fprintf(stderr, "k25 bench: measuring the degraded model's fidelity\n");
         if ((rc = k25_fidelity_measure_degraded(cfg, st->model, st->inputs, st->set.n, o->fidelity_tokens,
                                                 &st->fid.degraded, err)) != K25_OK)
@@ -528,6 +539,16 @@ static json_t *endpoint_summary(const struct k25_bench_run *run)
     return es;
 }
 
+/* An endpoint run's own settings (the client's, not the server's): what shaped the load it sent. */
+static json_t *client_settings(const struct k25_bench_opts *o, const struct k25_config *cfg)
+{
+    return json_pack("{s:I, s:i, s:s, s:f, s:f, s:b, s:s}", "seed", (json_int_t)cfg->seed, "threads",
+                     k25_get_threads(), "endpoint_type", o->endpoint_chat ? "chat" : "completions",
+                     "stall_timeout_s", o->stall_timeout_s, "request_timeout_s", o->request_timeout_s, "api_key_sent",
+                     o->api_key != NULL, "note",
+                     "seed orders the requests and draws the arrival schedule; threads are the client's");
+}
+
 /* The JSON summary document (st->doc) and the compact strings the trace's /meta stores. */
 static int build_doc(struct bench_state *st, struct k25_error *err)
 {
@@ -537,8 +558,13 @@ static int build_doc(struct bench_state *st, struct k25_error *err)
     k25_provenance_finish(prov);
     /* what was measured: the in-process engine, or a server (its model list and response headers) */
     json_object_set_new(prov, "target", json_string(st->ep ? "endpoint" : "engine"));
-    if (st->ep)
+    if (st->ep) {
         json_object_set_new(prov, "endpoint", k25_endpoint_provenance(st->ep));
+        /* the run's config is what the server was sent; the engine keys the client never sent are
+         * absent (the server's own settings are not visible from here); the client's settings apart */
+        json_object_set_new(prov, "config", k25_endpoint_sent_config(st->ep, o));
+        json_object_set_new(prov, "client", client_settings(o, st->cfg));
+    }
     json_t *wl = k25_bench_workload_json(o, st->cfg->seed, st->set.n), *sj = k25_bench_summary_json(st->sum);
     json_t *doc = st->doc = json_object();
     if (!wl || !sj || !doc) {

@@ -160,6 +160,46 @@ double k25_stats_t_quantile(int df, double p);
 /* Mean and 95% Student-t interval of v[n] (NaN values skipped); bounds NaN for n < 2. */
 void k25_stats_mean_ci(const double *v, size_t n, double *mean, double *lo, double *hi, int *n_used);
 
+/* ------------------------------------------------------------ progress (progress.c) */
+
+/*
+ * Progress of a long command on stderr (docs/cli.md "Progress"): --progress auto (a bar on a
+ * terminal, plain lines when stderr is a pipe or a file), bar, lines, off.  Lines: at the start,
+ * every K25_PROGRESS_LINE_S seconds (K25_PROGRESS_INTERVAL_S in the environment overrides) with
+ * done/total, rate, elapsed and ETA, and at the end.
+ */
+enum k25_progress_mode { K25_PROGRESS_AUTO, K25_PROGRESS_BAR, K25_PROGRESS_LINES, K25_PROGRESS_OFF };
+#define K25_PROGRESS_LINE_S 10.0
+#define K25_PROGRESS_BAR_S 0.5
+struct k25_progress {
+    enum k25_progress_mode mode;  /* resolved: bar, lines or off */
+    FILE *out;                    /* stderr */
+    char what[64];                /* "k25 bench" */
+    char unit[24];                /* "requests" */
+    int64_t total;                /* 0: unknown (then duration_s, if any, gives the ETA) */
+    double duration_s;
+    uint64_t start_ns, last_ns, period_ns;
+    int lines;                    /* updates printed */
+};
+extern const char *const k25_progress_mode_names[]; /* in enum order, NULL-terminated (an option's choices) */
+const char *k25_progress_mode_name(enum k25_progress_mode m);
+/* "auto", "bar", "lines", "off"; K25_EINVAL naming --progress. */
+int k25_progress_mode_parse(const char *s, enum k25_progress_mode *out, struct k25_error *err);
+/* off with quiet; auto -> bar when stderr is a terminal, else lines. */
+enum k25_progress_mode k25_progress_resolve(enum k25_progress_mode m, bool quiet);
+/* Starts reporting (lines: prints the starting line).  mode is resolved here (auto as above). */
+void k25_progress_begin(struct k25_progress *p, enum k25_progress_mode mode, const char *what, const char *unit,
+                        int64_t total, double duration_s);
+/* done so far; prints when the period has passed (a printf-style note after the figures; fmt may be NULL).
+ * p may be NULL (no progress). */
+void k25_progress_update(struct k25_progress *p, int64_t done, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Whether an update now would print (so a caller computes its note only then).  NULL: false. */
+bool k25_progress_due(const struct k25_progress *p);
+/* The final line (lines) or clears the bar; later calls print nothing.  p may be NULL. */
+void k25_progress_end(struct k25_progress *p, int64_t done, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* ------------------------------------------------------------ workload */
 
 enum k25_bench_mode { K25_BENCH_CLOSED, K25_BENCH_OPEN };
@@ -188,7 +228,8 @@ struct k25_bench_opts {
     int64_t warmup;             /* requests run (closed loop) and discarded first */
     int repeat;                 /* measurement repetitions */
     struct k25_bench_slo slo;
-    bool progress;              /* live progress line on stderr */
+    enum k25_progress_mode progress; /* on stderr (progress.c); k25_bench_opts_init: off */
+    struct k25_progress *prog;  /* the run's reporter (bench.c sets it; NULL: none) */
     const char *cmdline;        /* for provenance; may be NULL */
     volatile sig_atomic_t *stop; /* set non-zero (a signal) to end the run early; may be NULL */
     /* Test hook: sleep stall_ns before the first engine step that starts
@@ -290,6 +331,9 @@ int k25_bench_surge_parse(const char *s, struct k25_bench_opts *o, struct k25_er
 
 /* ------------------------------------------------------------- records */
 
+/* A recorded request's reason: the engine's (K25_REASON_MAX) or "HTTP 503: " and a server's message. */
+#define K25_REQ_REASON_MAX 1280
+
 /* One measured request, as recorded.  Times relative to the run's t0. */
 struct k25_bench_req {
     char id[64];
@@ -298,7 +342,7 @@ struct k25_bench_req {
     int32_t user;            /* closed loop: user; open loop: -1 */
     int64_t line;            /* gold-set line */
     enum k25_req_state state;
-    char reason[128];
+    char reason[K25_REQ_REASON_MAX]; /* whole (a server's message included); stored whole in the trace */
     int32_t n_input, n_output, max_new;
     int64_t arrival_ns;      /* scheduled arrival (open) / when the user was ready (closed) */
     int64_t submit_ns;       /* when k25_engine_submit was called */
@@ -449,6 +493,8 @@ int k25_loadgen_take_due(struct k25_loadgen *g, uint64_t now_ns, struct k25_load
                          struct k25_error *err);
 /* A request taken from take_due ended at t_ns (finished, or rejected at submission): its user is free. */
 void k25_loadgen_retire(struct k25_loadgen *g, int user, int64_t t_ns);
+/* Prints the run's progress line when it is due (opts->prog; nothing for the warm-up). */
+void k25_loadgen_progress(const struct k25_loadgen *g);
 /* Ends a recorded repetition: its interval from its records. */
 void k25_loadgen_end(struct k25_loadgen *g);
 void k25_loadgen_free(struct k25_loadgen *g);
@@ -513,7 +559,11 @@ struct k25_bench_summary {
     struct k25_bench_engine_totals eng;
     /* Elastic queue: TTFT of completed requests by priority (K25_PRIORITY_*) and degraded (1) or not (0) */
     struct k25_dist ttft_prio[3][2];
+    /* An endpoint run: measured from the client, so the engine's memory, busy fraction and the
+     * harness's split of the loop are not visible (null in JSON with K25_NOT_VISIBLE, never 0) */
+    bool client_view;
 };
+#define K25_NOT_VISIBLE "not visible from the client"
 
 /*
  * Open loop: did the system keep up with the offered rate?  It fell behind

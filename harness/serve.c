@@ -308,6 +308,8 @@ static void intake(struct k25_serve *S)
     free(errs);
 }
 
+#define SERVE_IDLE_TICK_NS 200000000L /* breaker evaluation period while idle */
+
 /* The engine's life: intake, cancellations, one step, publish; sleeps when idle. */
 static void *engine_main(void *arg)
 {
@@ -331,8 +333,19 @@ static void *engine_main(void *arg)
         if ((S->stopping || S->broken) && S->n_active == 0 && !S->pend_head)
             break;
         if (k25_engine_idle(S->eng)) {
-            pthread_cond_wait(&S->cv_work, &S->mu);
-            continue;
+            if (!S->cfg.breaker_enabled) {
+                pthread_cond_wait(&S->cv_work, &S->mu);
+                continue;
+            }
+            /* the breaker's state moves while idle (its busy window empties, memory falls): an idle
+             * step every SERVE_IDLE_TICK_NS evaluates it, so /metrics' k25_breaker_open stays true */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts); /* the condition variable's clock */
+            ts.tv_nsec += SERVE_IDLE_TICK_NS;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            if (pthread_cond_timedwait(&S->cv_work, &S->mu, &ts) != ETIMEDOUT)
+                continue;
         }
         pthread_mutex_unlock(&S->mu);
         int rc = k25_engine_step(S->eng, &err);
@@ -387,7 +400,7 @@ static enum MHD_Result reply_error(struct k25_serve *S, struct MHD_Connection *c
 static enum MHD_Result reply_error(struct k25_serve *S, struct MHD_Connection *c, int status, const char *param,
                                    const char *fmt, ...)
 {
-    char msg[512];
+    char msg[1200]; /* room for an engine reason whole (K25_REASON_MAX) after a prefix */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);

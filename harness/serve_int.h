@@ -63,7 +63,7 @@ struct sreq {
                                       only then may a stream send its HTTP status line */
     enum k25_req_state state;
     enum k25_finish_reason finish;
-    char reason[128];
+    char reason[K25_REASON_MAX];
     int n_prompt;
     /* the elastic queue's routing (k25_engine_result at submit): the "k25" object of the answer */
     enum k25_priority priority;    /* as it runs: low once spilled */

@@ -176,7 +176,7 @@ static void *serve_conn(void *arg)
                 msleep(GAP_MS);
             chunk(fd, "x", 100 + i);
         }
-        send_all(fd, "data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n"
+        send_all(fd, "data: {\"model\":\"scripted-8b\",\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n"
                      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5,\"total_tokens\":8}}\n\n"
                      "data: [DONE]\n\n");
     } else if (body && strstr(body, "scenario-nousage")) {
@@ -189,6 +189,15 @@ static void *serve_conn(void *arg)
     } else if (body && strstr(body, "scenario-http500")) {
         send_head(fd, 500, "application/json");
         send_all(fd, "{\"error\":{\"message\":\"scripted failure\",\"type\":\"server_error\"}}");
+    } else if (body && strstr(body, "scenario-http503long")) {
+        /* a reason far longer than any fixed field: it must come back whole */
+        char msg[1100];
+        int k = snprintf(msg, sizeof(msg), "{\"error\":{\"message\":\"overloaded:");
+        for (int i = 0; i < 60; i++)
+            k += snprintf(msg + k, sizeof(msg) - (size_t)k, " part%02d", i);
+        snprintf(msg + k, sizeof(msg) - (size_t)k, " END\"}}");
+        send_head(fd, 503, "application/json");
+        send_all(fd, msg);
     } else if (body && strstr(body, "scenario-badsse")) {
         send_head(fd, 200, "text/event-stream");
         chunk(fd, "z", 1);
@@ -342,6 +351,18 @@ static void test_arithmetic(void **state)
     assert_string_equal(json_string_value(k25_json_path(j, "provenance.endpoint.response_headers.content-type")),
                         "text/event-stream");
     assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.requests_tokens_counted")), 1);
+    /* the server's own name for its model (the answers' "model"), counted */
+    assert_string_equal(json_string_value(k25_json_path(j, "provenance.endpoint.served_model")), "scripted-8b");
+    assert_int_equal(json_integer_value(k25_json_path(j, "provenance.endpoint.response_models.scripted-8b")), 1);
+    /* the config is what was sent: the model, no engine key the client never sent */
+    assert_string_equal(json_string_value(k25_json_path(j, "provenance.config.model")), "scripted");
+    assert_null(k25_json_path(j, "provenance.config.kv_compression_ratio"));
+    assert_null(k25_json_path(j, "provenance.config.prefill_chunk_size"));
+    assert_true(json_is_integer(k25_json_path(j, "provenance.client.seed")));
+    /* what a client cannot see is null with the reason, never 0 */
+    assert_true(json_is_null(k25_json_path(j, "summary.memory.peak_tracked_bytes")));
+    assert_string_equal(json_string_value(k25_json_path(j, "summary.memory.note")), "not visible from the client");
+    assert_true(json_is_null(k25_json_path(j, "summary.harness.overhead_per_request_us")));
     assert_string_equal(json_string_value(k25_json_path(j, "summary.endpoint.output_tokens_from")), "mixed");
     json_decref(j);
 }
@@ -350,7 +371,8 @@ static void test_arithmetic(void **state)
 static void test_failures(void **state)
 {
     (void)state;
-    static const char *const sc[] = {"ok", "http500", "badsse", "truncjson", "truncated", "stall", "missing"};
+    static const char *const sc[] = {"ok", "http500", "badsse", "truncjson", "truncated", "stall", "missing",
+                                     "http503long"};
     static const struct {
         const char *id, *reason;
         int status;
@@ -365,18 +387,23 @@ static void test_failures(void **state)
     char args[2048], h5[512], js[512], *out;
     snprintf(h5, sizeof(h5), "%s/fail.h5", tu_dir);
     snprintf(js, sizeof(js), "%s/fail.json", tu_dir);
-    snprintf(args, sizeof(args), "--dataset %s --concurrency 7 --stall-timeout 1 --out %s --json %s",
-             gold("fail", sc, 7), h5, js);
+    snprintf(args, sizeof(args), "--dataset %s --concurrency 8 --stall-timeout 1 --out %s --json %s",
+             gold("fail", sc, 8), h5, js);
     uint64_t t0 = k25_now_ns();
     bench(args, &out, 0);
     double wall_s = (double)(k25_now_ns() - t0) / 1e9;
-    char *summary_line = strstr(out, "7 requests (");
+    char *summary_line = strstr(out, "8 requests (");
     assert_true(wall_s < 10); /* the stall ended by the timeout, not by the server */
     struct k25_trace t;
     struct k25_error err;
     assert_int_equal(k25_trace_read(h5, &t, &err), K25_OK);
-    assert_int_equal(t.run.n_reqs, 7);
+    assert_int_equal(t.run.n_reqs, 8);
     assert_int_equal(by_id(&t, "ok")->state, K25_REQ_COMPLETED);
+    /* a long reason is stored whole (schema 6 /reasons), not cut at the /requests column's width */
+    const char *lr = by_id(&t, "http503long")->reason;
+    assert_true(strlen(lr) > 400);
+    assert_non_null(strstr(lr, "part59 END"));
+    assert_int_equal(strncmp(lr, "HTTP 503: overloaded: part00", 28), 0);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         const struct k25_bench_req *q = by_id(&t, want[i].id);
         assert_int_equal(q->state, K25_REQ_REJECTED);
@@ -384,16 +411,16 @@ static void test_failures(void **state)
             fail_msg("%s: reason \"%s\", want \"%s...\"", want[i].id, q->reason, want[i].reason);
     }
     k25_trace_free(&t);
-    if (!summary_line || strncmp(summary_line, "7 requests (1 completed, 6 rejected)", 36))
+    if (!summary_line || strncmp(summary_line, "8 requests (1 completed, 7 rejected)", 36))
         fail_msg("output:\n%s", out);
     free(out);
     json_error_t je;
     json_t *j = json_load_file(js, 0, &je);
     assert_non_null(j);
-    assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.failed")), 6);
+    assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.failed")), 7);
     assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.failed_by_http_status.200")), 4);
     assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.failed_by_http_status.500")), 1);
-    assert_int_equal(json_integer_value(k25_json_path(j, "summary.requests.rejected")), 6);
+    assert_int_equal(json_integer_value(k25_json_path(j, "summary.requests.rejected")), 7);
     json_decref(j);
 }
 

@@ -608,7 +608,63 @@ static void test_degraded_marking(void **state)
     assert_int_equal(finals, 1);
     free(out);
     assert_true(metric(&deg, "k25_degraded_requests_total") >= 2);
+    /* k25 bench --endpoint reads the answers' "k25": {"degraded": true} into the trace and the ratio */
+    double d0 = metric(&deg, "k25_degraded_requests_total");
+    char cmd[4096], h5[512], js[512];
+    snprintf(h5, sizeof(h5), "%s/deg.h5", tu_dir);
+    snprintf(js, sizeof(js), "%s/deg.json", tu_dir);
+    snprintf(cmd, sizeof(cmd), "%s bench --endpoint http://127.0.0.1:%d --dataset %s %s --quiet --out %s --json %s",
+             tu_k25(), deg.port, GOLD, SHORT, h5, js);
+    if (tu_run(cmd, &out) != 0)
+        fail_msg("%s\n%s", cmd, out);
+    free(out);
+    double served_degraded = metric(&deg, "k25_degraded_requests_total") - d0;
+    struct k25_trace t;
+    struct k25_error err;
+    assert_int_equal(k25_trace_read(h5, &t, &err), K25_OK);
+    int n_deg = 0;
+    for (size_t i = 0; i < t.run.n_reqs; i++)
+        n_deg += t.run.reqs[i].degraded;
+    assert_int_equal(t.run.n_reqs, 4);
+    assert_int_equal(n_deg, (int)served_degraded); /* the server's own count */
+    assert_int_equal(n_deg, 4);
+    k25_trace_free(&t);
+    json_t *s = json_load_file(js, 0, NULL);
+    assert_non_null(s);
+    assert_true(json_number_value(k25_json_path(s, "summary.degraded_requests_ratio")) == 1.0);
+    assert_string_equal(json_string_value(k25_json_path(s, "provenance.endpoint.served_model")), "tiny");
+    json_decref(s);
     assert_int_equal(server_stop(&deg), 0);
+}
+
+/*
+ * k25_breaker_open is true while the server is idle: a breaker opened by a busy engine (threshold 0.2
+ * held 0.2 s, one sequence per batch) closes once the busy window empties, with no request arriving to
+ * re-evaluate it.  Waits on the gauge itself (deadline 60 s), not on a fixed time.
+ */
+static void test_breaker_gauge_idle(void **state)
+{
+    (void)state;
+    struct server b = {0};
+    if (server_start(&b, "--breaker-busy-threshold 0.2 --breaker-busy-seconds 0.2 --max-batch-size 1") != 0)
+        fail_msg("cannot start the server");
+    assert_true(metric(&b, "k25_breaker_open") == 0);
+    /* long enough for the breaker to open (busy > 0.2 for 0.2 s) */
+    json_t *j = NULL;
+    for (int i = 0; i < 20 && metric(&b, "k25_breaker_opens_total") == 0; i++) {
+        j = post_json(&b, "/v1/completions", "{\"prompt\":\"Article 3.\",\"max_tokens\":200}", 200);
+        json_decref(j);
+    }
+    assert_true(metric(&b, "k25_breaker_opens_total") >= 1);
+    /* idle now: the gauge must fall to 0 without another request */
+    uint64_t deadline = k25_now_ns() + 60000000000ULL;
+    double open = 1;
+    while ((open = metric(&b, "k25_breaker_open")) != 0 && k25_now_ns() < deadline) {
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+    }
+    assert_true(open == 0);
+    assert_int_equal(server_stop(&b), 0);
 }
 
 int main(void)
@@ -618,6 +674,7 @@ int main(void)
         cmocka_unit_test(test_bad_bodies),        cmocka_unit_test(test_stop_seed_stream),
         cmocka_unit_test(test_disconnect_cancels), cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_openai_client),     cmocka_unit_test(test_degraded_marking),
+        cmocka_unit_test(test_breaker_gauge_idle),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -174,7 +174,7 @@ int k25_write_json_atomic(const char *path, const json_t *j, struct k25_error *e
  * (margins in 1, the queue's columns before 3, the tiers' before 4, the
  * degraded queue's depth before 5) reads as absent.
  */
-#define K25_H5_SCHEMA_VERSION 5
+#define K25_H5_SCHEMA_VERSION 6
 #define K25_H5_SCHEMA_MIN_VERSION 1
 
 /* The count argument of the readers when the caller cannot know it. */
