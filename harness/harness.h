@@ -759,7 +759,7 @@ struct k25_attn_bench_opts {
     int repeat, warmup;
     uint64_t seed;
     int64_t mem_limit_bytes;   /* skip settings needing more; 0 = 90% of MemAvailable */
-    bool progress;             /* progress line on stderr */
+    enum k25_progress_mode progress; /* on stderr (progress.c); 0 (auto) resolves like the CLI's */
 };
 
 /* One measured (or skipped) setting. */

@@ -122,7 +122,7 @@ static void emit(struct k25_progress *p, int64_t done, uint64_t now, const char 
         if (final)
             fprintf(p->out, "\r\033[K");
     } else {
-        fprintf(p->out, "%s: %s%s%s%s\n", p->what, final ? "done: " : "", st, note && *note ? "; " : "",
+        fprintf(p->out, "%s: %s%s%s%s\n", p->what, final ? "end: " : "", st, note && *note ? "; " : "",
                 note ? note : "");
     }
     fflush(p->out);

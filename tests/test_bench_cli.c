@@ -404,6 +404,58 @@ static void test_serve_options(void **state)
     free(out);
 }
 
+/* Counts lines of out starting with prefix. */
+static int count_lines(const char *out, const char *prefix)
+{
+    int n = 0;
+    size_t pl = strlen(prefix);
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        n += !strncmp(l, prefix, pl);
+    return n;
+}
+
+/*
+ * Progress a CI log shows: stderr on a pipe gets plain lines (a start, periodic updates -
+ * K25_PROGRESS_INTERVAL_S shortens the 10 s period so a short run has some - and an end), no
+ * terminal escapes; --progress off and --quiet print none.  A SIGTERM'd `k25 run` says how far its
+ * prefill got (it waits on the first progress line, then signals).
+ */
+static void test_progress_lines(void **state)
+{
+    (void)state;
+    char cmd[4096], *out;
+    snprintf(cmd, sizeof(cmd), "K25_PROGRESS_INTERVAL_S=0.001 %s bench --dataset datasets/gold/ci-small.jsonl "
+             "--model tiny --filter 'input_length <= 512' --decode-max-tokens 8 --threads 1 --requests 4 "
+             "--out %s/prog.h5 2>&1 >/dev/null | cat", tu_k25(), tu_dir);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    assert_int_equal(count_lines(out, "k25 bench: starting: 4 requests"), 1);
+    assert_true(count_lines(out, "k25 bench: end: 4/4 requests (100%)") == 1);
+    assert_true(count_lines(out, "k25 bench: ") >= 3); /* start, updates, end */
+    assert_null(strchr(out, '\r'));
+    assert_null(strstr(out, "\033["));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "K25_PROGRESS_INTERVAL_S=0.001 %s bench --dataset datasets/gold/ci-small.jsonl "
+             "--model tiny --filter 'input_length <= 512' --decode-max-tokens 8 --threads 1 --requests 2 "
+             "--progress off --out %s/prog2.h5 2>&1 >/dev/null | cat", tu_k25(), tu_dir);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    assert_int_equal(count_lines(out, "k25 bench: starting"), 0);
+    assert_int_equal(count_lines(out, "k25 bench: end"), 0);
+    free(out);
+    expect_fail(RUN "--progress sometimes --out /tmp/x.h5", 2, "--progress");
+    /* SIGTERM during a long prefill: what it has, exit 143 */
+    snprintf(cmd, sizeof(cmd),
+             "(K25_PROGRESS_INTERVAL_S=0.001 %s run --model tiny --prompt x --prompt-len 30000 "
+             "--prefill-chunk-size 256 --max-tokens 2000 --threads 1 2>%s/run.err >%s/run.out & pid=$!; "
+             "i=0; while ! grep -q 'chunks (' %s/run.err && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+             "kill -TERM $pid; wait $pid; echo \"exit=$?\"; cat %s/run.err) 2>&1",
+             tu_k25(), tu_dir, tu_dir, tu_dir, tu_dir);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    if (!strstr(out, "exit=143") || !strstr(out, "k25 run: interrupted by SIGTERM: prefill ") ||
+        !strstr(out, "chunks of 30000 prompt tokens"))
+        fail_msg("%s", out);
+    free(out);
+}
+
 int main(void)
 {
     if (access(tu_k25(), X_OK) != 0) {
@@ -412,6 +464,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vllm_aliases),
+        cmocka_unit_test(test_progress_lines),
         cmocka_unit_test(test_percentile_method),
         cmocka_unit_test(test_csv),
         cmocka_unit_test(test_percentile_table),
