@@ -280,6 +280,12 @@ static void bench_options(struct bench_cli *c)
          .metavar = "S", .deflt = "30", .help = "(--endpoint) a stream silent for S seconds fails"},
         {.names = {"--request-timeout"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.request_timeout_s,
          .metavar = "S", .deflt = "600", .help = "(--endpoint) a request longer than S seconds fails"},
+        {.names = {"--server-metrics"}, .type = K25_OPT_STRING, .dest = &c->o.server_metrics, .metavar = "[URL]",
+         .deflt = "the endpoint's /metrics",
+         .help = "(--endpoint) scrape the server's Prometheus metrics every second\n"
+                 "into the trace (/server_metrics) and summary.server_metrics: raw\n"
+                 "series by name, and KV usage, running, waiting, preemptions and\n"
+                 "prefix-cache hit rate for vLLM, SGLang, TGI, llama.cpp, k25 serve"},
         {.names = {"--surge"}, .type = K25_OPT_CALL, .parse = opt_surge, .dest = &c->o, .metavar = "F:START_S:DUR_S",
          .help = "(open loop) the rate times F from START_S for DUR_S seconds\n(an empty F is 5, i.e. +400%)"},
         {.type = K25_OPT_END},
@@ -301,6 +307,7 @@ static struct k25_cliopt_cmd bench_command(struct bench_cli *c)
                  "                 [--fidelity] [--fidelity-degraded] [--fidelity-tokens N]\n"
                  "                 [--progress auto|bar|lines|off] [--quiet]\n"
                  "       k25 bench --endpoint URL [--model NAME] [--api-key KEY] [--endpoint-type completions|chat]\n"
+                 "                 [--server-metrics [URL]]\n"
                  "                 [--ignore-eos] [--stall-timeout S] [--request-timeout S] --dataset FILE --out run.h5 ...",
         .about = "Drives the reference engine (or, with --endpoint, an OpenAI-compatible server: vLLM,\n"
                  "SGLang, llama.cpp, k25 serve; docs/serve.md) with a gold set under a chosen load and\n"
@@ -425,8 +432,13 @@ int k25_cmd_bench(int argc, char **argv)
     c.o.api_key = getenv("K25_API_KEY");
     if (c.o.api_key && !*c.o.api_key)
         c.o.api_key = NULL;
-    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) /* --model names the served model with --endpoint */
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) { /* --model names the served model with --endpoint */
         c.have_model |= !strcmp(argv[i], "--model") || !strncmp(argv[i], "--model=", 8);
+        /* --server-metrics takes an optional URL: alone (last, or before another option) it means "auto" */
+        static char sm_auto[] = "--server-metrics=auto";
+        if (!strcmp(argv[i], "--server-metrics") && (i + 1 == argc || argv[i + 1][0] == '-'))
+            argv[i] = sm_auto;
+    }
     bench_options(&c);
     const struct k25_cliopt_cmd cmd = bench_command(&c);
     k25_pctl_spec_init(&c.o.pctl);

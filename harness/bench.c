@@ -20,6 +20,7 @@
 #include "k25util.h"
 #include "fidelity.h"
 #include "endpoint.h"
+#include "servermetrics.h"
 
 #include <errno.h>
 #include <math.h>
@@ -92,6 +93,10 @@ static int check_opts(const struct k25_bench_opts *o, struct k25_error *err)
         return k25_error_set(err, K25_EINVAL, cl, 0, "--fidelity-degraded",
                              "compares the in-process engine's degraded model with its full one: not available "
                              "with --endpoint");
+    if (o->server_metrics && !o->endpoint)
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--server-metrics",
+                             "scrapes a server's Prometheus metrics: it needs --endpoint (the in-process engine's "
+                             "figures are in /timeline already)");
     if (!(o->stall_timeout_s > 0) || !(o->request_timeout_s > 0))
         return k25_error_set(err, K25_EINVAL, cl, 0, "--stall-timeout", "timeouts must be positive");
     if (o->mode == K25_BENCH_OPEN) {
@@ -255,6 +260,7 @@ struct bench_state {
     struct k25_fidelity fid;
     struct k25_pctl_table *pctl; /* --metric-percentiles / --percentile-metrics */
     struct k25_progress prog;    /* the measured repetitions' progress (o.prog points here) */
+    k25_srvmet_t *srvmet;        /* --server-metrics: the scraper, stopped after the repetitions */
     size_t n_dropped;            /* requests in flight dropped by an interruption */
 };
 
@@ -268,6 +274,7 @@ static void bench_state_free(struct bench_state *st)
     }
     k25_engine_destroy(st->eng);
     k25_model_destroy(st->model);
+    k25_srvmet_destroy(st->srvmet);
     k25_endpoint_close(st->ep);
     k25_bench_run_free(&st->run);
     free_inputs(st->inputs, st->set.n);
@@ -417,6 +424,11 @@ static int measure_reps(struct bench_state *st, struct k25_error *err)
                            o->duration_s * o->repeat);
         st->o.prog = &st->prog;
     }
+    if (o->server_metrics && st->ep) {
+        const char *url = strcmp(o->server_metrics, "auto") ? o->server_metrics : k25_endpoint_metrics_url(st->ep);
+        if ((rc = k25_srvmet_start(url, o->api_key, K25_SERVER_METRICS_PERIOD_S, &st->srvmet, err)) != K25_OK)
+            return rc;
+    }
     struct k25_engine_stats st0; /* the engine's counters before the measurement: run totals are after - before */
     if (st->eng)
         k25_engine_get_stats(st->eng, &st0);
@@ -435,6 +447,7 @@ static int measure_reps(struct bench_state *st, struct k25_error *err)
         }
     }
     k25_progress_end(o->prog, (int64_t)run->n_reqs, "%s", run->interrupted ? "interrupted" : "measured");
+    k25_srvmet_stop(st->srvmet);
     k25_calib_measure(&calib, 5);
     json_object_set_new(st->prov, "calibration", k25_calib_json(&calib));
     double spread = k25_calib_spread(&calib);
@@ -595,6 +608,15 @@ static int build_doc(struct bench_state *st, struct k25_error *err)
     json_object_set_new(sj, "target", json_string(st->ep ? "endpoint" : "engine"));
     if (st->ep)
         json_object_set_new(sj, "endpoint", endpoint_summary(run));
+    if (st->srvmet) { /* the server's own figures; the report's health checks read kv_usage_ratio */
+        json_t *sm = k25_srvmet_summary_json(st->srvmet);
+        const char *note = json_string_value(json_object_get(sm, "note"));
+        if (note)
+            fprintf(stderr, "k25 bench: note: %s\n", note);
+        if (json_is_object(json_object_get(sm, "kv_usage_ratio")))
+            json_object_set(sj, "kv_usage_ratio", json_object_get(sm, "kv_usage_ratio"));
+        json_object_set_new(sj, "server_metrics", sm);
+    }
     json_object_set_new(doc, "summary", sj);
     json_object_set_new(doc, "provenance", json_incref(prov));
     /* wl and sj stay alive inside doc */
@@ -622,6 +644,8 @@ static int write_outputs(struct bench_state *st, struct k25_error *err)
         return rc;
     /* the CSV before the trace is committed: a failed CSV leaves neither (csv.c leaves no partial file) */
     if (o->csv_out && (rc = k25_bench_csv_write(o->csv_out, &st->run, &o->slo, err)) != K25_OK)
+        return rc;
+    if (st->srvmet && (rc = k25_srvmet_write(st->srvmet, &st->h5, st->run.t0_ns, err)) != K25_OK)
         return rc;
     st->h5_open = false; /* k25_trace_write commits or aborts */
     if ((rc = k25_trace_write(&st->h5, &st->run, st->sum, st->prov_s, st->cfg_s, st->wl_s, st->sum_s, err)) !=

@@ -31,6 +31,7 @@
 struct k25_endpoint {
     char url[2100];         /* the completions URL */
     char models_url[2100];
+    char metrics_url[2100]; /* the server's own /metrics (--server-metrics without a URL) */
     char model[512];
     bool chat;
     json_t *models;         /* GET /v1/models answer (or null) */
@@ -171,6 +172,7 @@ static int resolve_urls(struct k25_endpoint *ep, const char *base, struct k25_er
         b[n -= 3] = '\0';
     snprintf(ep->url, sizeof(ep->url), "%s%s", b, ep->chat ? "/v1/chat/completions" : "/v1/completions");
     snprintf(ep->models_url, sizeof(ep->models_url), "%s/v1/models", b);
+    snprintf(ep->metrics_url, sizeof(ep->metrics_url), "%s/metrics", b);
     return K25_OK;
 }
 
@@ -344,6 +346,11 @@ json_t *k25_endpoint_provenance(const k25_endpoint_t *ep)
                      ep->chat ? "chat" : "completions", "model", ep->model, "served_model",
                      served ? json_string(served) : json_null(), "models", ep->models, "response_models",
                      ep->resp_models, "response_headers", ep->resp_headers);
+}
+
+const char *k25_endpoint_metrics_url(const k25_endpoint_t *ep)
+{
+    return ep->metrics_url;
 }
 
 json_t *k25_endpoint_sent_config(const k25_endpoint_t *ep, const struct k25_bench_opts *o)

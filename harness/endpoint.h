@@ -49,6 +49,8 @@ int k25_endpoint_run(k25_endpoint_t *ep, const struct k25_loadgen_settings *s, s
 /* {url, endpoint_type, model (sent), served_model (the answers' "model", else the model list's first),
  *  models (GET /v1/models), response_models ({name: answers}), response_headers (first streamed answer)}. */
 json_t *k25_endpoint_provenance(const k25_endpoint_t *ep);
+/* The server's /metrics URL (beside /v1). */
+const char *k25_endpoint_metrics_url(const k25_endpoint_t *ep);
 /* What the client sent the server, the only settings an endpoint run's config holds (engine keys it
  * did not send are absent, not defaults): {model, temperature, stream, ..., ignore_eos}. */
 json_t *k25_endpoint_sent_config(const k25_endpoint_t *ep, const struct k25_bench_opts *o);

@@ -246,6 +246,7 @@ struct k25_bench_opts {
     const char *api_key;        /* sent as "Authorization: Bearer KEY" when not NULL */
     bool endpoint_chat;         /* POST /v1/chat/completions instead of /v1/completions */
     bool ignore_eos;            /* send "ignore_eos": true (vLLM, llama.cpp): generate max_tokens */
+    const char *server_metrics; /* --server-metrics: "auto" (the endpoint's /metrics) or a URL; NULL: none */
     double stall_timeout_s;     /* a stream without a byte for this long fails (default 30) */
     double request_timeout_s;   /* a request taking longer fails (default 600) */
     /* --surge FACTOR:START_S:DURATION_S (open loop): the rate is rate_rps x

@@ -14,10 +14,13 @@
 #include "testutil.h"
 
 #include "harness.h"
+#include "k25util.h"
+#include "servermetrics.h"
 #include "sse.h"
 
 #include <arpa/inet.h>
 #include <jansson.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -100,6 +103,7 @@ static void test_sse_reader(void **state)
 
 static int g_port;
 static int g_listen = -1;
+static int g_scrapes; /* GET /metrics answered (the counters below grow with it) */
 
 /* Delays of the "ok" scenario, milliseconds. */
 #define FIRST_MS 200
@@ -165,7 +169,28 @@ static void *serve_conn(void *arg)
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (!strncmp(req, "GET /v1/models", 14)) {
+    if (!strncmp(req, "GET /metrics", 12)) {
+        /* a vLLM-shaped target: two engines' gauges (summed), counters growing by scrape */
+        int k = __atomic_add_fetch(&g_scrapes, 1, __ATOMIC_SEQ_CST);
+        char m[1024];
+        snprintf(m, sizeof(m),
+                 "# HELP vllm:num_requests_running Number of requests running.\n"
+                 "# TYPE vllm:num_requests_running gauge\n"
+                 "vllm:num_requests_running{engine=\"0\",model_name=\"a}b\"} 1\n"
+                 "vllm:num_requests_running{engine=\"1\",model_name=\"a}b\"} 2\n"
+                 "vllm:num_requests_waiting{engine=\"0\"} 4\n"
+                 "vllm:kv_cache_usage_perc{engine=\"0\"} 0.5\n"
+                 "vllm:num_preemptions_total{engine=\"0\"} %d\n"
+                 "vllm:prefix_cache_hits_total{engine=\"0\"} %d\n"
+                 "vllm:prefix_cache_queries_total{engine=\"0\"} %d\n"
+                 "vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} 7\n",
+                 k, 3 * k, 4 * k);
+        send_head(fd, 200, "text/plain; version=0.0.4");
+        send_all(fd, m);
+    } else if (!strncmp(req, "GET /nometrics", 14)) {
+        send_head(fd, 404, "text/plain");
+        send_all(fd, "not here");
+    } else if (!strncmp(req, "GET /v1/models", 14)) {
         send_head(fd, 200, "application/json");
         send_all(fd, "{\"object\":\"list\",\"data\":[{\"id\":\"scripted\",\"object\":\"model\"}]}");
     } else if (body && strstr(body, "scenario-ok")) {
@@ -367,6 +392,101 @@ static void test_arithmetic(void **state)
     json_decref(j);
 }
 
+/* The Prometheus text reader: names, labels holding '}' and escapes, special values, comments, bad lines. */
+struct prom_log {
+    char series[8][128];
+    double v[8];
+    int n;
+};
+
+static void prom_cb(const char *series, size_t sl, const char *name, size_t nl, double v, void *u)
+{
+    struct prom_log *l = u;
+    assert_true(nl <= sl && !memcmp(series, name, nl));
+    if (l->n < 8) {
+        snprintf(l->series[l->n], sizeof(l->series[0]), "%.*s", (int)sl, series);
+        l->v[l->n++] = v;
+    }
+}
+
+static void test_prom_parse(void **state)
+{
+    (void)state;
+    const char *t = "# HELP a_total x\n# TYPE a_total counter\na_total 3\n"
+                    "b{l=\"x}y\",m=\"q\\\"r\"} +Inf 1700000000\n"
+                    "\n   c:d NaN\n"
+                    "bad line here\n{nolabel} 1\ne 2.5e-3\r\n";
+    struct prom_log l = {0};
+    assert_int_equal(k25_prom_parse(t, strlen(t), prom_cb, &l), 2); /* the two bad lines */
+    assert_int_equal(l.n, 4);
+    assert_string_equal(l.series[0], "a_total");
+    assert_true(l.v[0] == 3);
+    assert_string_equal(l.series[1], "b{l=\"x}y\",m=\"q\\\"r\"}");
+    assert_true(isinf(l.v[1]));
+    assert_string_equal(l.series[2], "c:d");
+    assert_true(isnan(l.v[2]));
+    assert_string_equal(l.series[3], "e");
+    assert_true(fabs(l.v[3] - 2.5e-3) < 1e-12);
+}
+
+/*
+ * --server-metrics: the scripted vLLM-shaped /metrics scraped during the run (a first scrape at
+ * once, a last at the end: at least 2), mapped (running summed over engines, the preemption counter's
+ * increase, the prefix hit rate from the counters' increases), raw series kept in the trace; a target
+ * without metrics is a note, not a failure.
+ */
+static void test_server_metrics(void **state)
+{
+    (void)state;
+    static const char *const sc[] = {"ok"};
+    char args[2048], h5[512], js[512], *out;
+    snprintf(h5, sizeof(h5), "%s/sm.h5", tu_dir);
+    snprintf(js, sizeof(js), "%s/sm.json", tu_dir);
+    snprintf(args, sizeof(args), "--dataset %s --requests 2 --server-metrics --out %s --json %s",
+             gold("sm", sc, 1), h5, js);
+    bench(args, &out, 0);
+    free(out);
+    json_t *j = json_load_file(js, 0, NULL);
+    assert_non_null(j);
+    const json_t *sm = k25_json_path(j, "summary.server_metrics");
+    int n = (int)json_integer_value(json_object_get(sm, "scrapes"));
+    assert_true(n >= 2);
+    assert_int_equal(json_integer_value(json_object_get(sm, "scrapes_ok")), n);
+    assert_string_equal(json_string_value(json_object_get(sm, "family")), "vllm");
+    assert_true(json_is_null(json_object_get(sm, "note")));
+    assert_true(json_number_value(k25_json_path(sm, "n_running.max")) == 3);
+    assert_true(json_number_value(k25_json_path(sm, "n_waiting.max")) == 4);
+    assert_true(json_number_value(k25_json_path(sm, "kv_usage_ratio.max")) == 0.5);
+    assert_true(json_number_value(k25_json_path(j, "summary.kv_usage_ratio.max")) == 0.5); /* for the health check */
+    assert_true(json_number_value(json_object_get(sm, "preemptions")) == n - 1);
+    assert_true(fabs(json_number_value(k25_json_path(sm, "prefix_cache_hit_rate.mean")) - 0.75) < 1e-12);
+    assert_int_equal(json_integer_value(json_object_get(sm, "series")), 8);
+    json_decref(j);
+    /* the trace: one samples row per scrape, every raw value */
+    hid_t f = H5Fopen(h5, H5F_ACC_RDONLY, H5P_DEFAULT);
+    assert_true(f >= 0);
+    hid_t d = H5Dopen2(f, "/server_metrics/samples", H5P_DEFAULT), sp = H5Dget_space(d);
+    assert_int_equal(H5Sget_simple_extent_npoints(sp), n);
+    H5Sclose(sp);
+    H5Dclose(d);
+    d = H5Dopen2(f, "/server_metrics/values", H5P_DEFAULT);
+    sp = H5Dget_space(d);
+    assert_int_equal(H5Sget_simple_extent_npoints(sp), 8 * n);
+    H5Sclose(sp);
+    H5Dclose(d);
+    H5Fclose(f);
+    /* no metrics there: a note, the run succeeds */
+    snprintf(args, sizeof(args), "--dataset %s --requests 1 --server-metrics http://127.0.0.1:%d/nometrics "
+             "--out %s --json %s", gold("sm", sc, 1), g_port, h5, js);
+    bench(args, &out, 0);
+    assert_non_null(strstr(out, "note: no server metrics at http://127.0.0.1:"));
+    free(out);
+    j = json_load_file(js, 0, NULL);
+    assert_non_null(strstr(json_string_value(k25_json_path(j, "summary.server_metrics.note")), "HTTP 404"));
+    assert_true(json_is_null(k25_json_path(j, "summary.server_metrics.kv_usage_ratio")));
+    json_decref(j);
+}
+
 /* Every broken answer is one failed request with its reason; the run finishes. */
 static void test_failures(void **state)
 {
@@ -497,6 +617,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_repair), cmocka_unit_test(test_sse_reader), cmocka_unit_test(test_arithmetic),
         cmocka_unit_test(test_failures),    cmocka_unit_test(test_open_loop),  cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_prom_parse),  cmocka_unit_test(test_server_metrics),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

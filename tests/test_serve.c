@@ -613,8 +613,8 @@ static void test_degraded_marking(void **state)
     char cmd[4096], h5[512], js[512];
     snprintf(h5, sizeof(h5), "%s/deg.h5", tu_dir);
     snprintf(js, sizeof(js), "%s/deg.json", tu_dir);
-    snprintf(cmd, sizeof(cmd), "%s bench --endpoint http://127.0.0.1:%d --dataset %s %s --quiet --out %s --json %s",
-             tu_k25(), deg.port, GOLD, SHORT, h5, js);
+    snprintf(cmd, sizeof(cmd), "%s bench --endpoint http://127.0.0.1:%d --dataset %s %s --quiet --server-metrics "
+             "--out %s --json %s", tu_k25(), deg.port, GOLD, SHORT, h5, js);
     if (tu_run(cmd, &out) != 0)
         fail_msg("%s\n%s", cmd, out);
     free(out);
@@ -633,6 +633,16 @@ static void test_degraded_marking(void **state)
     assert_non_null(s);
     assert_true(json_number_value(k25_json_path(s, "summary.degraded_requests_ratio")) == 1.0);
     assert_string_equal(json_string_value(k25_json_path(s, "provenance.endpoint.served_model")), "tiny");
+    /* k25 serve's own /metrics, scraped and mapped (KV usage: blocks used / the budget's blocks) */
+    const json_t *sm = k25_json_path(s, "summary.server_metrics");
+    assert_true(json_integer_value(json_object_get(sm, "scrapes_ok")) >= 2);
+    assert_string_equal(json_string_value(json_object_get(sm, "family")), "k25");
+    /* (the scrapes may all fall between requests: the values are checked for range, not for load) */
+    const json_t *kvj = k25_json_path(sm, "kv_usage_ratio.max");
+    assert_true(json_is_number(kvj) && json_number_value(kvj) >= 0 && json_number_value(kvj) <= 1);
+    assert_true(json_is_number(k25_json_path(sm, "n_running.max")));
+    assert_true(json_is_number(k25_json_path(sm, "n_waiting.max")));
+    assert_true(json_is_null(json_object_get(sm, "preemptions"))); /* k25 serve exports none */
     json_decref(s);
     assert_int_equal(server_stop(&deg), 0);
 }
