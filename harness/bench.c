@@ -261,6 +261,7 @@ struct bench_state {
     struct k25_pctl_table *pctl; /* --metric-percentiles / --percentile-metrics */
     struct k25_progress prog;    /* the measured repetitions' progress (o.prog points here) */
     k25_srvmet_t *srvmet;        /* --server-metrics: the scraper, stopped after the repetitions */
+    k25_gputel_t *gpu;           /* GPU telemetry (NVML; null figures without it) */
     size_t n_dropped;            /* requests in flight dropped by an interruption */
 };
 
@@ -275,6 +276,7 @@ static void bench_state_free(struct bench_state *st)
     k25_engine_destroy(st->eng);
     k25_model_destroy(st->model);
     k25_srvmet_destroy(st->srvmet);
+    k25_gputel_destroy(st->gpu);
     k25_endpoint_close(st->ep);
     k25_bench_run_free(&st->run);
     free_inputs(st->inputs, st->set.n);
@@ -424,6 +426,8 @@ static int measure_reps(struct bench_state *st, struct k25_error *err)
                            o->duration_s * o->repeat);
         st->o.prog = &st->prog;
     }
+    if ((rc = k25_gputel_start(&st->gpu, err)) != K25_OK)
+        return rc;
     if (o->server_metrics && st->ep) {
         const char *url = strcmp(o->server_metrics, "auto") ? o->server_metrics : k25_endpoint_metrics_url(st->ep);
         if ((rc = k25_srvmet_start(url, o->api_key, K25_SERVER_METRICS_PERIOD_S, &st->srvmet, err)) != K25_OK)
@@ -448,6 +452,7 @@ static int measure_reps(struct bench_state *st, struct k25_error *err)
     }
     k25_progress_end(o->prog, (int64_t)run->n_reqs, "%s", run->interrupted ? "interrupted" : "measured");
     k25_srvmet_stop(st->srvmet);
+    k25_gputel_stop(st->gpu);
     k25_calib_measure(&calib, 5);
     json_object_set_new(st->prov, "calibration", k25_calib_json(&calib));
     double spread = k25_calib_spread(&calib);
@@ -608,6 +613,15 @@ static int build_doc(struct bench_state *st, struct k25_error *err)
     json_object_set_new(sj, "target", json_string(st->ep ? "endpoint" : "engine"));
     if (st->ep)
         json_object_set_new(sj, "endpoint", endpoint_summary(run));
+    if (st->gpu) { /* GPU telemetry: the summary's figures, provenance at start and end */
+        char warn[256];
+        json_t *gs = k25_gputel_summary_json(st->gpu, warn, sizeof(warn));
+        json_object_set(sj, "gpu_utilization_p95", json_object_get(gs, "gpu_utilization_p95"));
+        json_object_set_new(sj, "gpu", gs);
+        json_object_set_new(json_object_get(prov, "machine"), "gpu_nvml", k25_gputel_provenance(st->gpu));
+        if (warn[0])
+            fprintf(stderr, "k25 bench: WARNING: %s: GPU timings may not compare\n", warn);
+    }
     if (st->srvmet) { /* the server's own figures; the report's health checks read kv_usage_ratio */
         json_t *sm = k25_srvmet_summary_json(st->srvmet);
         const char *note = json_string_value(json_object_get(sm, "note"));
@@ -646,6 +660,8 @@ static int write_outputs(struct bench_state *st, struct k25_error *err)
     if (o->csv_out && (rc = k25_bench_csv_write(o->csv_out, &st->run, &o->slo, err)) != K25_OK)
         return rc;
     if (st->srvmet && (rc = k25_srvmet_write(st->srvmet, &st->h5, st->run.t0_ns, err)) != K25_OK)
+        return rc;
+    if (st->gpu && (rc = k25_gputel_write(st->gpu, &st->h5, st->run.t0_ns, err)) != K25_OK)
         return rc;
     st->h5_open = false; /* k25_trace_write commits or aborts */
     if ((rc = k25_trace_write(&st->h5, &st->run, st->sum, st->prov_s, st->cfg_s, st->wl_s, st->sum_s, err)) !=
@@ -714,6 +730,12 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
         goto out;
     }
     note_load_guard(st.prov);
+    {
+        char nw[512];
+        json_decref(k25_provenance_numa(k25_get_threads(), nw, sizeof(nw)));
+        if (nw[0] && !st.ep) /* the engine's threads (an endpoint run's are the client's) */
+            fprintf(stderr, "k25 bench: WARNING: %s\n", nw);
+    }
     if ((rc = measure_reps(&st, err)) != K25_OK || (rc = summarize(&st, err)) != K25_OK ||
         (rc = measure_fidelity(&st, err)) != K25_OK || (rc = build_doc(&st, err)) != K25_OK ||
         (rc = write_outputs(&st, err)) != K25_OK)

@@ -611,6 +611,11 @@ void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s);
  */
 json_t *k25_provenance_collect(const struct k25_config *cfg, const char *dataset, const char *sha256,
                                const char *filter, const char *cmdline);
+/* NUMA and affinity (provenance.machine.numa): {cpuset, cpuset_cpus, nodes: [{node, cpus, cpus_in_cpuset}],
+ * nodes_in_cpuset, memory_policy, mems_allowed, threads, threads_span_nodes}, from sched_getaffinity,
+ * /sys/devices/system/node and get_mempolicy (no libnuma); warn (may be NULL / 0) gets a warning when
+ * `threads` must span nodes.  New reference. */
+json_t *k25_provenance_numa(int threads, char *warn, size_t warn_n);
 /* Adds end_time_utc (and the load average at the end) to a provenance object. */
 void k25_provenance_finish(json_t *prov);
 /* ISO 8601 UTC time of now: "2025-01-31T12:34:56Z". */
@@ -673,6 +678,31 @@ int k25_trace_export_chrome(const struct k25_trace *t, const char *path, struct 
  * the whole object is null when no window was sampled (an endpoint run).  New reference.
  */
 json_t *k25_trace_queue_json(const struct k25_trace *t);
+
+/* ------------------------------------------------------- GPU telemetry (gputelemetry.c) */
+
+/*
+ * Every GPU NVML sees (util's k25_nvml_*), sampled every K25_GPU_SAMPLE_NS on its own thread during
+ * the measured repetitions of `k25 bench` (in-process, or an endpoint on this host): /gpu_timeline in
+ * the trace, summary.gpu (gpu_utilization_p95, clocks, throttle reasons), provenance.machine.gpu_nvml
+ * (start and end).  Without NVML: no samples, figures null with the reason.
+ */
+#define K25_GPU_SAMPLE_NS 100000000LL
+#define K25_GPU_CLOCK_MOVED 0.05 /* the SM clock's max over its min beyond 1 + this: "clocks moved" */
+typedef struct k25_gputel k25_gputel_t;
+/* Opens NVML and starts sampling (nothing to sample is not an error); K25_ENOMEM / K25_EINTERNAL. */
+int k25_gputel_start(k25_gputel_t **out, struct k25_error *err);
+/* Stops sampling (a last sample and the end provenance).  NULL: no-op. */
+void k25_gputel_stop(k25_gputel_t *g);
+void k25_gputel_destroy(k25_gputel_t *g);
+/* {available, source, start, end} or {available: false, reason} (new reference). */
+json_t *k25_gputel_provenance(const k25_gputel_t *g);
+/* {gpu_utilization_p95, samples, devices, period_ms, sm_clock_min/max_mhz, clocks_moved, throttle_reasons,
+ *  power_max_w, temperature_max_c} or {gpu_utilization_p95: null, reason}; warn gets a warning ("" none). */
+json_t *k25_gputel_summary_json(const k25_gputel_t *g, char *warn, size_t warn_n);
+/* /gpu_timeline (one row per device and sample) and /meta gpu_telemetry. */
+struct k25_h5;
+int k25_gputel_write(const k25_gputel_t *g, struct k25_h5 *h, uint64_t t0_ns, struct k25_error *err);
 
 /* ---------------------------------------------------------------- bench */
 
