@@ -77,6 +77,18 @@ static int opt_positive(void *dest, const char *name, const char *v, struct k25_
     return K25_OK;
 }
 
+/* --burstiness: a gamma shape > 0; 0 gets what it would mean (evenly spaced) named. */
+static int opt_burstiness(void *dest, const char *name, const char *v, struct k25_error *err)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end != v && !*end && x == 0)
+        return k25_cliopt_error(err, K25_EINVAL, name,
+                                "0 is no gamma shape (the shape must be > 0: 1 = Poisson, < 1 burstier, > 1 more "
+                                "even, evenly spaced as it grows); for evenly spaced arrivals use --arrivals constant");
+    return opt_positive(dest, name, v, err);
+}
+
 static int opt_slo(void *dest, const char *name, const char *v, struct k25_error *err)
 {
     (void)name;
@@ -178,6 +190,7 @@ static const char *json_beside(const char *out, char *buf, size_t n)
 
 static const char *const endpoint_types[] = {"completions", "chat", NULL};
 static const char *const pctl_methods[] = {"nearest-rank", "linear", NULL};
+static const char *const ramp_strategies[] = {"linear", NULL};
 
 /* The command's state: the options, where the table's flags land, and the table itself. */
 struct bench_cli {
@@ -185,9 +198,10 @@ struct bench_cli {
     struct k25_bench_opts o;
     bool quiet, have_conc, have_burst, have_model, have_rate;
     bool save_result, have_pctl_list, have_pctl_metrics, have_goodput;
-    int endpoint_type, pctl_method, progress;
+    int endpoint_type, pctl_method, progress, arrivals, ramp_strategy;
+    bool have_arrivals, have_ramp_start, have_ramp_end, have_ramp;
     char json_buf[4200]; /* --save-result's file name beside --out */
-    struct k25_opt opts[32];
+    struct k25_opt opts[40];
 };
 
 /* The option table (which --help prints), pointing into c; data, not logic. */
@@ -218,9 +232,26 @@ static void bench_options(struct bench_cli *c)
          .metavar = "R", .seen = &c->have_rate,
          .help = "open loop: arrivals at R requests/s on a seeded schedule;\n"
                  "latencies count from each scheduled arrival"},
-        {.names = {"--burstiness"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.burstiness,
+        {.names = {"--burstiness"}, .type = K25_OPT_CALL, .parse = opt_burstiness, .dest = &c->o.burstiness,
          .metavar = "B", .seen = &c->have_burst, .deflt = "1",
-         .help = "gamma shape of the inter-arrival times (1 = Poisson, < 1 burstier)"},
+         .help = "gamma shape of the inter-arrival times (1 = Poisson, < 1 burstier,\n"
+                 "> 1 more even); 0 is refused: evenly spaced is --arrivals constant"},
+        {.names = {"--arrivals"}, .type = K25_OPT_ENUM, .dest = &c->arrivals, .choices = k25_arrival_names,
+         .seen = &c->have_arrivals,
+         .help = "open-loop arrival process: gamma (--burstiness; 1 = Poisson),\n"
+                 "constant (one every 1/R s), ramp (--ramp-up-*), trace (--trace-file)"},
+        {.names = {"--ramp-up-strategy"}, .type = K25_OPT_ENUM, .dest = &c->ramp_strategy, .choices = ramp_strategies,
+         .seen = &c->have_ramp,
+         .help = "(vLLM) linear: request i at rate START + (END - START) i / (n - 1)\n"
+                 "(--ramp-up-start-rps, --ramp-up-end-rps; needs --requests)"},
+        {.names = {"--ramp-up-start-rps"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.ramp_start_rps,
+         .metavar = "A", .seen = &c->have_ramp_start, .help = "(vLLM) the ramp's first rate"},
+        {.names = {"--ramp-up-end-rps"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.ramp_end_rps,
+         .metavar = "B", .seen = &c->have_ramp_end, .help = "(vLLM) the ramp's last rate"},
+        {.names = {"--trace-file"}, .type = K25_OPT_PATH, .dest = &c->o.trace_file,
+         .help = "replay arrivals: JSONL with \"timestamp\" in ms per line (the Mooncake\n"
+                 "layout: timestamp, input_length, output_length, hash_ids); the\n"
+                 "gold set's requests are sent at those offsets"},
         {.names = {"--filter"}, .type = K25_OPT_STRING, .dest = &c->o.filter, .metavar = "EXPR",
          .help = "select requests, e.g. 'output_length > 1800 && domain == \"legal\"'"},
         {.names = {"--warmup"}, .type = K25_OPT_INT64, .dest = &c->o.warmup, .min = 0, .max = INT64_MAX,
@@ -350,7 +381,34 @@ static int finish_options(struct bench_cli *c, int argc, char **argv, struct k25
     o->pctl_method = (enum k25_pctl_method)c->pctl_method;
     o->pctl.method = o->pctl_method;
     o->pctl_table = c->have_pctl_list || c->have_pctl_metrics;
-    if (c->have_rate)
+    /* the arrival process: the ramp and the trace imply theirs, and an open loop */
+    if (c->have_ramp || c->have_ramp_start || c->have_ramp_end) {
+        if (!c->have_ramp || !c->have_ramp_start || !c->have_ramp_end)
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--ramp-up-strategy",
+                                 "a ramp needs --ramp-up-strategy linear, --ramp-up-start-rps and --ramp-up-end-rps");
+        if (c->have_arrivals && c->arrivals != K25_ARR_RAMP)
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--arrivals", "--ramp-up-* is --arrivals ramp");
+        c->arrivals = K25_ARR_RAMP;
+        c->have_arrivals = true;
+    } else if (c->have_arrivals && c->arrivals == K25_ARR_RAMP) {
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--arrivals",
+                             "ramp needs --ramp-up-strategy linear --ramp-up-start-rps A --ramp-up-end-rps B");
+    }
+    if (o->trace_file) {
+        if (c->have_arrivals && c->arrivals != K25_ARR_TRACE)
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--trace-file", "is --arrivals trace");
+        c->arrivals = K25_ARR_TRACE;
+        c->have_arrivals = true;
+    } else if (c->have_arrivals && c->arrivals == K25_ARR_TRACE) {
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--arrivals", "trace needs --trace-file FILE");
+    }
+    o->arrivals = (enum k25_arrival_kind)c->arrivals;
+    if ((o->arrivals == K25_ARR_RAMP || o->arrivals == K25_ARR_TRACE) && c->have_rate)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--rate",
+                             "the %s sets the arrival times: no --rate", o->arrivals == K25_ARR_RAMP ? "ramp" : "trace");
+    if (c->have_arrivals && o->arrivals == K25_ARR_CONSTANT && !c->have_rate)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--arrivals", "constant needs --rate R");
+    if (c->have_rate || o->arrivals == K25_ARR_RAMP || o->arrivals == K25_ARR_TRACE)
         o->mode = K25_BENCH_OPEN;
     if (c->save_result && !o->json_out) {
         if (!o->out)
@@ -361,6 +419,9 @@ static int finish_options(struct bench_cli *c, int argc, char **argv, struct k25
     if (c->have_burst && o->mode != K25_BENCH_OPEN)
         return k25_error_set(err, K25_EINVAL, "command line", 0, "--burstiness",
                              "shapes open-loop arrivals: it needs --rate");
+    if (c->have_burst && (o->arrivals == K25_ARR_CONSTANT || o->arrivals == K25_ARR_TRACE))
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--burstiness",
+                             "shapes gamma intervals: --arrivals %s has none", k25_arrival_names[o->arrivals]);
     if (o->mode == K25_BENCH_OPEN && !c->have_conc)
         o->concurrency = 0; /* open loop: no cap unless asked */
     if (o->mode == K25_BENCH_CLOSED && c->have_conc && o->concurrency < 1)

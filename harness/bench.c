@@ -100,10 +100,23 @@ static int check_opts(const struct k25_bench_opts *o, struct k25_error *err)
     if (!(o->stall_timeout_s > 0) || !(o->request_timeout_s > 0))
         return k25_error_set(err, K25_EINVAL, cl, 0, "--stall-timeout", "timeouts must be positive");
     if (o->mode == K25_BENCH_OPEN) {
-        if (!(o->rate_rps > 0) || isinf(o->rate_rps))
+        bool rated = o->arrivals == K25_ARR_GAMMA || o->arrivals == K25_ARR_CONSTANT;
+        if (rated && (!(o->rate_rps > 0) || isinf(o->rate_rps)))
             return k25_error_set(err, K25_EINVAL, cl, 0, "--rate", "must be a positive request rate");
         if (!(o->burstiness > 0) || isinf(o->burstiness))
-            return k25_error_set(err, K25_EINVAL, cl, 0, "--burstiness", "must be > 0 (1 = Poisson)");
+            return k25_error_set(err, K25_EINVAL, cl, 0, "--burstiness",
+                                 "is the gamma shape of the inter-arrival times and must be > 0 (1 = Poisson, "
+                                 "< 1 burstier, > 1 more even); 0 is no distribution: for evenly spaced "
+                                 "arrivals use --arrivals constant");
+        if (o->surge_factor > 0 && o->arrivals != K25_ARR_GAMMA)
+            return k25_error_set(err, K25_EINVAL, cl, 0, "--surge", "shapes the gamma schedule only, not --arrivals %s",
+                                 k25_arrival_names[o->arrivals]);
+        if (o->arrivals == K25_ARR_RAMP && o->duration_s > 0)
+            return k25_error_set(err, K25_EINVAL, cl, 0, "--ramp-up-strategy",
+                                 "a linear ramp runs over a request count (--requests), not --duration");
+        if (o->arrivals == K25_ARR_TRACE && o->duration_s > 0)
+            return k25_error_set(err, K25_EINVAL, cl, 0, "--trace-file",
+                                 "replays the trace's arrivals (--requests caps them), not --duration");
         if (o->concurrency < 0)
             return k25_error_set(err, K25_EINVAL, cl, 0, "--concurrency", "must be >= 0 (0 = no cap)");
     } else if (o->concurrency < 1) {
@@ -324,6 +337,14 @@ static int load_gold(struct bench_state *st, struct k25_error *err)
         return rc;
     if (!(st->order = k25_loadgen_order(st->set.n, st->cfg->seed)))
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    if (o->requests == 0 && o->duration_s == 0 && o->mode == K25_BENCH_OPEN && o->arrivals == K25_ARR_TRACE) {
+        int64_t *t = NULL; /* default: every arrival of the trace (checked here, before anything runs) */
+        size_t n = 0;
+        if ((rc = k25_arrivals_trace(o->trace_file, 0, &t, &n, err)) != K25_OK)
+            return rc;
+        free(t);
+        o->requests = (int64_t)n;
+    }
     if (o->requests == 0 && o->duration_s == 0)
         o->requests = (int64_t)st->set.n; /* default: one pass over the selection */
     return K25_OK;

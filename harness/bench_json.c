@@ -194,6 +194,13 @@ json_t *k25_bench_workload_json(const struct k25_bench_opts *o, uint64_t seed, s
     json_object_set_new(w, "duration_s", o->duration_s > 0 ? json_real(o->duration_s) : json_null());
     json_object_set_new(w, "rate_rps", o->mode == K25_BENCH_OPEN ? json_real(o->rate_rps) : json_null());
     json_object_set_new(w, "burstiness", o->mode == K25_BENCH_OPEN ? json_real(o->burstiness) : json_null());
+    json_object_set_new(w, "arrivals", o->mode == K25_BENCH_OPEN ? json_string(k25_arrival_names[o->arrivals])
+                                                                 : json_null());
+    if (o->mode == K25_BENCH_OPEN && o->arrivals == K25_ARR_RAMP)
+        json_object_set_new(w, "ramp_up", json_pack("{s:s, s:f, s:f}", "strategy", "linear", "start_rps",
+                                                    o->ramp_start_rps, "end_rps", o->ramp_end_rps));
+    if (o->mode == K25_BENCH_OPEN && o->arrivals == K25_ARR_TRACE)
+        json_object_set_new(w, "trace_file", json_string(o->trace_file));
     json_object_set_new(w, "warmup", json_integer(o->warmup));
     json_object_set_new(w, "repeat", json_integer(o->repeat));
     json_object_set_new(w, "seed", json_integer((json_int_t)seed));

@@ -204,6 +204,19 @@ void k25_progress_end(struct k25_progress *p, int64_t done, const char *fmt, ...
 
 enum k25_bench_mode { K25_BENCH_CLOSED, K25_BENCH_OPEN };
 
+/* Open-loop arrival processes (arrivals.c; docs/metrics.md "Arrival"). */
+enum k25_arrival_kind { K25_ARR_GAMMA, K25_ARR_CONSTANT, K25_ARR_RAMP, K25_ARR_TRACE };
+extern const char *const k25_arrival_names[]; /* "gamma", "constant", "ramp", "trace", NULL */
+/* Evenly spaced: request i at (i + 1) / rate_rps; max_n of them, or every one before duration_ns. */
+int k25_arrivals_constant(double rate_rps, int64_t max_n, int64_t duration_ns, int64_t **out, size_t *n_out,
+                          struct k25_error *err);
+/* vLLM's linear ramp: request i at rate start + (end - start) i / (n - 1), gamma(burstiness) intervals. */
+int k25_arrivals_ramp(double start_rps, double end_rps, double burstiness, uint64_t seed, int64_t n_req,
+                      int64_t **out, size_t *n_out, struct k25_error *err);
+/* Offsets from a JSONL trace's "timestamp" (ms; Mooncake layout), from its first line, in order; at most
+ * max_n (0: all).  K25_EFORMAT naming the file, line and field. */
+int k25_arrivals_trace(const char *path, int64_t max_n, int64_t **out, size_t *n_out, struct k25_error *err);
+
 /* Service-level objectives for goodput; 0 = no objective on that metric. */
 struct k25_bench_slo {
     double ttft_ms, tpot_ms, itl_ms, e2e_ms;
@@ -225,6 +238,9 @@ struct k25_bench_opts {
     double duration_s;          /* 0 = use requests */
     double rate_rps;            /* open loop arrival rate */
     double burstiness;          /* gamma shape (1 = Poisson) */
+    enum k25_arrival_kind arrivals; /* open loop: gamma (default), constant, ramp, trace */
+    double ramp_start_rps, ramp_end_rps; /* K25_ARR_RAMP */
+    const char *trace_file;     /* K25_ARR_TRACE: JSONL of arrival timestamps */
     int64_t warmup;             /* requests run (closed loop) and discarded first */
     int repeat;                 /* measurement repetitions */
     struct k25_bench_slo slo;

@@ -456,6 +456,16 @@ int k25_arrivals_init(struct k25_arrivals *a, const struct k25_bench_opts *o, bo
     a->duration_ns = o->duration_s > 0 ? (int64_t)llround(o->duration_s * 1e9) : 0;
     if (o->surge_factor > 0 && o->mode != K25_BENCH_OPEN)
         return k25_error_set(err, K25_EINVAL, "command line", 0, "--surge", "needs an open loop (--rate)");
+    if (open && o->arrivals != K25_ARR_GAMMA) {
+        int rc = o->arrivals == K25_ARR_CONSTANT
+                     ? k25_arrivals_constant(o->rate_rps, n_requests, a->duration_ns, &a->sched, &a->n_sched, err)
+                 : o->arrivals == K25_ARR_RAMP
+                     ? k25_arrivals_ramp(o->ramp_start_rps, o->ramp_end_rps, o->burstiness, seed, n_requests,
+                                         &a->sched, &a->n_sched, err)
+                     : k25_arrivals_trace(o->trace_file, n_requests, &a->sched, &a->n_sched, err);
+        a->total = (int64_t)a->n_sched;
+        return rc;
+    }
     if (open) {
         int rc = k25_loadgen_schedule_surge(o->rate_rps, o->burstiness, o->surge_factor,
                                             (int64_t)llround(o->surge_start_s * 1e9),

@@ -456,6 +456,78 @@ static void test_progress_lines(void **state)
     free(out);
 }
 
+/*
+ * Arrival processes: constant spacing exactly; the linear ramp's intervals following its rate (a
+ * huge gamma shape makes them near-deterministic, so each must be within 2% of 1 / rate_i); a
+ * Mooncake-layout trace's timestamps as offsets from its first line, bad lines named; end to end,
+ * a replayed run's requests arrive at the trace's offsets; --burstiness 0 says what to use instead.
+ */
+static void test_arrivals(void **state)
+{
+    (void)state;
+    struct k25_error err;
+    int64_t *t = NULL;
+    size_t n = 0;
+    assert_int_equal(k25_arrivals_constant(4, 3, 0, &t, &n, &err), K25_OK);
+    assert_int_equal(n, 3);
+    assert_true(t[0] == 250000000 && t[1] == 500000000 && t[2] == 750000000);
+    free(t);
+    assert_int_equal(k25_arrivals_constant(4, 0, 1000000000, &t, &n, &err), K25_OK); /* a duration: 3 before 1 s */
+    assert_int_equal(n, 3);
+    free(t);
+    assert_int_equal(k25_arrivals_ramp(1, 100, 1e6, 7, 50, &t, &n, &err), K25_OK);
+    assert_int_equal(n, 50);
+    for (size_t i = 0; i < n; i++) {
+        double r = 1 + 99.0 * (double)i / 49.0, dt = (double)(t[i] - (i ? t[i - 1] : 0)) / 1e9;
+        if (fabs(dt * r - 1) > 0.02)
+            fail_msg("ramp interval %zu: %.4f s at rate %.2f", i, dt, r);
+    }
+    free(t);
+    assert_int_equal(k25_arrivals_ramp(1, 2, 1, 7, 0, &t, &n, &err), K25_EINVAL);
+    assert_non_null(strstr(err.msg, "--requests"));
+    char path[600];
+    snprintf(path, sizeof(path), "%s/mooncake.jsonl", tu_dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"timestamp\": 1000, \"input_length\": 10, \"output_length\": 2, \"hash_ids\": [0]}\n\n"
+               "{\"timestamp\": 1250, \"input_length\": 10, \"output_length\": 2, \"hash_ids\": [0, 1]}\n"
+               "{\"timestamp\": 1300.5, \"input_length\": 10, \"output_length\": 2, \"hash_ids\": [2]}\n");
+    fclose(f);
+    assert_int_equal(k25_arrivals_trace(path, 0, &t, &n, &err), K25_OK);
+    assert_int_equal(n, 3);
+    assert_true(t[0] == 0 && t[1] == 250000000 && t[2] == 300500000);
+    free(t);
+    snprintf(path, sizeof(path), "%s/bad-trace.jsonl", tu_dir);
+    f = fopen(path, "w");
+    fprintf(f, "{\"timestamp\": 5}\n{\"timestamp\": 3}\n");
+    fclose(f);
+    assert_int_equal(k25_arrivals_trace(path, 0, &t, &n, &err), K25_EFORMAT);
+    assert_int_equal(err.line, 2);
+    assert_non_null(strstr(err.msg, "time order"));
+    f = fopen(path, "w");
+    fprintf(f, "{\"ts\": 5}\n");
+    fclose(f);
+    assert_int_equal(k25_arrivals_trace(path, 0, &t, &n, &err), K25_EFORMAT);
+    assert_non_null(strstr(err.msg, "timestamp"));
+    /* end to end: the replayed run's requests arrive at the trace's offsets */
+    char args[2048], *out;
+    snprintf(args, sizeof(args), RUN "--trace-file %s/mooncake.jsonl --out %s/replay.h5", tu_dir, tu_dir);
+    assert_int_equal(k25(args, &out), 0);
+    free(out);
+    snprintf(path, sizeof(path), "%s/replay.h5", tu_dir);
+    struct k25_trace tr;
+    assert_int_equal(k25_trace_read(path, &tr, &err), K25_OK);
+    assert_int_equal(tr.run.n_reqs, 3);
+    static const int64_t want[3] = {0, 250000000, 300500000};
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(tr.run.reqs[i].arrival_ns, want[tr.run.reqs[i].seq]);
+    k25_trace_free(&tr);
+    expect_fail(RUN "--rate 2 --burstiness 0 --out /tmp/x.h5", 2, "--arrivals constant");
+    expect_fail(RUN "--ramp-up-strategy linear --ramp-up-start-rps 1 --out /tmp/x.h5", 2, "--ramp-up-end-rps");
+    expect_fail(RUN "--arrivals constant --out /tmp/x.h5", 2, "needs --rate");
+    expect_fail(RUN "--ramp-up-strategy linear --ramp-up-start-rps 1 --ramp-up-end-rps 4 --duration 2 --out /tmp/x.h5",
+                2, "--requests");
+}
+
 int main(void)
 {
     if (access(tu_k25(), X_OK) != 0) {
@@ -465,6 +537,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vllm_aliases),
         cmocka_unit_test(test_progress_lines),
+        cmocka_unit_test(test_arrivals),
         cmocka_unit_test(test_percentile_method),
         cmocka_unit_test(test_csv),
         cmocka_unit_test(test_percentile_table),
