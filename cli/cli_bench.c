@@ -215,8 +215,10 @@ static void bench_options(struct bench_cli *c)
         {.names = {"--json", "--result-filename"}, .type = K25_OPT_PATH, .dest = &c->o.json_out,
          .help = "also write the summary and provenance as JSON (for jq)"},
         {.names = {"--save-result"}, .type = K25_OPT_FLAG, .dest = &c->save_result,
-         .help = "(vLLM) write the JSON summary; without --json/--result-filename\n"
-                 "it goes beside --out (run.h5 -> run.json)"},
+         .help = "(vLLM) write the JSON summary with vLLM's result fields beside\n"
+                 "k25's (mean_ttft_ms, median_ttft_ms, p99_ttft_ms, request_throughput,\n"
+                 "output_throughput, ...); without --json/--result-filename it goes\n"
+                 "beside --out (run.h5 -> run.json)"},
         {.names = {"--csv"}, .type = K25_OPT_PATH, .dest = &c->o.csv_out,
          .help = "also write one CSV row per request (docs/cli.md lists the columns)"},
         {.names = {"--concurrency", "--max-concurrency"}, .type = K25_OPT_INT, .dest = &c->o.concurrency, .min = 0,
@@ -410,6 +412,7 @@ static int finish_options(struct bench_cli *c, int argc, char **argv, struct k25
         return k25_error_set(err, K25_EINVAL, "command line", 0, "--arrivals", "constant needs --rate R");
     if (c->have_rate || o->arrivals == K25_ARR_RAMP || o->arrivals == K25_ARR_TRACE)
         o->mode = K25_BENCH_OPEN;
+    o->vllm_result = c->save_result;
     if (c->save_result && !o->json_out) {
         if (!o->out)
             return k25_error_set(err, K25_EINVAL, "command line", 0, "--save-result",

@@ -654,6 +654,17 @@ static int build_doc(struct bench_state *st, struct k25_error *err)
     }
     json_object_set_new(doc, "summary", sj);
     json_object_set_new(doc, "provenance", json_incref(prov));
+    if (o->vllm_result) { /* --save-result: vLLM's names beside ours, for scripts written for vllm bench serve */
+        json_t *v = k25_bench_vllm_fields(run, st->sum, o);
+        if (!v)
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        json_object_set_new(v, "backend", json_string(st->ep ? (o->endpoint_chat ? "openai-chat" : "openai") : "k25"));
+        json_object_set_new(v, "model_id", json_string(st->ep ? json_string_value(json_object_get(
+                                                                    json_object_get(prov, "config"), "model"))
+                                                              : st->cfg->model));
+        json_object_update_missing(doc, v);
+        json_decref(v);
+    }
     /* wl and sj stay alive inside doc */
     st->prov_s = json_dumps(prov, JSON_COMPACT);
     st->cfg_s = json_dumps(json_object_get(prov, "config"), JSON_COMPACT);

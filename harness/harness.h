@@ -276,6 +276,7 @@ struct k25_bench_opts {
     bool pctl_table;            /* --metric-percentiles / --percentile-metrics given: report pctl as well */
     struct k25_pctl_spec pctl;  /* the chosen percentiles and metrics (k25_pctl_spec_init by opts_init) */
     const char *csv_out;        /* --csv: one row per request (csv.c), or NULL */
+    bool vllm_result;           /* --save-result: vLLM's result fields beside k25's (vllm_result.c) */
 };
 
 void k25_bench_opts_init(struct k25_bench_opts *o);
@@ -613,6 +614,10 @@ int k25_bench_summarize(const struct k25_bench_run *run, const struct k25_bench_
 json_t *k25_bench_summary_json(const struct k25_bench_summary *s);
 /* Workload settings as a JSON object. */
 json_t *k25_bench_workload_json(const struct k25_bench_opts *o, uint64_t seed, size_t n_selected);
+/* `vllm bench serve`'s result fields (mean_ttft_ms, median_ttft_ms, p99_ttft_ms, request_throughput,
+ * output_throughput, ...; vllm_result.c) from a run and its summary (new reference; NULL: no memory). */
+json_t *k25_bench_vllm_fields(const struct k25_bench_run *run, const struct k25_bench_summary *s,
+                              const struct k25_bench_opts *o);
 /* Human-readable summary. */
 void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s);
 

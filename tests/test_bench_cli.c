@@ -528,6 +528,56 @@ static void test_arrivals(void **state)
                 2, "--requests");
 }
 
+/*
+ * --save-result writes vLLM's result fields beside k25's: the same samples as the trace's, mean,
+ * median and std (population) computed here; with --percentile-method linear the percentiles numpy
+ * would print, given even where the sample cannot support them, flagged with their interval.
+ */
+static void test_vllm_result(void **state)
+{
+    (void)state;
+    free(run_ok("--save-result --percentile-method linear --metric-percentiles 50,99 --out %s/v.h5"));
+    char p[600];
+    snprintf(p, sizeof(p), "%s/v.json", tu_dir);
+    json_t *j = json_load_file(p, 0, NULL);
+    assert_non_null(j);
+    snprintf(p, sizeof(p), "%s/v.h5", tu_dir);
+    struct k25_trace t;
+    struct k25_error err;
+    assert_int_equal(k25_trace_read(p, &t, &err), K25_OK);
+    double v[64], mean = 0, var = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < t.run.n_reqs && n < 64; i++)
+        if (t.run.reqs[i].state == K25_REQ_COMPLETED)
+            v[n++] = k25_bench_req_ttft_ms(&t.run.reqs[i]);
+    k25_trace_free(&t);
+    assert_true(n >= 2);
+    qsort(v, n, sizeof(double), cmp_d);
+    for (size_t i = 0; i < n; i++)
+        mean += v[i] / (double)n;
+    for (size_t i = 0; i < n; i++)
+        var += (v[i] - mean) * (v[i] - mean) / (double)n;
+    double h = (double)(n - 1) * 0.5, med = v[(size_t)h] + (h - floor(h)) * (v[(size_t)h + (h < n - 1)] - v[(size_t)h]);
+    double h99 = (double)(n - 1) * 0.99,
+           p99 = v[(size_t)h99] + (h99 - floor(h99)) * (v[(size_t)h99 + 1 < n ? (size_t)h99 + 1 : n - 1] - v[(size_t)h99]);
+    assert_true(fabs(json_number_value(json_object_get(j, "mean_ttft_ms")) - mean) < 1e-6);
+    assert_true(fabs(json_number_value(json_object_get(j, "median_ttft_ms")) - med) < 1e-6);
+    assert_true(fabs(json_number_value(json_object_get(j, "std_ttft_ms")) - sqrt(var)) < 1e-6);
+    assert_true(fabs(json_number_value(json_object_get(j, "p99_ttft_ms")) - p99) < 1e-6);
+    assert_true(json_is_number(json_object_get(j, "p50_e2el_ms")));
+    assert_true(json_is_number(json_object_get(j, "mean_itl_ms")));
+    assert_int_equal(json_integer_value(json_object_get(j, "completed")), (json_int_t)n);
+    assert_true(json_number_value(json_object_get(j, "request_throughput")) ==
+                json_number_value(k25_json_path(j, "summary.requests_per_s")));
+    assert_true(json_is_number(json_object_get(j, "output_throughput")));
+    /* P99 of a handful of samples: given (as vLLM does) but flagged, with its interval */
+    assert_true(json_is_false(k25_json_path(j, "k25_percentile_support.p99_ttft_ms.supported")));
+    assert_int_equal(json_integer_value(k25_json_path(j, "k25_percentile_support.p99_ttft_ms.n")), (json_int_t)n);
+    assert_null(k25_json_path(j, "k25_percentile_support.p50_ttft_ms")); /* supported: not flagged */
+    assert_string_equal(json_string_value(json_object_get(j, "percentile_method")), "linear");
+    json_decref(j);
+}
+
 int main(void)
 {
     if (access(tu_k25(), X_OK) != 0) {
@@ -538,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_vllm_aliases),
         cmocka_unit_test(test_progress_lines),
         cmocka_unit_test(test_arrivals),
+        cmocka_unit_test(test_vllm_result),
         cmocka_unit_test(test_percentile_method),
         cmocka_unit_test(test_csv),
         cmocka_unit_test(test_percentile_table),
