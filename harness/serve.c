@@ -81,6 +81,7 @@ static void sreq_unref(struct sreq *r)
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->obuf);
+    k25_serve_logprobs_free(r);
     free(r);
 }
 
@@ -155,6 +156,11 @@ static void apply_events(struct k25_serve *S)
                 r->cap_out = nc;
             }
             r->out[r->n_out++] = ev->tok;
+            if (k25_serve_logprobs_add(S, r, ev->handle, r->n_out - 1) != 0 && !r->err_status) {
+                r->gone = true; /* cancelled below; the client gets an error */
+                r->err_status = 500;
+                snprintf(r->err_msg, sizeof(r->err_msg), "out of memory computing logprobs");
+            }
             double dt = (double)(ev->t_ns - (r->n_out == 1 ? r->arrival_ns : r->last_t_ns)) / 1e9;
             hist_add(r->n_out == 1 ? &S->ttft : &S->itl, dt);
             r->last_t_ns = ev->t_ns;
@@ -284,7 +290,7 @@ static void intake(struct k25_serve *S)
                                     .temperature = r->temperature, .top_p = r->top_p, .seed = r->seed,
                                     .stop_ids = r->n_stop ? stops[k] : NULL,
                                     .stop_lens = r->n_stop ? r->stop_len : NULL, .n_stop = r->n_stop,
-                                    .priority = r->priority};
+                                    .priority = r->priority, .keep_logits = r->logprobs >= 0};
         rs[k++] = r;
     }
     if (k > 0)

@@ -648,6 +648,81 @@ static void test_degraded_marking(void **state)
 }
 
 /*
+ * logprobs from the engine's logits: completions ("logprobs": k) and chat ("logprobs": true,
+ * "top_logprobs": k), streamed and whole alike; greedy decoding picks the most likely token, so each
+ * token's log probability is its list's first; every figure a log probability (<= 0), the top list
+ * in descending order.  Fields the server does not implement are a 400 naming the field.
+ */
+static void test_logprobs(void **state)
+{
+    (void)state;
+    json_t *j = post_json(&g_main, "/v1/completions",
+                          "{\"prompt\":\"Article 3.\",\"max_tokens\":5,\"logprobs\":3,\"temperature\":0}", 200);
+    const json_t *lp = k25_json_path(j, "choices");
+    lp = json_object_get(json_array_get(lp, 0), "logprobs");
+    assert_int_equal(json_array_size(json_object_get(lp, "token_logprobs")), 5);
+    for (size_t i = 0; i < 5; i++) {
+        double x = json_number_value(json_array_get(json_object_get(lp, "token_logprobs"), i));
+        const json_t *top = json_array_get(json_object_get(lp, "top_logprobs"), i);
+        assert_int_equal(json_object_size(top), 3);
+        double best = -INFINITY, sum = 0;
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)top, k, v) {
+            assert_true(json_number_value(v) <= 0);
+            best = json_number_value(v) > best ? json_number_value(v) : best;
+            sum += exp(json_number_value(v));
+        }
+        assert_true(x <= 0 && fabs(x - best) < 1e-6); /* greedy: the chosen token is the most likely */
+        assert_true(sum <= 1 + 1e-6);
+        assert_int_equal(json_integer_value(json_array_get(json_object_get(lp, "text_offset"), i)), (json_int_t)i);
+    }
+    json_decref(j);
+    j = post_json(&g_main, "/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3,\"logprobs\":true,"
+                  "\"top_logprobs\":2}", 200);
+    const json_t *c = json_object_get(json_object_get(json_array_get(k25_json_path(j, "choices"), 0), "logprobs"),
+                                      "content");
+    assert_int_equal(json_array_size(c), 3);
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *e = json_array_get(c, i), *top = json_object_get(e, "top_logprobs");
+        assert_int_equal(json_array_size(top), 2);
+        assert_true(json_number_value(json_object_get(json_array_get(top, 0), "logprob")) >=
+                    json_number_value(json_object_get(json_array_get(top, 1), "logprob")));
+        assert_int_equal(json_array_size(json_object_get(e, "bytes")), 1);
+    }
+    json_decref(j);
+    /* not asked: null */
+    j = post_json(&g_main, "/v1/completions", "{\"prompt\":\"Article 3.\",\"max_tokens\":2}", 200);
+    assert_true(json_is_null(json_object_get(json_array_get(k25_json_path(j, "choices"), 0), "logprobs")));
+    json_decref(j);
+    static const struct {
+        const char *path, *body, *param;
+    } bad[] = {
+        {"/v1/completions", "{\"prompt\":\"A\",\"logprobs\":21}", "logprobs"},
+        {"/v1/completions", "{\"prompt\":\"A\",\"top_logprobs\":2}", "top_logprobs"},
+        {"/v1/completions", "{\"prompt\":\"A\",\"echo\":true}", "echo"},
+        {"/v1/completions", "{\"prompt\":\"A\",\"best_of\":3}", "best_of"},
+        {"/v1/completions", "{\"prompt\":\"A\",\"logit_bias\":{\"5\":10}}", "logit_bias"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[]}", "tools"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"top_logprobs\":2}",
+         "top_logprobs"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_object\"}}",
+         "response_format"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"presence_penalty\":1}",
+         "presence_penalty"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        j = post_json(&g_main, bad[i].path, bad[i].body, 400);
+        const char *param = json_string_value(k25_json_path(j, "error.param"));
+        if (!param || strcmp(param, bad[i].param))
+            fail_msg("%s: param %s, want %s", bad[i].body, param ? param : "(none)", bad[i].param);
+        json_decref(j);
+    }
+}
+
+/*
  * k25_breaker_open is true while the server is idle: a breaker opened by a busy engine (threshold 0.2
  * held 0.2 s, one sequence per batch) closes once the busy window empties, with no request arriving to
  * re-evaluate it.  Waits on the gauge itself (deadline 60 s), not on a fixed time.
@@ -684,7 +759,7 @@ int main(void)
         cmocka_unit_test(test_bad_bodies),        cmocka_unit_test(test_stop_seed_stream),
         cmocka_unit_test(test_disconnect_cancels), cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_openai_client),     cmocka_unit_test(test_degraded_marking),
-        cmocka_unit_test(test_breaker_gauge_idle),
+        cmocka_unit_test(test_breaker_gauge_idle), cmocka_unit_test(test_logprobs),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
