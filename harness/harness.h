@@ -10,6 +10,8 @@
  *                 repetitions
  *   loadgen.c     request order, open-loop arrival schedules, and the event
  *                 loop that drives the engine from the calling thread
+ *   arrivals.c    the other arrival processes: constant, linear ramp, trace replay
+ *   progress.c    the progress reporter of every long command (bar or lines)
  *   metrics.c     per-request metrics and the run summary (struct
  *                 k25_bench_summary) computed from the recorded events
  *   bench_json.c  the summary as JSON and as text
@@ -22,9 +24,12 @@
  *   fidelity.c    lossy settings against the exact engine (fidelity.h)
  *   endpoint.c    the load generator against an OpenAI-compatible server
  *                 (endpoint.h, sse.c)
+ *   servermetrics.c  the server's Prometheus metrics beside an endpoint run
+ *   gputelemetry.c   NVML samples, GPU provenance and gpu_utilization_p95
+ *   vllm_result.c    --save-result's vLLM field names
  *   inspect.c     `k25 inspect`: printing a stored run, Chrome trace export
  *   bench.c       k25_bench_run: the whole measurement, start to finish
- *   serve.c, serve_api.c  `k25 serve` (serve_int.h)
+ *   serve.c, serve_api.c, serve_logprobs.c  `k25 serve` (serve_int.h)
  *   attnbench.c   the attention microbenchmark (`k25 attn-bench`)
  *   checksum.c    `k25 checksum`: a model directory's hashes and shapes
  *   testknob.c    TEST-ONLY degradation knobs
