@@ -118,6 +118,7 @@ int k25_cmd_attn_bench(int argc, char **argv)
     o.repeat = 3, o.warmup = 1, o.seed = 1;
     const char *out_path = NULL, *json_file = NULL;
     bool json = false, quiet = false, quick_probe = false;
+    int progress = K25_PROGRESS_AUTO;
     int threads = 0;
     int64_t seed = 1, mem_limit_mb = 0;
     struct k25_attn_bench_result res;
@@ -165,6 +166,9 @@ int k25_cmd_attn_bench(int argc, char **argv)
         {.names = {"--quick-probe"}, .type = K25_OPT_FLAG, .dest = &quick_probe,
          .help = "short machine probes (for tests; less precise)"},
         {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &quiet, .help = "no progress on stderr"},
+        {.names = {"--progress"}, .type = K25_OPT_ENUM, .dest = &progress, .choices = k25_progress_mode_names,
+         .help = "progress on stderr: auto (a bar on a terminal, else a plain line\n"
+                 "every 10 s: settings done/total, rate, ETA), bar, lines, off"},
         {.type = K25_OPT_END},
     };
     const struct k25_cliopt_cmd cmd = {
@@ -196,7 +200,7 @@ int k25_cmd_attn_bench(int argc, char **argv)
                       "%d query heads cannot share %d KV heads evenly", o.heads, o.kv_heads);
         goto out_err;
     }
-    o.progress = !quiet && isatty(2);
+    o.progress = k25_progress_resolve((enum k25_progress_mode)progress, quiet);
     /* output paths checked before anything is measured */
     if ((out_path && k25_output_file_check(out_path, "--out", &err) != K25_OK) ||
         (json_file && k25_output_file_check(json_file, "--json-file", &err) != K25_OK))

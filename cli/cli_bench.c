@@ -77,6 +77,18 @@ static int opt_positive(void *dest, const char *name, const char *v, struct k25_
     return K25_OK;
 }
 
+/* --burstiness: a gamma shape > 0; 0 gets what it would mean (evenly spaced) named. */
+static int opt_burstiness(void *dest, const char *name, const char *v, struct k25_error *err)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end != v && !*end && x == 0)
+        return k25_cliopt_error(err, K25_EINVAL, name,
+                                "0 is no gamma shape (the shape must be > 0: 1 = Poisson, < 1 burstier, > 1 more "
+                                "even, evenly spaced as it grows); for evenly spaced arrivals use --arrivals constant");
+    return opt_positive(dest, name, v, err);
+}
+
 static int opt_slo(void *dest, const char *name, const char *v, struct k25_error *err)
 {
     (void)name;
@@ -178,6 +190,7 @@ static const char *json_beside(const char *out, char *buf, size_t n)
 
 static const char *const endpoint_types[] = {"completions", "chat", NULL};
 static const char *const pctl_methods[] = {"nearest-rank", "linear", NULL};
+static const char *const ramp_strategies[] = {"linear", NULL};
 
 /* The command's state: the options, where the table's flags land, and the table itself. */
 struct bench_cli {
@@ -185,9 +198,10 @@ struct bench_cli {
     struct k25_bench_opts o;
     bool quiet, have_conc, have_burst, have_model, have_rate;
     bool save_result, have_pctl_list, have_pctl_metrics, have_goodput;
-    int endpoint_type, pctl_method;
+    int endpoint_type, pctl_method, progress, arrivals, ramp_strategy;
+    bool have_arrivals, have_ramp_start, have_ramp_end, have_ramp;
     char json_buf[4200]; /* --save-result's file name beside --out */
-    struct k25_opt opts[32];
+    struct k25_opt opts[40];
 };
 
 /* The option table (which --help prints), pointing into c; data, not logic. */
@@ -201,8 +215,10 @@ static void bench_options(struct bench_cli *c)
         {.names = {"--json", "--result-filename"}, .type = K25_OPT_PATH, .dest = &c->o.json_out,
          .help = "also write the summary and provenance as JSON (for jq)"},
         {.names = {"--save-result"}, .type = K25_OPT_FLAG, .dest = &c->save_result,
-         .help = "(vLLM) write the JSON summary; without --json/--result-filename\n"
-                 "it goes beside --out (run.h5 -> run.json)"},
+         .help = "(vLLM) write the JSON summary with vLLM's result fields beside\n"
+                 "k25's (mean_ttft_ms, median_ttft_ms, p99_ttft_ms, request_throughput,\n"
+                 "output_throughput, ...); without --json/--result-filename it goes\n"
+                 "beside --out (run.h5 -> run.json)"},
         {.names = {"--csv"}, .type = K25_OPT_PATH, .dest = &c->o.csv_out,
          .help = "also write one CSV row per request (docs/cli.md lists the columns)"},
         {.names = {"--concurrency", "--max-concurrency"}, .type = K25_OPT_INT, .dest = &c->o.concurrency, .min = 0,
@@ -218,9 +234,26 @@ static void bench_options(struct bench_cli *c)
          .metavar = "R", .seen = &c->have_rate,
          .help = "open loop: arrivals at R requests/s on a seeded schedule;\n"
                  "latencies count from each scheduled arrival"},
-        {.names = {"--burstiness"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.burstiness,
+        {.names = {"--burstiness"}, .type = K25_OPT_CALL, .parse = opt_burstiness, .dest = &c->o.burstiness,
          .metavar = "B", .seen = &c->have_burst, .deflt = "1",
-         .help = "gamma shape of the inter-arrival times (1 = Poisson, < 1 burstier)"},
+         .help = "gamma shape of the inter-arrival times (1 = Poisson, < 1 burstier,\n"
+                 "> 1 more even); 0 is refused: evenly spaced is --arrivals constant"},
+        {.names = {"--arrivals"}, .type = K25_OPT_ENUM, .dest = &c->arrivals, .choices = k25_arrival_names,
+         .seen = &c->have_arrivals,
+         .help = "open-loop arrival process: gamma (--burstiness; 1 = Poisson),\n"
+                 "constant (one every 1/R s), ramp (--ramp-up-*), trace (--trace-file)"},
+        {.names = {"--ramp-up-strategy"}, .type = K25_OPT_ENUM, .dest = &c->ramp_strategy, .choices = ramp_strategies,
+         .seen = &c->have_ramp,
+         .help = "(vLLM) linear: request i at rate START + (END - START) i / (n - 1)\n"
+                 "(--ramp-up-start-rps, --ramp-up-end-rps; needs --requests)"},
+        {.names = {"--ramp-up-start-rps"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.ramp_start_rps,
+         .metavar = "A", .seen = &c->have_ramp_start, .help = "(vLLM) the ramp's first rate"},
+        {.names = {"--ramp-up-end-rps"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.ramp_end_rps,
+         .metavar = "B", .seen = &c->have_ramp_end, .help = "(vLLM) the ramp's last rate"},
+        {.names = {"--trace-file"}, .type = K25_OPT_PATH, .dest = &c->o.trace_file,
+         .help = "replay arrivals: JSONL with \"timestamp\" in ms per line (the Mooncake\n"
+                 "layout: timestamp, input_length, output_length, hash_ids); the\n"
+                 "gold set's requests are sent at those offsets"},
         {.names = {"--filter"}, .type = K25_OPT_STRING, .dest = &c->o.filter, .metavar = "EXPR",
          .help = "select requests, e.g. 'output_length > 1800 && domain == \"legal\"'"},
         {.names = {"--warmup"}, .type = K25_OPT_INT64, .dest = &c->o.warmup, .min = 0, .max = INT64_MAX,
@@ -258,7 +291,10 @@ static void bench_options(struct bench_cli *c)
         {.names = {"--fidelity-tokens"}, .type = K25_OPT_INT, .dest = &c->o.fidelity_tokens, .min = 1, .max = 100000,
          .help = "generated positions compared per request\n(--fidelity, --fidelity-degraded)"},
         {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &c->quiet,
-         .help = "no progress line (it is shown only when stderr is a terminal)"},
+         .help = "no progress and no closing note (--progress off)"},
+        {.names = {"--progress"}, .type = K25_OPT_ENUM, .dest = &c->progress, .choices = k25_progress_mode_names,
+         .help = "progress on stderr: auto (a bar on a terminal, else a plain line\n"
+                 "every 10 s: done/total, rate, ETA), bar, lines, off"},
         {.names = {"--endpoint"}, .type = K25_OPT_STRING, .dest = &c->o.endpoint, .metavar = "URL",
          .help = "benchmark an OpenAI-compatible server instead of the engine:\n"
                  "http://HOST:PORT (or .../v1, or the full completions URL); every\n"
@@ -283,6 +319,12 @@ static void bench_options(struct bench_cli *c)
          .metavar = "S", .deflt = "30", .help = "(--endpoint) a stream silent for S seconds fails"},
         {.names = {"--request-timeout"}, .type = K25_OPT_CALL, .parse = opt_positive, .dest = &c->o.request_timeout_s,
          .metavar = "S", .deflt = "600", .help = "(--endpoint) a request longer than S seconds fails"},
+        {.names = {"--server-metrics"}, .type = K25_OPT_STRING, .dest = &c->o.server_metrics, .metavar = "[URL]",
+         .deflt = "the endpoint's /metrics",
+         .help = "(--endpoint) scrape the server's Prometheus metrics every second\n"
+                 "into the trace (/server_metrics) and summary.server_metrics: raw\n"
+                 "series by name, and KV usage, running, waiting, preemptions and\n"
+                 "prefix-cache hit rate for vLLM, SGLang, TGI, llama.cpp, k25 serve"},
         {.names = {"--surge"}, .type = K25_OPT_CALL, .parse = opt_surge, .dest = &c->o, .metavar = "F:START_S:DUR_S",
          .help = "(open loop) the rate times F from START_S for DUR_S seconds\n(an empty F is 5, i.e. +400%)"},
         {.type = K25_OPT_END},
@@ -301,8 +343,10 @@ static struct k25_cliopt_cmd bench_command(struct bench_cli *c)
                  "                 [--filter EXPR] [--warmup N] [--repeat K] [--seed S]\n"
                  "                 [--slo ttft_ms=500,tpot_ms=50] [--json summary.json] [--csv requests.csv]\n"
                  "                 [--percentile-method nearest-rank|linear] [--metric-percentiles 50,90,99]\n"
-                 "                 [--fidelity] [--fidelity-degraded] [--fidelity-tokens N] [--quiet]\n"
+                 "                 [--fidelity] [--fidelity-degraded] [--fidelity-tokens N]\n"
+                 "                 [--progress auto|bar|lines|off] [--quiet]\n"
                  "       k25 bench --endpoint URL [--model NAME] [--api-key KEY] [--endpoint-type completions|chat]\n"
+                 "                 [--server-metrics [URL]]\n"
                  "                 [--ignore-eos] [--stall-timeout S] [--request-timeout S] --dataset FILE --out run.h5 ...",
         .about = "Drives the reference engine (or, with --endpoint, an OpenAI-compatible server: vLLM,\n"
                  "SGLang, llama.cpp, k25 serve; docs/serve.md) with a gold set under a chosen load and\n"
@@ -345,8 +389,36 @@ static int finish_options(struct bench_cli *c, int argc, char **argv, struct k25
     o->pctl_method = (enum k25_pctl_method)c->pctl_method;
     o->pctl.method = o->pctl_method;
     o->pctl_table = c->have_pctl_list || c->have_pctl_metrics;
-    if (c->have_rate)
+    /* the arrival process: the ramp and the trace imply theirs, and an open loop */
+    if (c->have_ramp || c->have_ramp_start || c->have_ramp_end) {
+        if (!c->have_ramp || !c->have_ramp_start || !c->have_ramp_end)
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--ramp-up-strategy",
+                                 "a ramp needs --ramp-up-strategy linear, --ramp-up-start-rps and --ramp-up-end-rps");
+        if (c->have_arrivals && c->arrivals != K25_ARR_RAMP)
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--arrivals", "--ramp-up-* is --arrivals ramp");
+        c->arrivals = K25_ARR_RAMP;
+        c->have_arrivals = true;
+    } else if (c->have_arrivals && c->arrivals == K25_ARR_RAMP) {
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--arrivals",
+                             "ramp needs --ramp-up-strategy linear --ramp-up-start-rps A --ramp-up-end-rps B");
+    }
+    if (o->trace_file) {
+        if (c->have_arrivals && c->arrivals != K25_ARR_TRACE)
+            return k25_error_set(err, K25_EINVAL, "command line", 0, "--trace-file", "is --arrivals trace");
+        c->arrivals = K25_ARR_TRACE;
+        c->have_arrivals = true;
+    } else if (c->have_arrivals && c->arrivals == K25_ARR_TRACE) {
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--arrivals", "trace needs --trace-file FILE");
+    }
+    o->arrivals = (enum k25_arrival_kind)c->arrivals;
+    if ((o->arrivals == K25_ARR_RAMP || o->arrivals == K25_ARR_TRACE) && c->have_rate)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--rate",
+                             "the %s sets the arrival times: no --rate", o->arrivals == K25_ARR_RAMP ? "ramp" : "trace");
+    if (c->have_arrivals && o->arrivals == K25_ARR_CONSTANT && !c->have_rate)
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--arrivals", "constant needs --rate R");
+    if (c->have_rate || o->arrivals == K25_ARR_RAMP || o->arrivals == K25_ARR_TRACE)
         o->mode = K25_BENCH_OPEN;
+    o->vllm_result = c->save_result;
     if (c->save_result && !o->json_out) {
         if (!o->out)
             return k25_error_set(err, K25_EINVAL, "command line", 0, "--save-result",
@@ -356,6 +428,9 @@ static int finish_options(struct bench_cli *c, int argc, char **argv, struct k25
     if (c->have_burst && o->mode != K25_BENCH_OPEN)
         return k25_error_set(err, K25_EINVAL, "command line", 0, "--burstiness",
                              "shapes open-loop arrivals: it needs --rate");
+    if (c->have_burst && (o->arrivals == K25_ARR_CONSTANT || o->arrivals == K25_ARR_TRACE))
+        return k25_error_set(err, K25_EINVAL, "command line", 0, "--burstiness",
+                             "shapes gamma intervals: --arrivals %s has none", k25_arrival_names[o->arrivals]);
     if (o->mode == K25_BENCH_OPEN && !c->have_conc)
         o->concurrency = 0; /* open loop: no cap unless asked */
     if (o->mode == K25_BENCH_CLOSED && c->have_conc && o->concurrency < 1)
@@ -367,7 +442,7 @@ static int finish_options(struct bench_cli *c, int argc, char **argv, struct k25
                              "applies to --endpoint runs only");
     if (o->endpoint && c->have_model)
         o->endpoint_model = c->cfg.model;
-    o->progress = !c->quiet && isatty(2) && !o->endpoint;
+    o->progress = k25_progress_resolve((enum k25_progress_mode)c->progress, c->quiet);
     return K25_OK;
 }
 
@@ -429,8 +504,13 @@ int k25_cmd_bench(int argc, char **argv)
     c.o.api_key = getenv("K25_API_KEY");
     if (c.o.api_key && !*c.o.api_key)
         c.o.api_key = NULL;
-    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) /* --model names the served model with --endpoint */
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) { /* --model names the served model with --endpoint */
         c.have_model |= !strcmp(argv[i], "--model") || !strncmp(argv[i], "--model=", 8);
+        /* --server-metrics takes an optional URL: alone (last, or before another option) it means "auto" */
+        static char sm_auto[] = "--server-metrics=auto";
+        if (!strcmp(argv[i], "--server-metrics") && (i + 1 == argc || argv[i + 1][0] == '-'))
+            argv[i] = sm_auto;
+    }
     bench_options(&c);
     const struct k25_cliopt_cmd cmd = bench_command(&c);
     k25_pctl_spec_init(&c.o.pctl);

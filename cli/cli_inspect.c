@@ -58,6 +58,16 @@ static void print_text(FILE *out, const char *path, bool interrupted, json_t *pr
     fprintf(out, "  model        %s, seed %lld, time %s .. %s\n", js(c, "model"),
             (long long)json_integer_value(json_object_get(prov, "seed")), js(prov, "start_time_utc"),
             js(prov, "end_time_utc"));
+    const json_t *ep = json_object_get(prov, "endpoint");
+    if (ep) { /* an endpoint run: the server measured, and what the client sent it */
+        const json_t *h = json_object_get(ep, "response_headers");
+        fprintf(out, "  server       %s (%s), model sent %s, served model %s%s%s\n", js(ep, "url"),
+                js(ep, "endpoint_type"), js(ep, "model"), js(ep, "served_model"),
+                json_is_string(json_object_get(h, "server")) ? ", server header " : "",
+                json_is_string(json_object_get(h, "server")) ? js(h, "server") : "");
+        fprintf(out, "  engine       the server's settings are %s; the config holds what was sent\n",
+                K25_NOT_VISIBLE);
+    }
     fprintf(out, "  command      %s\n", js(prov, "command_line"));
     fprintf(out, "\nworkload: %s loop, concurrency %lld, ", js(wl, "mode"),
             (long long)json_integer_value(json_object_get(wl, "concurrency")));
@@ -96,8 +106,12 @@ static void print_text(FILE *out, const char *path, bool interrupted, json_t *pr
     }
     const json_t *h = json_object_get(sum, "harness");
     fprintf(out, "  harness overhead: ");
-    print_num(out, json_object_get(h, "overhead_per_request_us"), "%.1f us/request, ");
-    print_num(out, json_object_get(h, "overhead_per_token_us"), "%.3f us/token\n");
+    if (json_is_string(json_object_get(h, "note"))) { /* an endpoint run */
+        fprintf(out, "%s\n", json_string_value(json_object_get(h, "note")));
+    } else {
+        print_num(out, json_object_get(h, "overhead_per_request_us"), "%.1f us/request, ");
+        print_num(out, json_object_get(h, "overhead_per_token_us"), "%.3f us/token\n");
+    }
 }
 
 int k25_cmd_inspect(int argc, char **argv)

@@ -17,7 +17,7 @@ int k25_cmd_report(int argc, char **argv)
     bool check = false, quiet = false;
     static const char *const formats[] = {"png", "svg", "pdf", NULL};
     static const enum k25_report_format format_of[] = {K25_FMT_PNG, K25_FMT_SVG, K25_FMT_PDF};
-    int format = 0;
+    int format = 0, progress = K25_PROGRESS_AUTO;
     struct k25_error err;
     k25_error_clear(&err);
     const struct k25_opt opts[] = {
@@ -31,6 +31,9 @@ int k25_cmd_report(int argc, char **argv)
         {.names = {"--title"}, .type = K25_OPT_STRING, .dest = &o.title, .metavar = "T", .help = "report title"},
         {.names = {"--check"}, .type = K25_OPT_FLAG, .dest = &check, .help = "exit 1 unless the SLA verdict is PASS"},
         {.names = {"--quiet", "-q"}, .type = K25_OPT_FLAG, .dest = &quiet, .help = "no summary line on stderr"},
+        {.names = {"--progress"}, .type = K25_OPT_ENUM, .dest = &progress, .choices = k25_progress_mode_names,
+         .help = "a line per stage on stderr (inputs, data, plots, documents): auto\n"
+                 "(a bar on a terminal, else lines), bar, lines, off (also --quiet)"},
         {.type = K25_OPT_END},
     };
     const struct k25_cliopt_cmd cmd = {
@@ -59,6 +62,7 @@ int k25_cmd_report(int argc, char **argv)
     }
     o.format = format_of[format];
     o.quiet = quiet;
+    o.progress = (enum k25_progress_mode)progress;
     if (argc - 1 > (int)(sizeof(inputs) / sizeof(inputs[0]))) {
         fprintf(stderr, "k25 report: at most %zu inputs\n", sizeof(inputs) / sizeof(inputs[0]));
         return 2;

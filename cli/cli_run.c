@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,24 +103,74 @@ static void print_text(FILE *out, const int32_t *ids, int n)
     fputc('\n', out);
 }
 
+/* What the run has done so far: the prefill's progress (progress.c) and the counts a SIGTERM reports. */
 struct progress {
-    bool on;
-    int n_input, chunk;
-    uint64_t t0;
+    struct k25_progress p;
+    int n_input, chunk, chunks_total, chunks_done, tokens;
 };
 
 static void on_event(const struct k25_event *ev, void *user)
 {
     struct progress *pg = user;
-    if (!pg->on)
-        return;
     if (ev->type == K25_EV_PREFILL_CHUNK) {
-        int total = (pg->n_input + pg->chunk - 1) / pg->chunk;
-        fprintf(stderr, "\rprefill: chunk %d/%d, %.1fs", ev->index + 1, total,
-                (double)(ev->t_ns - pg->t0) / 1e9);
-    } else if (ev->type == K25_EV_TOKEN && ev->index == 0) {
-        fprintf(stderr, "\r\033[K");
+        pg->chunks_done = ev->index + 1;
+        k25_progress_update(&pg->p, pg->chunks_done, NULL);
+    } else if (ev->type == K25_EV_TOKEN) {
+        if (pg->tokens++ == 0)
+            k25_progress_end(&pg->p, pg->chunks_total, "first token");
     }
+}
+
+static volatile sig_atomic_t g_run_stop; /* the signal that asked k25 run to stop */
+
+static void on_run_signal(int sig)
+{
+    if (g_run_stop) { /* a second signal: at once */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_run_stop = sig;
+}
+
+/*
+ * k25_engine_run with SIGINT/SIGTERM caught: a signal cancels the request and
+ * says what was done (prefill chunks, tokens), the tokens so far going to
+ * stdout as usual.  Returns 0, 1 (engine failure) or 128 + the signal.
+ */
+static int run_until_done_or_signal(k25_engine_t *eng, int h, struct progress *pg, struct k25_error *err)
+{
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_run_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    int rc = K25_OK;
+    bool cancelled = false;
+    while (!k25_engine_idle(eng) && rc == K25_OK) {
+        if (g_run_stop && !cancelled) {
+            k25_engine_cancel(eng, h, g_run_stop == SIGINT ? "interrupted by SIGINT" : "interrupted by SIGTERM");
+            cancelled = true;
+        }
+        rc = k25_engine_step(eng, err);
+    }
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (rc != K25_OK)
+        return 1;
+    if (!g_run_stop)
+        return 0;
+    k25_progress_end(&pg->p, pg->chunks_done, "interrupted");
+    const struct k25_result *r = k25_engine_result(eng, h);
+    fprintf(stderr, "k25 run: interrupted by %s: prefill %d/%d chunks of %d prompt tokens, %d tokens generated%s\n",
+            g_run_stop == SIGINT ? "SIGINT" : "SIGTERM", pg->chunks_done, pg->chunks_total, pg->n_input,
+            r ? r->n_output : 0, r && r->n_output > 0 ? " (on stdout)" : "");
+    if (r && r->n_output > 0) {
+        print_text(stdout, r->output_ids, r->n_output);
+        fflush(stdout);
+    }
+    return 128 + g_run_stop;
 }
 
 /* Median gap between consecutive generated tokens in ms (0 with fewer than two): unlike the mean
@@ -357,6 +408,7 @@ int k25_cmd_run(int argc, char **argv)
     const char *prompt = NULL, *prompt_file = NULL, *id_list = NULL;
     int prompt_len = 0, max_tokens = 0;
     bool json = false, quiet = false;
+    int progress = K25_PROGRESS_AUTO;
     const struct k25_opt opts[] = {
         {.names = {"--prompt"}, .type = K25_OPT_STRING, .dest = &prompt, .metavar = "TEXT",
          .help = "prompt text, encoded with the model folder's tokenizer.json (BOS template included;\n"
@@ -372,6 +424,9 @@ int k25_cmd_run(int argc, char **argv)
         {.names = {"--json"}, .type = K25_OPT_FLAG, .dest = &json,
          .help = "print one JSON object: input_ids, output_ids, text, timing,\nmemory and the effective config"},
         {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &quiet, .help = "no progress on stderr"},
+        {.names = {"--progress"}, .type = K25_OPT_ENUM, .dest = &progress, .choices = k25_progress_mode_names,
+         .help = "the prefill's progress on stderr: auto (a bar on a terminal, else a\n"
+                 "plain line every 10 s: chunks done/total, rate, ETA), bar, lines, off"},
         {.type = K25_OPT_END},
     };
     const struct k25_cliopt_cmd cmd = {
@@ -413,8 +468,11 @@ int k25_cmd_run(int argc, char **argv)
     if (k25_engine_create(&cfg, model, &eng, &err) != K25_OK)
         goto out_err;
     k25_testknob_install(eng);
-    struct progress pg = {!quiet && isatty(2), n_ids,
-                          cfg.disable_prefill_optimization ? n_ids : cfg.prefill_chunk_size, k25_now_ns()};
+    struct progress pg = {.n_input = n_ids,
+                          .chunk = cfg.disable_prefill_optimization ? n_ids : cfg.prefill_chunk_size};
+    pg.chunks_total = (n_ids + pg.chunk - 1) / pg.chunk;
+    k25_progress_begin(&pg.p, k25_progress_resolve((enum k25_progress_mode)progress, quiet || json), "k25 run prefill",
+                       "chunks", pg.chunks_total, 0);
     k25_engine_set_event_cb(eng, on_event, &pg);
     /* section starts of a text prompt (byte tokenizer: byte offsets), for the KV tiers' spans; a
      * tokenizer.json gives no byte offsets yet, so a model folder's prompt has none (fixed spans) */
@@ -435,8 +493,15 @@ int k25_cmd_run(int argc, char **argv)
                               .max_new_tokens = (int)max_tokens, .section_starts = sections,
                               .n_section_starts = n_sections};
     int h;
-    if (k25_engine_submit(eng, &req, &h, &err) != K25_OK || k25_engine_run(eng, &err) != K25_OK)
+    if (k25_engine_submit(eng, &req, &h, &err) != K25_OK)
         goto out_err;
+    int rs = run_until_done_or_signal(eng, h, &pg, &err);
+    if (rs == 1)
+        goto out_err;
+    if (rs != 0) {
+        status = rs;
+        goto out;
+    }
     const struct k25_result *r = k25_engine_result(eng, h);
     if (r->state != K25_REQ_COMPLETED) {
         k25_error_set(&err, K25_ENOMEM, NULL, 0, NULL, "request %s: %s", k25_req_state_name(r->state),

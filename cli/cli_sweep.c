@@ -77,6 +77,7 @@ int k25_cmd_sweep(int argc, char **argv)
 {
     const char *spec_path = NULL, *out = NULL, *only = NULL, *k25_path = "/proc/self/exe", *endpoint = NULL;
     int jobs = 1, task = -1, cpus = 1;
+    int progress = K25_PROGRESS_AUTO;
     bool dry = false, best = false, quiet = false, merge = false, slurm = false, partial = false, resume = false;
     struct k25_error err;
     k25_error_clear(&err);
@@ -97,7 +98,10 @@ int k25_cmd_sweep(int argc, char **argv)
         {.names = {"--print-best"}, .type = K25_OPT_FLAG, .dest = &best,
          .help = "after the sweep (or alone, on finished results), print the best\n"
                  "setting as YAML to paste into k25.yaml, or why there is none"},
-        {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &quiet, .help = "no progress line"},
+        {.names = {"--quiet"}, .type = K25_OPT_FLAG, .dest = &quiet, .help = "no progress line (--progress off)"},
+        {.names = {"--progress"}, .type = K25_OPT_ENUM, .dest = &progress, .choices = k25_progress_mode_names,
+         .help = "progress on stderr: auto (a bar on a terminal, else a plain line\n"
+                 "every 10 s: runs done/total, rate, ETA, best so far), bar, lines, off"},
         {.names = {"--slurm"}, .type = K25_OPT_FLAG, .dest = &slurm,
          .help = "print a Slurm job-array script for the sweep (needs --out)"},
         {.names = {"--cpus-per-task"}, .type = K25_OPT_INT, .dest = &cpus, .min = 1, .max = 100000,
@@ -176,7 +180,8 @@ int k25_cmd_sweep(int argc, char **argv)
             return rc == K25_EINVAL ? 2 : 1;
         }
     } else {
-        struct k25_sweep_opts o = {out, jobs, dry, only, !quiet && isatty(2), quiet, k25_path, task, NULL};
+        struct k25_sweep_opts o = {out, jobs, dry, only, k25_progress_resolve((enum k25_progress_mode)progress, quiet),
+                                   quiet, k25_path, task, NULL};
         rc = k25_sweep_run(&spec, &o, &err);
     }
     if (rc) {

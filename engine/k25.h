@@ -379,6 +379,9 @@ const char *k25_finish_reason_name(enum k25_finish_reason f);
  * (deduplicated, ascending).  Writes up to 3 indices, returns the count. */
 int k25_attn_probe_layers(int n_layers, int out[3]);
 
+/* Room for a request's reason: every reason the engine composes fits whole (none is cut). */
+#define K25_REASON_MAX 512
+
 /*
  * What happened to a request.  Owned by the engine; valid until
  * k25_engine_release(handle) or k25_engine_destroy.
@@ -388,7 +391,7 @@ struct k25_result {
     char id[64];
     enum k25_req_state state;
     enum k25_finish_reason finish; /* set when state is K25_REQ_COMPLETED */
-    char reason[128];          /* why it was rejected or cancelled; "" otherwise */
+    char reason[K25_REASON_MAX]; /* why it was rejected or cancelled, whole; "" otherwise */
     int n_input;
     int n_output;
     int32_t *output_ids;       /* [n_output] */

@@ -462,8 +462,10 @@ static int stage(struct k25_engine *e, const struct k25_request *req, const stru
     }
     if (r == R_REJECT_DEG)
         snprintf(sl->res.reason, sizeof(sl->res.reason),
-                 "degraded queue full: %d waiting, first token predicted in %.0f ms (degraded_ttft_ms %d)",
-                 fifo_len(&q->deg) + staged_to(q, R_DEG), pred_ms, e->cfg.degraded_ttft_ms);
+                 "degraded queue full: %d waiting, first token predicted in %.0f ms, over the admission bound of "
+                 "%.0f ms (headroom %.1f x degraded_ttft_ms %d: room is kept for the prediction's error)",
+                 fifo_len(&q->deg) + staged_to(q, R_DEG), pred_ms, DEG_HEADROOM * e->cfg.degraded_ttft_ms,
+                 DEG_HEADROOM, e->cfg.degraded_ttft_ms);
     else if (r == R_REJECT_FULL)
         snprintf(sl->res.reason, sizeof(sl->res.reason),
                  "queue full: %d requests waiting (queue_memory_capacity), no queue_spill_dir",

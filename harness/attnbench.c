@@ -556,6 +556,7 @@ int k25_attn_bench_run(const struct k25_attn_bench_opts *o, const struct k25_att
     res->machine = *m;
     const uint64_t base = o->seed ? o->seed : 0x6174746eULL;
     int total = 0, done = 0;
+    struct k25_progress prog = {.mode = K25_PROGRESS_OFF};
     /* the settings: prefill (unless decode only), decode when asked */
     for (int pass = 0; pass < 2; pass++)
         for (int d = 0; d < o->n_dtypes; d++)
@@ -573,6 +574,8 @@ int k25_attn_bench_run(const struct k25_attn_bench_opts *o, const struct k25_att
                             total++;
                             continue;
                         }
+                        if (done == 0 && prog.start_ns == 0) /* the first setting: the count is known */
+                            k25_progress_begin(&prog, o->progress, "k25 attn-bench", "settings", total, 0);
                         struct k25_attn_bench_row *r = add_row(res);
                         if (!r)
                             return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
@@ -586,9 +589,8 @@ int k25_attn_bench_run(const struct k25_attn_bench_opts *o, const struct k25_att
                         r->head_dim = o->head_dim;
                         r->threads = m->threads;
                         r->repeat = o->repeat;
-                        if (o->progress)
-                            fprintf(stderr, "\r\033[Kattn-bench: %d/%d %s %s %s ctx=%lld chunk=%lld", ++done, total,
-                                    r->impl, r->mode, r->dtype, (long long)r->context, (long long)r->chunk);
+                        k25_progress_update(&prog, done++, "next: %s %s %s ctx=%lld chunk=%lld", r->impl, r->mode,
+                                            r->dtype, (long long)r->context, (long long)r->chunk);
                         /* every implementation of one (dtype, context) gets the same data */
                         struct normal_rng rng = {base + 0x9E3779B97F4A7C15ULL * (uint64_t)(d * 65537 + c + 1), 0.0f,
                                                  false};
@@ -598,8 +600,7 @@ int k25_attn_bench_run(const struct k25_attn_bench_opts *o, const struct k25_att
                             return rc;
                     }
                 }
-    if (o->progress)
-        fprintf(stderr, "\r\033[K");
+    k25_progress_end(&prog, done, NULL);
     compare(res);
     return K25_OK;
 }

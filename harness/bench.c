@@ -21,6 +21,7 @@
 #include "fidelity.h"
 #include "endpoint.h"
 #include "k25_tok.h"
+#include "servermetrics.h"
 
 #include <errno.h>
 #include <math.h>
@@ -41,6 +42,7 @@ void k25_bench_opts_init(struct k25_bench_opts *o)
     o->stall_timeout_s = 30;
     o->request_timeout_s = 600;
     o->pctl_method = K25_PCTL_NEAREST_RANK;
+    o->progress = K25_PROGRESS_OFF;
     k25_pctl_spec_init(&o->pctl);
 }
 
@@ -92,13 +94,30 @@ static int check_opts(const struct k25_bench_opts *o, struct k25_error *err)
         return k25_error_set(err, K25_EINVAL, cl, 0, "--fidelity-degraded",
                              "compares the in-process engine's degraded model with its full one: not available "
                              "with --endpoint");
+    if (o->server_metrics && !o->endpoint)
+        return k25_error_set(err, K25_EINVAL, cl, 0, "--server-metrics",
+                             "scrapes a server's Prometheus metrics: it needs --endpoint (the in-process engine's "
+                             "figures are in /timeline already)");
     if (!(o->stall_timeout_s > 0) || !(o->request_timeout_s > 0))
         return k25_error_set(err, K25_EINVAL, cl, 0, "--stall-timeout", "timeouts must be positive");
     if (o->mode == K25_BENCH_OPEN) {
-        if (!(o->rate_rps > 0) || isinf(o->rate_rps))
+        bool rated = o->arrivals == K25_ARR_GAMMA || o->arrivals == K25_ARR_CONSTANT;
+        if (rated && (!(o->rate_rps > 0) || isinf(o->rate_rps)))
             return k25_error_set(err, K25_EINVAL, cl, 0, "--rate", "must be a positive request rate");
         if (!(o->burstiness > 0) || isinf(o->burstiness))
-            return k25_error_set(err, K25_EINVAL, cl, 0, "--burstiness", "must be > 0 (1 = Poisson)");
+            return k25_error_set(err, K25_EINVAL, cl, 0, "--burstiness",
+                                 "is the gamma shape of the inter-arrival times and must be > 0 (1 = Poisson, "
+                                 "< 1 burstier, > 1 more even); 0 is no distribution: for evenly spaced "
+                                 "arrivals use --arrivals constant");
+        if (o->surge_factor > 0 && o->arrivals != K25_ARR_GAMMA)
+            return k25_error_set(err, K25_EINVAL, cl, 0, "--surge", "shapes the gamma schedule only, not --arrivals %s",
+                                 k25_arrival_names[o->arrivals]);
+        if (o->arrivals == K25_ARR_RAMP && o->duration_s > 0)
+            return k25_error_set(err, K25_EINVAL, cl, 0, "--ramp-up-strategy",
+                                 "a linear ramp runs over a request count (--requests), not --duration");
+        if (o->arrivals == K25_ARR_TRACE && o->duration_s > 0)
+            return k25_error_set(err, K25_EINVAL, cl, 0, "--trace-file",
+                                 "replays the trace's arrivals (--requests caps them), not --duration");
         if (o->concurrency < 0)
             return k25_error_set(err, K25_EINVAL, cl, 0, "--concurrency", "must be >= 0 (0 = no cap)");
     } else if (o->concurrency < 1) {
@@ -309,6 +328,9 @@ struct bench_state {
     char *prov_s, *cfg_s, *wl_s, *sum_s;
     struct k25_fidelity fid;
     struct k25_pctl_table *pctl; /* --metric-percentiles / --percentile-metrics */
+    struct k25_progress prog;    /* the measured repetitions' progress (o.prog points here) */
+    k25_srvmet_t *srvmet;        /* --server-metrics: the scraper, stopped after the repetitions */
+    k25_gputel_t *gpu;           /* GPU telemetry (NVML; null figures without it) */
     size_t n_dropped;            /* requests in flight dropped by an interruption */
 };
 
@@ -322,6 +344,8 @@ static void bench_state_free(struct bench_state *st)
     }
     k25_engine_destroy(st->eng);
     k25_model_destroy(st->model);
+    k25_srvmet_destroy(st->srvmet);
+    k25_gputel_destroy(st->gpu);
     k25_endpoint_close(st->ep);
     k25_bench_run_free(&st->run);
     free_inputs(st->inputs, st->set.n);
@@ -424,6 +448,14 @@ static int load_gold(struct bench_state *st, struct k25_error *err)
         return rc;
     if (!(st->order = k25_loadgen_order(st->set.n, st->cfg->seed)))
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    if (o->requests == 0 && o->duration_s == 0 && o->mode == K25_BENCH_OPEN && o->arrivals == K25_ARR_TRACE) {
+        int64_t *t = NULL; /* default: every arrival of the trace (checked here, before anything runs) */
+        size_t n = 0;
+        if ((rc = k25_arrivals_trace(o->trace_file, 0, &t, &n, err)) != K25_OK)
+            return rc;
+        free(t);
+        o->requests = (int64_t)n;
+    }
     if (o->requests == 0 && o->duration_s == 0)
         o->requests = (int64_t)st->set.n; /* default: one pass over the selection */
     return K25_OK;
@@ -521,6 +553,18 @@ static int measure_reps(struct bench_state *st, struct k25_error *err)
         return rc;
     }
     k25_mem_reset_peak();
+    if (o->progress != K25_PROGRESS_OFF) {
+        k25_progress_begin(&st->prog, o->progress, "k25 bench", "requests", o->requests * o->repeat,
+                           o->duration_s * o->repeat);
+        st->o.prog = &st->prog;
+    }
+    if ((rc = k25_gputel_start(&st->gpu, err)) != K25_OK)
+        return rc;
+    if (o->server_metrics && st->ep) {
+        const char *url = strcmp(o->server_metrics, "auto") ? o->server_metrics : k25_endpoint_metrics_url(st->ep);
+        if ((rc = k25_srvmet_start(url, o->api_key, K25_SERVER_METRICS_PERIOD_S, &st->srvmet, err)) != K25_OK)
+            return rc;
+    }
     struct k25_engine_stats st0; /* the engine's counters before the measurement: run totals are after - before */
     if (st->eng)
         k25_engine_get_stats(st->eng, &st0);
@@ -538,6 +582,9 @@ static int measure_reps(struct bench_state *st, struct k25_error *err)
                                      stop_signal_name(st));
         }
     }
+    k25_progress_end(o->prog, (int64_t)run->n_reqs, "%s", run->interrupted ? "interrupted" : "measured");
+    k25_srvmet_stop(st->srvmet);
+    k25_gputel_stop(st->gpu);
     k25_calib_measure(&calib, 5);
     json_object_set_new(st->prov, "calibration", k25_calib_json(&calib));
     double spread = k25_calib_spread(&calib);
@@ -565,6 +612,9 @@ static int summarize(struct bench_state *st, struct k25_error *err)
     if ((rc = k25_bench_summarize_method(&st->run, &o->slo, o->pctl_method, sum, err)) != K25_OK)
         return rc;
     sum->pctl_method = o->pctl_method;
+    sum->client_view = o->endpoint != NULL;
+    if (sum->client_view) /* the server's steps are not visible: no overhead split (null, not 0) */
+        sum->overhead_per_request_us = sum->overhead_per_token_us = NAN;
     if (o->pctl_table) {
         o->pctl.method = o->pctl_method;
         if (!(st->pctl = malloc(sizeof(*st->pctl))))
@@ -604,7 +654,7 @@ static int measure_fidelity(struct bench_state *st, struct k25_error *err)
     if (!o->fidelity && !o->fidelity_degraded)
         return K25_OK;
     if (o->fidelity) {
-        if (o->progress)
+        if (o->progress != K25_PROGRESS_OFF)
             fprintf(stderr, "k25 bench: measuring fidelity on %zu requests x %d tokens\n", st->set.n,
                     o->fidelity_tokens);
         if ((rc = k25_fidelity_measure(cfg, st->model, st->inputs, st->set.n, o->fidelity_tokens, &st->fid, err)) !=
@@ -612,7 +662,7 @@ static int measure_fidelity(struct bench_state *st, struct k25_error *err)
             return rc;
     }
     if (o->fidelity_degraded || st->sum->n_degraded > 0 || cfg->breaker_enabled) {
-        if (o->progress)
+        if (o->progress != K25_PROGRESS_OFF)
             fprintf(stderr, "k25 bench: measuring the degraded model's fidelity\n");
         if ((rc = k25_fidelity_measure_degraded(cfg, st->model, st->inputs, st->set.n, o->fidelity_tokens,
                                                 &st->fid.degraded, err)) != K25_OK)
@@ -648,6 +698,16 @@ static json_t *endpoint_summary(const struct k25_bench_run *run)
     return es;
 }
 
+/* An endpoint run's own settings (the client's, not the server's): what shaped the load it sent. */
+static json_t *client_settings(const struct k25_bench_opts *o, const struct k25_config *cfg)
+{
+    return json_pack("{s:I, s:i, s:s, s:f, s:f, s:b, s:s}", "seed", (json_int_t)cfg->seed, "threads",
+                     k25_get_threads(), "endpoint_type", o->endpoint_chat ? "chat" : "completions",
+                     "stall_timeout_s", o->stall_timeout_s, "request_timeout_s", o->request_timeout_s, "api_key_sent",
+                     o->api_key != NULL, "note",
+                     "seed orders the requests and draws the arrival schedule; threads are the client's");
+}
+
 /* The JSON summary document (st->doc) and the compact strings the trace's /meta stores. */
 static int build_doc(struct bench_state *st, struct k25_error *err)
 {
@@ -657,8 +717,13 @@ static int build_doc(struct bench_state *st, struct k25_error *err)
     k25_provenance_finish(prov);
     /* what was measured: the in-process engine, or a server (its model list and response headers) */
     json_object_set_new(prov, "target", json_string(st->ep ? "endpoint" : "engine"));
-    if (st->ep)
+    if (st->ep) {
         json_object_set_new(prov, "endpoint", k25_endpoint_provenance(st->ep));
+        /* the run's config is what the server was sent; the engine keys the client never sent are
+         * absent (the server's own settings are not visible from here); the client's settings apart */
+        json_object_set_new(prov, "config", k25_endpoint_sent_config(st->ep, o));
+        json_object_set_new(prov, "client", client_settings(o, st->cfg));
+    }
     json_t *wl = k25_bench_workload_json(o, st->cfg->seed, st->set.n), *sj = k25_bench_summary_json(st->sum);
     json_t *doc = st->doc = json_object();
     if (!wl || !sj || !doc) {
@@ -689,8 +754,37 @@ static int build_doc(struct bench_state *st, struct k25_error *err)
     json_object_set_new(sj, "target", json_string(st->ep ? "endpoint" : "engine"));
     if (st->ep)
         json_object_set_new(sj, "endpoint", endpoint_summary(run));
+    if (st->gpu) { /* GPU telemetry: the summary's figures, provenance at start and end */
+        char warn[256];
+        json_t *gs = k25_gputel_summary_json(st->gpu, warn, sizeof(warn));
+        json_object_set(sj, "gpu_utilization_p95", json_object_get(gs, "gpu_utilization_p95"));
+        json_object_set_new(sj, "gpu", gs);
+        json_object_set_new(json_object_get(prov, "machine"), "gpu_nvml", k25_gputel_provenance(st->gpu));
+        if (warn[0])
+            fprintf(stderr, "k25 bench: WARNING: %s: GPU timings may not compare\n", warn);
+    }
+    if (st->srvmet) { /* the server's own figures; the report's health checks read kv_usage_ratio */
+        json_t *sm = k25_srvmet_summary_json(st->srvmet);
+        const char *note = json_string_value(json_object_get(sm, "note"));
+        if (note)
+            fprintf(stderr, "k25 bench: note: %s\n", note);
+        if (json_is_object(json_object_get(sm, "kv_usage_ratio")))
+            json_object_set(sj, "kv_usage_ratio", json_object_get(sm, "kv_usage_ratio"));
+        json_object_set_new(sj, "server_metrics", sm);
+    }
     json_object_set_new(doc, "summary", sj);
     json_object_set_new(doc, "provenance", json_incref(prov));
+    if (o->vllm_result) { /* --save-result: vLLM's names beside ours, for scripts written for vllm bench serve */
+        json_t *v = k25_bench_vllm_fields(run, st->sum, o);
+        if (!v)
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        json_object_set_new(v, "backend", json_string(st->ep ? (o->endpoint_chat ? "openai-chat" : "openai") : "k25"));
+        json_object_set_new(v, "model_id", json_string(st->ep ? json_string_value(json_object_get(
+                                                                    json_object_get(prov, "config"), "model"))
+                                                              : st->cfg->model));
+        json_object_update_missing(doc, v);
+        json_decref(v);
+    }
     /* wl and sj stay alive inside doc */
     st->prov_s = json_dumps(prov, JSON_COMPACT);
     st->cfg_s = json_dumps(json_object_get(prov, "config"), JSON_COMPACT);
@@ -716,6 +810,10 @@ static int write_outputs(struct bench_state *st, struct k25_error *err)
         return rc;
     /* the CSV before the trace is committed: a failed CSV leaves neither (csv.c leaves no partial file) */
     if (o->csv_out && (rc = k25_bench_csv_write(o->csv_out, &st->run, &o->slo, err)) != K25_OK)
+        return rc;
+    if (st->srvmet && (rc = k25_srvmet_write(st->srvmet, &st->h5, st->run.t0_ns, err)) != K25_OK)
+        return rc;
+    if (st->gpu && (rc = k25_gputel_write(st->gpu, &st->h5, st->run.t0_ns, err)) != K25_OK)
         return rc;
     st->h5_open = false; /* k25_trace_write commits or aborts */
     if ((rc = k25_trace_write(&st->h5, &st->run, st->sum, st->prov_s, st->cfg_s, st->wl_s, st->sum_s, err)) !=
@@ -793,6 +891,12 @@ int k25_bench_measure(const struct k25_bench_opts *opts, const struct k25_config
     }
     if (k25_testknob_hold_at() == 0 && (rc = k25_testknob_hold(st.o.stop, err)) != K25_OK)
         goto out;
+    {
+        char nw[512];
+        json_decref(k25_provenance_numa(k25_get_threads(), nw, sizeof(nw)));
+        if (nw[0] && !st.ep) /* the engine's threads (an endpoint run's are the client's) */
+            fprintf(stderr, "k25 bench: WARNING: %s\n", nw);
+    }
     if ((rc = measure_reps(&st, err)) != K25_OK || (rc = summarize(&st, err)) != K25_OK ||
         (rc = measure_fidelity(&st, err)) != K25_OK || (rc = build_doc(&st, err)) != K25_OK ||
         (rc = write_outputs(&st, err)) != K25_OK)

@@ -150,27 +150,37 @@ json_t *k25_bench_summary_json(const struct k25_bench_summary *s)
                                       (json_int_t)s->eng.breaker_opens));
     json_t *busy = dist_json(&s->busy);
     json_object_set_new(busy, "window_ms", json_integer(K25_BENCH_WINDOW_NS / 1000000));
+    if (s->client_view) /* the server's busy time is not visible from the client */
+        json_object_set_new(busy, "note", json_string(K25_NOT_VISIBLE));
     json_object_set_new(o, "busy_fraction", busy);
 
+    /* an endpoint run: the server's memory and the harness's loop split are not visible: null, not 0 */
+    bool cv = s->client_view;
     json_t *mem = json_object();
     for (int c = 0; c < K25_MEM_NCAT; c++) {
         char key[64];
         snprintf(key, sizeof(key), "peak_%s_bytes", k25_mem_cat_name(c));
-        json_object_set_new(mem, key, json_integer(s->mem.peak_bytes[c]));
+        json_object_set_new(mem, key, cv ? json_null() : json_integer(s->mem.peak_bytes[c]));
     }
-    json_object_set_new(mem, "peak_tracked_bytes", json_integer(s->mem.total_peak_bytes));
-    json_object_set_new(mem, "kv_blocks_peak", json_integer(s->kv_blocks_peak));
+    json_object_set_new(mem, "peak_tracked_bytes", cv ? json_null() : json_integer(s->mem.total_peak_bytes));
+    json_object_set_new(mem, "kv_blocks_peak", cv ? json_null() : json_integer(s->kv_blocks_peak));
+    if (cv)
+        json_object_set_new(mem, "note", json_string(K25_NOT_VISIBLE));
     json_object_set_new(o, "memory", mem);
 
     const struct k25_bench_overhead *v = &s->ov;
-    json_object_set_new(
-        o, "harness",
-        json_pack("{s:o, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "overhead_per_request_us",
-                  num(s->overhead_per_request_us), "overhead_per_token_us", num(s->overhead_per_token_us),
-                  "loop_s", (double)v->loop_ns / 1e9, "engine_step_s", (double)v->step_ns / 1e9, "engine_busy_s",
-                  (double)v->busy_ns / 1e9, "submit_s", (double)v->submit_ns / 1e9, "sleep_s",
-                  (double)v->sleep_ns / 1e9, "overhead_s", (double)v->harness_ns / 1e9, "steps",
-                  (json_int_t)v->steps));
+    json_t *h = json_pack("{s:o, s:o, s:f, s:o, s:o, s:o, s:f, s:f, s:o}", "overhead_per_request_us",
+                          cv ? json_null() : num(s->overhead_per_request_us), "overhead_per_token_us",
+                          cv ? json_null() : num(s->overhead_per_token_us), "loop_s", (double)v->loop_ns / 1e9,
+                          "engine_step_s", cv ? json_null() : json_real((double)v->step_ns / 1e9), "engine_busy_s",
+                          cv ? json_null() : json_real((double)v->busy_ns / 1e9), "submit_s",
+                          cv ? json_null() : json_real((double)v->submit_ns / 1e9), "sleep_s",
+                          (double)v->sleep_ns / 1e9, "overhead_s", (double)v->harness_ns / 1e9, "steps",
+                          cv ? json_null() : json_integer((json_int_t)v->steps));
+    if (cv && h)
+        json_object_set_new(h, "note", json_string("engine steps and the per-request overhead split are "
+                                                   K25_NOT_VISIBLE));
+    json_object_set_new(o, "harness", h);
 
     json_object_set_new(o, "repetitions", reps_json(s));
     return o;
@@ -187,6 +197,13 @@ json_t *k25_bench_workload_json(const struct k25_bench_opts *o, uint64_t seed, s
     json_object_set_new(w, "duration_s", o->duration_s > 0 ? json_real(o->duration_s) : json_null());
     json_object_set_new(w, "rate_rps", o->mode == K25_BENCH_OPEN ? json_real(o->rate_rps) : json_null());
     json_object_set_new(w, "burstiness", o->mode == K25_BENCH_OPEN ? json_real(o->burstiness) : json_null());
+    json_object_set_new(w, "arrivals", o->mode == K25_BENCH_OPEN ? json_string(k25_arrival_names[o->arrivals])
+                                                                 : json_null());
+    if (o->mode == K25_BENCH_OPEN && o->arrivals == K25_ARR_RAMP)
+        json_object_set_new(w, "ramp_up", json_pack("{s:s, s:f, s:f}", "strategy", "linear", "start_rps",
+                                                    o->ramp_start_rps, "end_rps", o->ramp_end_rps));
+    if (o->mode == K25_BENCH_OPEN && o->arrivals == K25_ARR_TRACE)
+        json_object_set_new(w, "trace_file", json_string(o->trace_file));
     json_object_set_new(w, "warmup", json_integer(o->warmup));
     json_object_set_new(w, "repeat", json_integer(o->repeat));
     json_object_set_new(w, "seed", json_integer((json_int_t)seed));
@@ -346,6 +363,10 @@ void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s)
         fprintf(out, "  open loop: offered %.3f req/s, achieved %.3f req/s%s\n", s->offered_rps, s->achieved_rps,
                 s->fell_behind ? ": FELL BEHIND (the queue grew; this run measured the queue, not the engine)" : "");
     print_percentiles(out, s);
+    if (s->client_view) {
+        fprintf(out, "\n  engine busy fraction, peak memory, harness overhead: %s\n", K25_NOT_VISIBLE);
+        goto out_reps;
+    }
     fprintf(out, "\n  engine busy fraction: P95 ");
     if (s->busy.p[2].supported)
         fprintf(out, "%.3f", s->busy.p[2].value);
@@ -365,6 +386,7 @@ void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s)
             "idle wait %.1f%%)\n",
             s->overhead_per_request_us, s->overhead_per_token_us, loop > 0 ? 100.0 * (double)s->ov.harness_ns / loop : 0,
             loop > 0 ? 100.0 * (double)s->ov.step_ns / loop : 0, loop > 0 ? 100.0 * (double)s->ov.sleep_ns / loop : 0);
+out_reps:
     if (s->n_reps > 1) {
         fprintf(out, "\n  across %d repetitions (mean [95%% CI]):\n", s->n_reps);
         for (int j = 0; j < K25_H_NHEAD; j++) {

@@ -32,10 +32,12 @@
 struct k25_endpoint {
     char url[2100];         /* the completions URL */
     char models_url[2100];
+    char metrics_url[2100]; /* the server's own /metrics (--server-metrics without a URL) */
     char model[512];
     bool chat;
     json_t *models;         /* GET /v1/models answer (or null) */
     json_t *resp_headers;   /* headers of the first streamed answer */
+    json_t *resp_models;    /* {model name: answers} of the measured answers' "model" field */
     const struct k25_bench_input *in; /* [n_in] borrowed: must outlive the endpoint */
     char **bodies;          /* [n_in] request bodies */
     size_t *body_len;
@@ -174,6 +176,7 @@ static int resolve_urls(struct k25_endpoint *ep, const char *base, struct k25_er
         b[n -= 3] = '\0';
     snprintf(ep->url, sizeof(ep->url), "%s%s", b, ep->chat ? "/v1/chat/completions" : "/v1/completions");
     snprintf(ep->models_url, sizeof(ep->models_url), "%s/v1/models", b);
+    snprintf(ep->metrics_url, sizeof(ep->metrics_url), "%s/metrics", b);
     return K25_OK;
 }
 
@@ -268,6 +271,7 @@ int k25_endpoint_open(const struct k25_bench_opts *o, const struct k25_bench_inp
     ep->chat = o->endpoint_chat;
     ep->resp_headers = json_null();
     ep->models = json_null();
+    ep->resp_models = json_object();
     if ((rc = resolve_urls(ep, o->endpoint, err)) != K25_OK)
         goto out_fail;
     char auth[600];
@@ -359,13 +363,41 @@ void k25_endpoint_close(k25_endpoint_t *ep)
         curl_multi_cleanup(ep->multi);
     json_decref(ep->models);
     json_decref(ep->resp_headers);
+    json_decref(ep->resp_models);
     free(ep);
 }
 
 json_t *k25_endpoint_provenance(const k25_endpoint_t *ep)
 {
-    return json_pack("{s:s, s:s, s:s, s:O, s:O}", "url", ep->url, "endpoint_type", ep->chat ? "chat" : "completions",
-                     "model", ep->model, "models", ep->models, "response_headers", ep->resp_headers);
+    /* the server's own name for what it served: the answers' "model" (the most frequent), else the
+     * model list's first entry */
+    const char *served = NULL, *k;
+    json_int_t best = 0;
+    json_t *v;
+    json_object_foreach(ep->resp_models, k, v)
+        if (json_integer_value(v) > best) {
+            best = json_integer_value(v);
+            served = k;
+        }
+    if (!served)
+        served = json_string_value(
+            json_object_get(json_array_get(json_object_get(ep->models, "data"), 0), "id"));
+    return json_pack("{s:s, s:s, s:s, s:o, s:O, s:O, s:O}", "url", ep->url, "endpoint_type",
+                     ep->chat ? "chat" : "completions", "model", ep->model, "served_model",
+                     served ? json_string(served) : json_null(), "models", ep->models, "response_models",
+                     ep->resp_models, "response_headers", ep->resp_headers);
+}
+
+const char *k25_endpoint_metrics_url(const k25_endpoint_t *ep)
+{
+    return ep->metrics_url;
+}
+
+json_t *k25_endpoint_sent_config(const k25_endpoint_t *ep, const struct k25_bench_opts *o)
+{
+    return json_pack("{s:s, s:f, s:b, s:{s:b}, s:s, s:b}", "model", ep->model, "temperature", 0.0, "stream", 1,
+                     "stream_options", "include_usage", 1, "max_tokens", "each request's expected_output_length",
+                     "ignore_eos", o->ignore_eos);
 }
 
 /* ------------------------------------------------------------ transfers */
@@ -381,6 +413,8 @@ struct xfer {
     int n_tok, cap_tok;
     bool ids_missing, got_done, have_usage, failed;
     bool stalled;            /* no byte for --stall-timeout: ended by the loop */
+    bool degraded;           /* the answer's "k25": {"degraded": true} (k25 serve's elastic queue) */
+    char model[256];         /* the answer's "model" ("" when it named none) */
     int usage_out, usage_in;
     int32_t client_in;       /* the prompt counted client-side (0: not counted) */
     uint64_t now;            /* arrival time of the bytes being parsed */
@@ -388,7 +422,7 @@ struct xfer {
     struct membuf errbody;   /* the body of a non-200 answer (first 4 KiB) */
     long status;
     json_t *headers;         /* capture the response headers (first recorded request), else NULL */
-    char reason[128];
+    char reason[K25_REQ_REASON_MAX];
     char curl_err[CURL_ERROR_SIZE];
     bool chat;
 };
@@ -450,6 +484,12 @@ static int on_event(const char *data, size_t n, void *user)
         json_decref(j);
         return -1;
     }
+    const char *model = json_string_value(json_object_get(j, "model"));
+    if (model && !x->model[0])
+        snprintf(x->model, sizeof(x->model), "%s", model);
+    /* served on a degraded model: k25 serve's "k25" object (final chunk) */
+    if (json_is_true(json_object_get(json_object_get(j, "k25"), "degraded")))
+        x->degraded = true;
     json_t *u = json_object_get(j, "usage");
     if (json_is_object(u) && json_is_integer(json_object_get(u, "completion_tokens"))) {
         x->have_usage = true;
@@ -550,6 +590,7 @@ static int record(struct xfer *x, struct k25_bench_run *run, uint64_t end_ns)
     }
     q->state = K25_REQ_COMPLETED;
     q->client_input = x->client_in;
+    q->degraded = x->degraded;
     int n = x->have_usage ? x->usage_out : x->n_tok;
     q->tokens_counted = !x->have_usage;
     if (x->have_usage && x->usage_in > 0)
@@ -707,6 +748,10 @@ static int client_collect(struct client *c, struct k25_error *err)
                 break;
             }
         int rrc = x->rec >= 0 ? record(x, c->g.run, end) : 0;
+        if (x->rec >= 0 && x->model[0]) {
+            json_t *cnt = json_object_get(c->ep->resp_models, x->model);
+            json_object_set_new(c->ep->resp_models, x->model, json_integer(json_integer_value(cnt) + 1));
+        }
         k25_loadgen_retire(&c->g, x->user, (int64_t)end);
         xfer_free(x);
         if (rrc != 0)
@@ -757,6 +802,7 @@ int k25_endpoint_run(k25_endpoint_t *ep, const struct k25_loadgen_settings *s, s
         }
         if ((rc = client_collect(&c, err)) != K25_OK)
             break;
+        k25_loadgen_progress(&c.g);
         if (!can_issue && c.g.inflight == 0) {
             k25_loadgen_end(&c.g);
             if (s->record)

@@ -46,8 +46,14 @@ void k25_endpoint_close(k25_endpoint_t *ep);
 int k25_endpoint_run(k25_endpoint_t *ep, const struct k25_loadgen_settings *s, struct k25_bench_run *run,
                      struct k25_error *err);
 
-/* {url, endpoint_type, model, models (GET /v1/models), response_headers (first streamed answer)}. */
+/* {url, endpoint_type, model (sent), served_model (the answers' "model", else the model list's first),
+ *  models (GET /v1/models), response_models ({name: answers}), response_headers (first streamed answer)}. */
 json_t *k25_endpoint_provenance(const k25_endpoint_t *ep);
+/* The server's /metrics URL (beside /v1). */
+const char *k25_endpoint_metrics_url(const k25_endpoint_t *ep);
+/* What the client sent the server, the only settings an endpoint run's config holds (engine keys it
+ * did not send are absent, not defaults): {model, temperature, stream, ..., ignore_eos}. */
+json_t *k25_endpoint_sent_config(const k25_endpoint_t *ep, const struct k25_bench_opts *o);
 
 /* Failures by HTTP status and reason kind, and how output tokens were counted (for the JSON summary). */
 json_t *k25_endpoint_summary_json(const struct k25_bench_run *run);

@@ -10,6 +10,8 @@
  *                 repetitions
  *   loadgen.c     request order, open-loop arrival schedules, and the event
  *                 loop that drives the engine from the calling thread
+ *   arrivals.c    the other arrival processes: constant, linear ramp, trace replay
+ *   progress.c    the progress reporter of every long command (bar or lines)
  *   metrics.c     per-request metrics and the run summary (struct
  *                 k25_bench_summary) computed from the recorded events
  *   bench_json.c  the summary as JSON and as text
@@ -22,9 +24,13 @@
  *   fidelity.c    lossy settings against the exact engine (fidelity.h)
  *   endpoint.c    the load generator against an OpenAI-compatible server
  *                 (endpoint.h, sse.c)
+ *   servermetrics.c  the server's Prometheus metrics beside an endpoint run
+ *   gputelemetry.c   NVML samples, GPU provenance and gpu_utilization_p95
+ *   vllm_result.c    --save-result's vLLM field names
  *   inspect.c     `k25 inspect`: printing a stored run, Chrome trace export
  *   bench.c       k25_bench_run: the whole measurement, start to finish
- *   serve.c, serve_api.c, serve_limits.c  `k25 serve` (serve_int.h; serve_limits.c: connection
+ *   serve.c, serve_api.c, serve_limits.c, serve_logprobs.c  `k25 serve` (serve_int.h;
+ *                 serve_logprobs.c: logprobs; serve_limits.c: connection
  *                 deadlines, per-connection watchdog, API key check)
  *   attnbench.c   the attention microbenchmark (`k25 attn-bench`)
  *   checksum.c    `k25 checksum`: a model directory's hashes and shapes
@@ -161,9 +167,62 @@ double k25_stats_t_quantile(int df, double p);
 /* Mean and 95% Student-t interval of v[n] (NaN values skipped); bounds NaN for n < 2. */
 void k25_stats_mean_ci(const double *v, size_t n, double *mean, double *lo, double *hi, int *n_used);
 
+/* ------------------------------------------------------------ progress (progress.c) */
+
+/*
+ * Progress of a long command on stderr (docs/cli.md "Progress"): --progress auto (a bar on a
+ * terminal, plain lines when stderr is a pipe or a file), bar, lines, off.  Lines: at the start,
+ * every K25_PROGRESS_LINE_S seconds (K25_PROGRESS_INTERVAL_S in the environment overrides) with
+ * done/total, rate, elapsed and ETA, and at the end.
+ */
+enum k25_progress_mode { K25_PROGRESS_AUTO, K25_PROGRESS_BAR, K25_PROGRESS_LINES, K25_PROGRESS_OFF };
+#define K25_PROGRESS_LINE_S 10.0
+#define K25_PROGRESS_BAR_S 0.5
+struct k25_progress {
+    enum k25_progress_mode mode;  /* resolved: bar, lines or off */
+    FILE *out;                    /* stderr */
+    char what[64];                /* "k25 bench" */
+    char unit[24];                /* "requests" */
+    int64_t total;                /* 0: unknown (then duration_s, if any, gives the ETA) */
+    double duration_s;
+    uint64_t start_ns, last_ns, period_ns;
+    int lines;                    /* updates printed */
+};
+extern const char *const k25_progress_mode_names[]; /* in enum order, NULL-terminated (an option's choices) */
+const char *k25_progress_mode_name(enum k25_progress_mode m);
+/* "auto", "bar", "lines", "off"; K25_EINVAL naming --progress. */
+int k25_progress_mode_parse(const char *s, enum k25_progress_mode *out, struct k25_error *err);
+/* off with quiet; auto -> bar when stderr is a terminal, else lines. */
+enum k25_progress_mode k25_progress_resolve(enum k25_progress_mode m, bool quiet);
+/* Starts reporting (lines: prints the starting line).  mode is resolved here (auto as above). */
+void k25_progress_begin(struct k25_progress *p, enum k25_progress_mode mode, const char *what, const char *unit,
+                        int64_t total, double duration_s);
+/* done so far; prints when the period has passed (a printf-style note after the figures; fmt may be NULL).
+ * p may be NULL (no progress). */
+void k25_progress_update(struct k25_progress *p, int64_t done, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Whether an update now would print (so a caller computes its note only then).  NULL: false. */
+bool k25_progress_due(const struct k25_progress *p);
+/* The final line (lines) or clears the bar; later calls print nothing.  p may be NULL. */
+void k25_progress_end(struct k25_progress *p, int64_t done, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* ------------------------------------------------------------ workload */
 
 enum k25_bench_mode { K25_BENCH_CLOSED, K25_BENCH_OPEN };
+
+/* Open-loop arrival processes (arrivals.c; docs/metrics.md "Arrival"). */
+enum k25_arrival_kind { K25_ARR_GAMMA, K25_ARR_CONSTANT, K25_ARR_RAMP, K25_ARR_TRACE };
+extern const char *const k25_arrival_names[]; /* "gamma", "constant", "ramp", "trace", NULL */
+/* Evenly spaced: request i at (i + 1) / rate_rps; max_n of them, or every one before duration_ns. */
+int k25_arrivals_constant(double rate_rps, int64_t max_n, int64_t duration_ns, int64_t **out, size_t *n_out,
+                          struct k25_error *err);
+/* vLLM's linear ramp: request i at rate start + (end - start) i / (n - 1), gamma(burstiness) intervals. */
+int k25_arrivals_ramp(double start_rps, double end_rps, double burstiness, uint64_t seed, int64_t n_req,
+                      int64_t **out, size_t *n_out, struct k25_error *err);
+/* Offsets from a JSONL trace's "timestamp" (ms; Mooncake layout), from its first line, in order; at most
+ * max_n (0: all).  K25_EFORMAT naming the file, line and field. */
+int k25_arrivals_trace(const char *path, int64_t max_n, int64_t **out, size_t *n_out, struct k25_error *err);
 
 /* Service-level objectives for goodput; 0 = no objective on that metric. */
 struct k25_bench_slo {
@@ -186,10 +245,14 @@ struct k25_bench_opts {
     double duration_s;          /* 0 = use requests */
     double rate_rps;            /* open loop arrival rate */
     double burstiness;          /* gamma shape (1 = Poisson) */
+    enum k25_arrival_kind arrivals; /* open loop: gamma (default), constant, ramp, trace */
+    double ramp_start_rps, ramp_end_rps; /* K25_ARR_RAMP */
+    const char *trace_file;     /* K25_ARR_TRACE: JSONL of arrival timestamps */
     int64_t warmup;             /* requests run (closed loop) and discarded first */
     int repeat;                 /* measurement repetitions */
     struct k25_bench_slo slo;
-    bool progress;              /* live progress line on stderr */
+    enum k25_progress_mode progress; /* on stderr (progress.c); k25_bench_opts_init: off */
+    struct k25_progress *prog;  /* the run's reporter (bench.c sets it; NULL: none) */
     const char *cmdline;        /* for provenance; may be NULL */
     volatile sig_atomic_t *stop; /* set non-zero (a signal) to end the run early; may be NULL */
     /* Test hook: sleep stall_ns before the first engine step that starts
@@ -210,6 +273,7 @@ struct k25_bench_opts {
                                    tokenizer.json (chat: through its chat template) beside the server's
                                    usage.prompt_tokens; NULL: not counted */
     const char *chat_template;  /* with tokenizer: a named template instead of the recognised one */
+    const char *server_metrics; /* --server-metrics: "auto" (the endpoint's /metrics) or a URL; NULL: none */
     double stall_timeout_s;     /* a stream without a byte for this long fails (default 30) */
     double request_timeout_s;   /* a request taking longer fails (default 600) */
     /* --surge FACTOR:START_S:DURATION_S (open loop): the rate is rate_rps x
@@ -223,6 +287,7 @@ struct k25_bench_opts {
     bool pctl_table;            /* --metric-percentiles / --percentile-metrics given: report pctl as well */
     struct k25_pctl_spec pctl;  /* the chosen percentiles and metrics (k25_pctl_spec_init by opts_init) */
     const char *csv_out;        /* --csv: one row per request (csv.c), or NULL */
+    bool vllm_result;           /* --save-result: vLLM's result fields beside k25's (vllm_result.c) */
 };
 
 void k25_bench_opts_init(struct k25_bench_opts *o);
@@ -299,6 +364,9 @@ int k25_bench_surge_parse(const char *s, struct k25_bench_opts *o, struct k25_er
 
 /* ------------------------------------------------------------- records */
 
+/* A recorded request's reason: the engine's (K25_REASON_MAX) or "HTTP 503: " and a server's message. */
+#define K25_REQ_REASON_MAX 1280
+
 /* One measured request, as recorded.  Times relative to the run's t0. */
 struct k25_bench_req {
     char id[64];
@@ -307,7 +375,7 @@ struct k25_bench_req {
     int32_t user;            /* closed loop: user; open loop: -1 */
     int64_t line;            /* gold-set line */
     enum k25_req_state state;
-    char reason[128];
+    char reason[K25_REQ_REASON_MAX]; /* whole (a server's message included); stored whole in the trace */
     int32_t n_input, n_output, max_new;
     int64_t arrival_ns;      /* scheduled arrival (open) / when the user was ready (closed) */
     int64_t submit_ns;       /* when k25_engine_submit was called */
@@ -461,6 +529,8 @@ int k25_loadgen_take_due(struct k25_loadgen *g, uint64_t now_ns, struct k25_load
                          struct k25_error *err);
 /* A request taken from take_due ended at t_ns (finished, or rejected at submission): its user is free. */
 void k25_loadgen_retire(struct k25_loadgen *g, int user, int64_t t_ns);
+/* Prints the run's progress line when it is due (opts->prog; nothing for the warm-up). */
+void k25_loadgen_progress(const struct k25_loadgen *g);
 /* Ends a recorded repetition: its interval from its records. */
 void k25_loadgen_end(struct k25_loadgen *g);
 void k25_loadgen_free(struct k25_loadgen *g);
@@ -525,7 +595,11 @@ struct k25_bench_summary {
     struct k25_bench_engine_totals eng;
     /* Elastic queue: TTFT of completed requests by priority (K25_PRIORITY_*) and degraded (1) or not (0) */
     struct k25_dist ttft_prio[3][2];
+    /* An endpoint run: measured from the client, so the engine's memory, busy fraction and the
+     * harness's split of the loop are not visible (null in JSON with K25_NOT_VISIBLE, never 0) */
+    bool client_view;
 };
+#define K25_NOT_VISIBLE "not visible from the client"
 
 /*
  * Open loop: did the system keep up with the offered rate?  It fell behind
@@ -558,6 +632,10 @@ int k25_bench_summarize(const struct k25_bench_run *run, const struct k25_bench_
 json_t *k25_bench_summary_json(const struct k25_bench_summary *s);
 /* Workload settings as a JSON object. */
 json_t *k25_bench_workload_json(const struct k25_bench_opts *o, uint64_t seed, size_t n_selected);
+/* `vllm bench serve`'s result fields (mean_ttft_ms, median_ttft_ms, p99_ttft_ms, request_throughput,
+ * output_throughput, ...; vllm_result.c) from a run and its summary (new reference; NULL: no memory). */
+json_t *k25_bench_vllm_fields(const struct k25_bench_run *run, const struct k25_bench_summary *s,
+                              const struct k25_bench_opts *o);
 /* Human-readable summary. */
 void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s);
 
@@ -572,6 +650,11 @@ void k25_bench_summary_print(FILE *out, const struct k25_bench_summary *s);
  */
 json_t *k25_provenance_collect(const struct k25_config *cfg, const char *dataset, const char *sha256,
                                const char *filter, const char *cmdline);
+/* NUMA and affinity (provenance.machine.numa): {cpuset, cpuset_cpus, nodes: [{node, cpus, cpus_in_cpuset}],
+ * nodes_in_cpuset, memory_policy, mems_allowed, threads, threads_span_nodes}, from sched_getaffinity,
+ * /sys/devices/system/node and get_mempolicy (no libnuma); warn (may be NULL / 0) gets a warning when
+ * `threads` must span nodes.  New reference. */
+json_t *k25_provenance_numa(int threads, char *warn, size_t warn_n);
 /* Adds end_time_utc (and the load average at the end) to a provenance object. */
 void k25_provenance_finish(json_t *prov);
 /* ISO 8601 UTC time of now: "2025-01-31T12:34:56Z". */
@@ -634,6 +717,31 @@ int k25_trace_export_chrome(const struct k25_trace *t, const char *path, struct 
  * the whole object is null when no window was sampled (an endpoint run).  New reference.
  */
 json_t *k25_trace_queue_json(const struct k25_trace *t);
+
+/* ------------------------------------------------------- GPU telemetry (gputelemetry.c) */
+
+/*
+ * Every GPU NVML sees (util's k25_nvml_*), sampled every K25_GPU_SAMPLE_NS on its own thread during
+ * the measured repetitions of `k25 bench` (in-process, or an endpoint on this host): /gpu_timeline in
+ * the trace, summary.gpu (gpu_utilization_p95, clocks, throttle reasons), provenance.machine.gpu_nvml
+ * (start and end).  Without NVML: no samples, figures null with the reason.
+ */
+#define K25_GPU_SAMPLE_NS 100000000LL
+#define K25_GPU_CLOCK_MOVED 0.05 /* the SM clock's max over its min beyond 1 + this: "clocks moved" */
+typedef struct k25_gputel k25_gputel_t;
+/* Opens NVML and starts sampling (nothing to sample is not an error); K25_ENOMEM / K25_EINTERNAL. */
+int k25_gputel_start(k25_gputel_t **out, struct k25_error *err);
+/* Stops sampling (a last sample and the end provenance).  NULL: no-op. */
+void k25_gputel_stop(k25_gputel_t *g);
+void k25_gputel_destroy(k25_gputel_t *g);
+/* {available, source, start, end} or {available: false, reason} (new reference). */
+json_t *k25_gputel_provenance(const k25_gputel_t *g);
+/* {gpu_utilization_p95, samples, devices, period_ms, sm_clock_min/max_mhz, clocks_moved, throttle_reasons,
+ *  power_max_w, temperature_max_c} or {gpu_utilization_p95: null, reason}; warn gets a warning ("" none). */
+json_t *k25_gputel_summary_json(const k25_gputel_t *g, char *warn, size_t warn_n);
+/* /gpu_timeline (one row per device and sample) and /meta gpu_telemetry. */
+struct k25_h5;
+int k25_gputel_write(const k25_gputel_t *g, struct k25_h5 *h, uint64_t t0_ns, struct k25_error *err);
 
 /* ---------------------------------------------------------------- bench */
 
@@ -721,7 +829,7 @@ struct k25_attn_bench_opts {
     int repeat, warmup;
     uint64_t seed;
     int64_t mem_limit_bytes;   /* skip settings needing more; 0 = 90% of MemAvailable */
-    bool progress;             /* progress line on stderr */
+    enum k25_progress_mode progress; /* on stderr (progress.c); 0 (auto) resolves like the CLI's */
 };
 
 /* One measured (or skipped) setting. */

@@ -237,7 +237,6 @@ struct loop {
     bool stall_pending;       /* the --stall test knob has not fired yet */
     uint64_t busy_prev;       /* the engine's busy_ns after the last step */
     int64_t steps0;           /* the engine's step count at the start */
-    uint64_t last_progress;
     struct k25_bench_overhead ov;
     /* the batch issue_due submits at once, [cap_batch] each */
     struct k25_loadgen_due *due;
@@ -419,14 +418,21 @@ static void sleep_until(uint64_t t_ns)
         ;
 }
 
-/* Progress line (stderr is a terminal, not --quiet). */
-static void progress(const struct k25_bench_run *run, size_t first_rec, int64_t done, int64_t total,
-                     double elapsed_s, double duration_s, int rep, int n_reps)
+/*
+ * The run's progress (progress.c), when it is due: requests finished over
+ * every repetition so far, with the repetition and the P50 TTFT of this
+ * one as the note.  Shared by the HTTP client's loop (endpoint.c).
+ */
+void k25_loadgen_progress(const struct k25_loadgen *g)
 {
-    size_t n = run->n_reqs - first_rec, k = 0;
+    const struct k25_bench_opts *o = g->s->opts;
+    if (!g->s->record || !k25_progress_due(o->prog))
+        return;
+    const struct k25_bench_run *run = g->run;
+    size_t n = run->n_reqs - g->first_rec, k = 0;
     double *v = malloc(sizeof(double) * (n ? n : 1));
     for (size_t i = 0; v && i < n; i++) {
-        const struct k25_bench_req *q = &run->reqs[first_rec + i];
+        const struct k25_bench_req *q = &run->reqs[g->first_rec + i];
         if (q->state == K25_REQ_COMPLETED && q->first_ns >= 0)
             v[k++] = (double)(q->first_ns - q->arrival_ns) / 1e6;
     }
@@ -434,19 +440,11 @@ static void progress(const struct k25_bench_run *run, size_t first_rec, int64_t 
     if (v)
         k25_stats_describe(v, k, &d);
     free(v);
-    double eta = total > 0 ? (done > 0 ? elapsed_s * (double)(total - done) / (double)done : NAN)
-                           : duration_s - elapsed_s;
-    char eta_s[32] = "?", total_s[32] = "";
-    if (!isnan(eta))
-        snprintf(eta_s, sizeof(eta_s), "%.0f s", eta < 0 ? 0 : eta);
-    if (total > 0)
-        snprintf(total_s, sizeof(total_s), "/%lld", (long long)total);
-    fprintf(stderr, "\r\033[K[rep %d/%d] %lld%s requests done, %.1f s elapsed, ETA %s, P50 TTFT ", rep + 1,
-            n_reps, (long long)done, total_s, elapsed_s, eta_s);
+    char p50[32] = "-";
     if (v && d.p[0].supported)
-        fprintf(stderr, "%.1f ms", d.p[0].value);
-    else
-        fprintf(stderr, "-");
+        snprintf(p50, sizeof(p50), "%.1f ms", d.p[0].value);
+    k25_progress_update(o->prog, (int64_t)g->first_rec + g->done, "rep %d/%d, P50 TTFT %s", g->s->rep + 1, o->repeat,
+                        p50);
 }
 
 int k25_arrivals_init(struct k25_arrivals *a, const struct k25_bench_opts *o, bool open, int users, uint64_t seed,
@@ -458,6 +456,16 @@ int k25_arrivals_init(struct k25_arrivals *a, const struct k25_bench_opts *o, bo
     a->duration_ns = o->duration_s > 0 ? (int64_t)llround(o->duration_s * 1e9) : 0;
     if (o->surge_factor > 0 && o->mode != K25_BENCH_OPEN)
         return k25_error_set(err, K25_EINVAL, "command line", 0, "--surge", "needs an open loop (--rate)");
+    if (open && o->arrivals != K25_ARR_GAMMA) {
+        int rc = o->arrivals == K25_ARR_CONSTANT
+                     ? k25_arrivals_constant(o->rate_rps, n_requests, a->duration_ns, &a->sched, &a->n_sched, err)
+                 : o->arrivals == K25_ARR_RAMP
+                     ? k25_arrivals_ramp(o->ramp_start_rps, o->ramp_end_rps, o->burstiness, seed, n_requests,
+                                         &a->sched, &a->n_sched, err)
+                     : k25_arrivals_trace(o->trace_file, n_requests, &a->sched, &a->n_sched, err);
+        a->total = (int64_t)a->n_sched;
+        return rc;
+    }
     if (open) {
         int rc = k25_loadgen_schedule_surge(o->rate_rps, o->burstiness, o->surge_factor,
                                             (int64_t)llround(o->surge_start_s * 1e9),
@@ -694,7 +702,7 @@ static int issue_due(struct loop *L, uint64_t now, struct k25_error *err)
                 if (d->rec >= 0) {
                     struct k25_bench_req *q = &run->reqs[d->rec];
                     q->state = K25_REQ_REJECTED;
-                    snprintf(q->reason, sizeof(q->reason), "%.127s",
+                    snprintf(q->reason, sizeof(q->reason), "%s",
                              L->errs[i].msg[0] ? L->errs[i].msg : "spill write failed");
                     q->submit_ns = q->finish_ns = (int64_t)(s0 - run->t0_ns);
                 }
@@ -854,7 +862,6 @@ int k25_loadgen_run(k25_engine_t *e, const struct k25_loadgen_settings *s, struc
     k25_engine_get_stats(e, &st);
     L.busy_prev = st.busy_ns;
     L.steps0 = st.steps;
-    L.last_progress = L.g.start_ns;
     L.stall_pending = s->record && s->rep == 0 && o->stall_at_ns >= 0 && o->stall_ns > 0;
     k25_engine_set_event_cb(e, on_event, &L);
     long hold_at = s->record && s->rep == 0 ? k25_testknob_hold_at() : 0;
@@ -883,14 +890,8 @@ int k25_loadgen_run(k25_engine_t *e, const struct k25_loadgen_settings *s, struc
         } else {
             wait_next_arrival(&L);
         }
-        if (o->progress && s->record && k25_now_ns() - L.last_progress > 500000000ULL) {
-            L.last_progress = k25_now_ns();
-            progress(run, L.g.first_rec, L.g.done, L.g.arrivals.total,
-                     (double)(L.last_progress - L.g.start_ns) / 1e9, o->duration_s, s->rep, o->repeat);
-        }
+        k25_loadgen_progress(&L.g);
     }
-    if (rc == K25_OK && o->progress && s->record)
-        fprintf(stderr, "\r\033[K");
     loop_free(&L);
     return rc;
 }

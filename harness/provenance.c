@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <glob.h>
+#include <sched.h>
+#include <sys/syscall.h>
 
 void k25_utc_now(char buf[32])
 {
@@ -121,6 +123,106 @@ static void gpu_info(json_t *machine)
     json_object_set_new(machine, "gpu_driver", str_or_null(read_line("/proc/driver/nvidia/version")));
 }
 
+/* Parses a kernel CPU list ("0-3,8-11") into set; false when malformed. */
+static bool parse_cpulist(const char *s, cpu_set_t *set)
+{
+    CPU_ZERO(set);
+    while (s && *s && *s != '\n') {
+        char *e;
+        long a = strtol(s, &e, 10), b = a;
+        if (e == s || a < 0)
+            return false;
+        if (*e == '-') {
+            s = e + 1;
+            b = strtol(s, &e, 10);
+            if (e == s || b < a)
+                return false;
+        }
+        for (long c = a; c <= b && c < CPU_SETSIZE; c++)
+            CPU_SET((int)c, set);
+        s = *e == ',' ? e + 1 : e;
+    }
+    return true;
+}
+
+/* set as a kernel CPU list into buf. */
+static void format_cpulist(const cpu_set_t *set, char *buf, size_t n)
+{
+    size_t u = 0;
+    buf[0] = '\0';
+    for (int c = 0; c < CPU_SETSIZE && u < n; c++) {
+        if (!CPU_ISSET(c, set))
+            continue;
+        int e = c;
+        while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, set))
+            e++;
+        u += (size_t)snprintf(buf + u, n - u, u ? ",%d" : "%d", c);
+        if (e > c && u < n)
+            u += (size_t)snprintf(buf + u, n - u, "-%d", e);
+        c = e;
+    }
+}
+
+json_t *k25_provenance_numa(int threads, char *warn, size_t warn_n)
+{
+    if (warn_n)
+        warn[0] = '\0';
+    cpu_set_t aff;
+    char list[1024];
+    json_t *o = json_object(), *nodes = json_array();
+    bool have_aff = sched_getaffinity(0, sizeof(aff), &aff) == 0;
+    if (have_aff) {
+        format_cpulist(&aff, list, sizeof(list));
+        json_object_set_new(o, "cpuset", json_string(list));
+        json_object_set_new(o, "cpuset_cpus", json_integer(CPU_COUNT(&aff)));
+    } else {
+        json_object_set_new(o, "cpuset", json_null());
+    }
+    /* the NUMA nodes from /sys (no libnuma needed): each node's CPUs and how many the run may use */
+    int spanned = 0, max_in_node = 0;
+    glob_t g;
+    if (glob("/sys/devices/system/node/node[0-9]*/cpulist", 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            char *l = read_line(g.gl_pathv[i]);
+            cpu_set_t ns, both;
+            int node = atoi(strstr(g.gl_pathv[i], "/node/node") + 10);
+            if (l && parse_cpulist(l, &ns)) {
+                int in = 0;
+                if (have_aff) {
+                    CPU_AND(&both, &ns, &aff);
+                    in = CPU_COUNT(&both);
+                }
+                spanned += in > 0;
+                max_in_node = in > max_in_node ? in : max_in_node;
+                json_array_append_new(nodes, json_pack("{s:i, s:s, s:i}", "node", node, "cpus", l, "cpus_in_cpuset",
+                                                       in));
+            }
+            free(l);
+        }
+        globfree(&g);
+    }
+    json_object_set_new(o, "nodes", nodes);
+    json_object_set_new(o, "nodes_in_cpuset", json_integer(spanned));
+    /* the memory policy of this thread (get_mempolicy(2); libnuma not required) */
+    static const char *const pol[] = {"default", "preferred", "bind", "interleave", "local", "preferred_many"};
+    int mode = -1;
+    if (syscall(SYS_get_mempolicy, &mode, NULL, 0UL, NULL, 0UL) == 0 && mode >= 0 && mode < 6)
+        json_object_set_new(o, "memory_policy", json_string(pol[mode]));
+    else
+        json_object_set_new(o, "memory_policy", json_null());
+    char *mems = cpuinfo_field("/proc/self/status", "Mems_allowed_list");
+    json_object_set_new(o, "mems_allowed", str_or_null(mems));
+    /* threads beyond the CPUs of any one node the run may use must span nodes */
+    bool spans = spanned > 1 && threads > max_in_node;
+    json_object_set_new(o, "threads", json_integer(threads));
+    json_object_set_new(o, "threads_span_nodes", json_boolean(spans));
+    if (spans && warn_n)
+        snprintf(warn, warn_n, "%d threads span %d NUMA nodes (at most %d CPUs of the run's set on one node): "
+                 "memory traffic crosses nodes; pin with numactl --cpunodebind/--membind or use fewer threads",
+                 threads, spanned, max_in_node);
+    return o;
+}
+
 json_t *k25_provenance_collect(const struct k25_config *cfg, const char *dataset, const char *sha256,
                                const char *filter, const char *cmdline)
 {
@@ -160,6 +262,7 @@ json_t *k25_provenance_collect(const struct k25_config *cfg, const char *dataset
     else
         json_object_set_new(m, "loadavg_start", json_null());
     gpu_info(m);
+    json_object_set_new(m, "numa", k25_provenance_numa(k25_get_threads(), NULL, 0));
     struct utsname u;
     if (uname(&u) == 0) {
         json_object_set_new(m, "kernel", json_pack("{s:s, s:s, s:s, s:s}", "sysname", u.sysname, "release",

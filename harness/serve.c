@@ -86,6 +86,7 @@ static void sreq_unref(struct sreq *r)
     if (--r->refs > 0)
         return;
     k25_serve_req_clear(r);
+    k25_serve_logprobs_free(r);
     free(r);
 }
 
@@ -235,6 +236,11 @@ static void apply_events(struct k25_serve *S)
                 r->err_status = 500;
                 snprintf(r->err_msg, sizeof(r->err_msg), "out of memory decoding the output");
             }
+            if (k25_serve_logprobs_add(S, r, ev->handle, r->n_out - 1) != 0 && !r->err_status) {
+                r->gone = true; /* cancelled below; the client gets an error */
+                r->err_status = 500;
+                snprintf(r->err_msg, sizeof(r->err_msg), "out of memory computing logprobs");
+            }
             double dt = (double)(ev->t_ns - (r->n_out == 1 ? r->arrival_ns : r->last_t_ns)) / 1e9;
             hist_add(r->n_out == 1 ? &S->ttft : &S->itl, dt);
             r->last_t_ns = ev->t_ns;
@@ -377,7 +383,8 @@ static void intake(struct k25_serve *S)
                                     .stop_ids = r->n_stop && !r->text_mode ? stops[k] : NULL,
                                     .stop_lens = r->n_stop && !r->text_mode ? r->stop_len : NULL,
                                     .n_stop = r->text_mode ? 0 : r->n_stop, /* text mode: matched on the text */
-                                    .priority = r->priority, .ignore_eos = r->ignore_eos};
+                                    .priority = r->priority, .ignore_eos = r->ignore_eos,
+                                    .keep_logits = r->logprobs >= 0};
         rs[k++] = r;
     }
     if (k > 0)
@@ -400,6 +407,8 @@ static void intake(struct k25_serve *S)
     free(rcs);
     free(errs);
 }
+
+#define SERVE_IDLE_TICK_NS 200000000L /* breaker evaluation period while idle */
 
 /* The engine's life: intake, cancellations, one step, publish; sleeps when idle. */
 static void *engine_main(void *arg)
@@ -433,8 +442,19 @@ static void *engine_main(void *arg)
         if ((S->stopping || S->broken) && S->n_active == 0 && !S->pend_head)
             break;
         if (k25_engine_idle(S->eng)) {
-            pthread_cond_wait(&S->cv_work, &S->mu);
-            continue;
+            if (!S->cfg.breaker_enabled) {
+                pthread_cond_wait(&S->cv_work, &S->mu);
+                continue;
+            }
+            /* the breaker's state moves while idle (its busy window empties, memory falls): an idle
+             * step every SERVE_IDLE_TICK_NS evaluates it, so /metrics' k25_breaker_open stays true */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts); /* the condition variable's clock */
+            ts.tv_nsec += SERVE_IDLE_TICK_NS;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            if (pthread_cond_timedwait(&S->cv_work, &S->mu, &ts) != ETIMEDOUT)
+                continue;
         }
         pthread_mutex_unlock(&S->mu);
         int rc = k25_engine_step(S->eng, &err);
@@ -489,7 +509,7 @@ static enum MHD_Result reply_error(struct k25_serve *S, struct MHD_Connection *c
 static enum MHD_Result reply_error(struct k25_serve *S, struct MHD_Connection *c, int status, const char *param,
                                    const char *fmt, ...)
 {
-    char msg[512];
+    char msg[1200]; /* room for an engine reason whole (K25_REASON_MAX) after a prefix */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);

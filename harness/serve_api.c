@@ -379,6 +379,8 @@ int k25_serve_parse(struct k25_serve *S, const char *body, size_t n, bool chat, 
             goto out;
         }
     }
+    if (k25_serve_parse_extras(j, chat, r, b) != 0)
+        goto out;
     rc = 0;
 out:
     json_decref(j);
@@ -431,9 +433,12 @@ json_t *k25_serve_chunk_json(const struct sreq *r, const char *model, const char
             json_object_set_new(delta, "role", json_string("assistant"));
         json_object_set_new(delta, "content", json_stringn(text ? text : "", text ? text_len : 0));
         json_object_set_new(choice, "delta", delta);
+        if (r->logprobs >= 0 && n_ids > 0)
+            json_object_set_new(choice, "logprobs", k25_serve_logprobs_json(r, (int)(ids - r->out), n_ids));
     } else {
         json_object_set_new(choice, "text", json_stringn(text ? text : "", text ? text_len : 0));
-        json_object_set_new(choice, "logprobs", json_null());
+        json_object_set_new(choice, "logprobs", n_ids > 0 ? k25_serve_logprobs_json(r, (int)(ids - r->out), n_ids)
+                                                          : json_null());
     }
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
     json_object_set_new(choice, "token_ids", tid);
@@ -492,10 +497,9 @@ json_t *k25_serve_result_json(const struct sreq *r, const char *model)
     json_object_set_new(choice, "index", json_integer(0));
     if (r->chat)
         json_object_set_new(choice, "message", json_pack("{s:s, s:s%}", "role", "assistant", "content", text, n));
-    else {
+    else
         json_object_set_new(choice, "text", json_stringn(text, n));
-        json_object_set_new(choice, "logprobs", json_null());
-    }
+    json_object_set_new(choice, "logprobs", k25_serve_logprobs_json(r, 0, r->n_out));
     free(text);
     json_object_set_new(choice, "finish_reason", json_string(k25_serve_finish_name(r)));
     json_object_set_new(choice, "token_ids", tid);

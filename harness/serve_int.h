@@ -77,7 +77,7 @@ struct sreq {
                                       only then may a stream send its HTTP status line */
     enum k25_req_state state;
     enum k25_finish_reason finish;
-    char reason[128];
+    char reason[K25_REASON_MAX];
     int n_prompt;
     /* the elastic queue's routing (k25_engine_result at submit): the "k25" object of the answer */
     enum k25_priority priority;    /* as it runs: low once spilled */
@@ -86,6 +86,12 @@ struct sreq {
     bool gone;                     /* the client went away: cancel */
     int err_status;                /* != 0: failed with this HTTP status and err_msg */
     char err_msg[1100];
+    /* logprobs (serve_logprobs.c): -1 none, else the top-k count; filled by the engine thread, under mu */
+    int logprobs;
+    float *lp;                     /* [n_lp] log probability of each generated token, owned */
+    int32_t *top_id;               /* [n_lp][logprobs] the most likely tokens, owned */
+    float *top_lp;                 /* [n_lp][logprobs] their log probabilities, owned */
+    int n_lp, cap_lp;
     /* the HTTP side's stream writer (the thread of the connection's MHD worker) */
     struct MHD_Connection *conn;   /* a stream's connection, for suspending it */
     struct sconn *sc;
@@ -229,6 +235,15 @@ int k25_serve_parse(struct k25_serve *S, const char *body, size_t n, bool chat, 
 int k25_serve_check_len(struct k25_serve *S, const struct sreq *r, bool chat, struct k25_serve_bad *b);
 /* Frees what a request owns (prompt, output, stop sequences, stream buffer), not r itself. */
 void k25_serve_req_clear(struct sreq *r);
+/* serve_logprobs.c: logprobs/top_logprobs into r->logprobs, and a 400 naming each field k25 serve does
+ * not implement (echo, suffix, best_of, tools, ..., logit_bias, response_format, penalties).  0 or -1. */
+int k25_serve_parse_extras(json_t *j, bool chat, struct sreq *r, struct k25_serve_bad *b);
+/* Engine thread: the log probabilities of generated token idx of engine request handle (-1: no memory,
+ * or the engine kept no logits). */
+int k25_serve_logprobs_add(struct k25_serve *S, struct sreq *r, int handle, int idx);
+/* OpenAI's logprobs object for tokens [from, from + n) (chat or completions form); null when not asked. */
+json_t *k25_serve_logprobs_json(const struct sreq *r, int from, int n);
+void k25_serve_logprobs_free(struct sreq *r);
 /* OpenAI-style {"error": {message, type, param, code}} (new reference). */
 json_t *k25_serve_error_json(int status, const char *param, const char *msg);
 /* A stream chunk: text (NULL for the chat role chunk), its token ids, a finish reason or NULL. */

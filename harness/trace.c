@@ -13,6 +13,8 @@
  *               timed_out, ttft_sla_ms: the elastic queue)
  *               (schema 4 adds cached_tokens and the KV tiers' per-request
  *               block reads, hits, hit rate, wait and bytes moved)
+ *   /reasons    offsets[n+1], text[] (schema 6): every request's reason whole,
+ *               ragged bytes (the /requests column holds its first 127 bytes)
  *   /timeline   compound table, one row per 100 ms window (schema 3 adds
  *               the memory/spill queue depths, breaker state and the
  *               breaker's busy fraction; schema 5 the degraded queue's depth)
@@ -335,6 +337,73 @@ static int read_margins(struct k25_h5 *h, size_t total, float **out, struct k25_
     return rc;
 }
 
+/* /reasons (schema 6): each request's reason whole, as ragged UTF-8 bytes (offsets[n + 1], text[]). */
+static int write_reasons(struct k25_h5 *h, const struct k25_bench_run *run, struct k25_error *err)
+{
+    size_t n = run->n_reqs, total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += strlen(run->reqs[i].reason);
+    int64_t *off = malloc(sizeof(int64_t) * (n + 1));
+    uint8_t *text = malloc(total + 1);
+    int rc = K25_OK;
+    hid_t g = H5I_INVALID_HID;
+    if (!off || !text) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    off[0] = 0;
+    for (size_t i = 0, k = 0; i < n; i++) {
+        size_t l = strlen(run->reqs[i].reason);
+        memcpy(text + k, run->reqs[i].reason, l);
+        k += l;
+        off[i + 1] = (int64_t)k;
+    }
+    if ((g = k25_h5_group(h, "/reasons", err)) < 0) {
+        rc = K25_EIO;
+        goto out;
+    }
+    if ((rc = k25_h5_write_array(g, "offsets", K25_H5_I64, off, n + 1, err)) == K25_OK)
+        rc = k25_h5_write_array(g, "text", K25_H5_U8, text, total, err);
+    if (H5Gclose(g) < 0 && rc == K25_OK)
+        rc = k25_error_set(err, K25_EIO, h->path, 0, "/reasons", "closing the group failed");
+out:
+    free(off);
+    free(text);
+    return rc;
+}
+
+/* The whole reasons of a schema-6 trace over the /requests column's: offsets checked like /tokens'. */
+static int read_reasons(struct k25_h5 *h, struct k25_bench_run *run, struct k25_error *err)
+{
+    int64_t *off = NULL;
+    uint8_t *text = NULL;
+    size_t no = 0, nt = 0, n = run->n_reqs;
+    int rc;
+    hid_t g = k25_h5_group(h, "/reasons", err);
+    if (g < 0)
+        return K25_EFORMAT;
+    if ((rc = k25_h5_read_array(g, "offsets", K25_H5_I64, n + 1, (void **)&off, &no, err)) != K25_OK)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        if (off[0] != 0 || off[i + 1] < off[i] || off[i + 1] - off[i] >= K25_REQ_REASON_MAX) {
+            rc = k25_error_set(err, K25_EFORMAT, h->path, 0, "/reasons/offsets",
+                               "offset %zu is out of order or longer than %d bytes", i, K25_REQ_REASON_MAX - 1);
+            goto out;
+        }
+    if ((rc = k25_h5_read_array(g, "text", K25_H5_U8, (size_t)off[n], (void **)&text, &nt, err)) != K25_OK)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = (size_t)(off[i + 1] - off[i]);
+        memcpy(run->reqs[i].reason, text + off[i], l);
+        run->reqs[i].reason[l] = '\0';
+    }
+out:
+    H5Gclose(g);
+    free(off);
+    free(text);
+    return rc;
+}
+
 /* Hits / reads; with tiers on a request that read no block waited for none (1); tiers off: NaN. */
 double k25_bench_req_kv_hit_rate(const struct k25_bench_req *r, bool kv_tiers)
 {
@@ -374,7 +443,7 @@ int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const str
         r->user = q->user;
         r->line = q->line;
         snprintf(r->state, sizeof(r->state), "%s", k25_req_state_name(q->state));
-        snprintf(r->reason, sizeof(r->reason), "%s", q->reason);
+        snprintf(r->reason, sizeof(r->reason), "%.127s", q->reason); /* whole in /reasons */
         r->n_input = q->n_input;
         r->n_output = q->n_output;
         r->max_new = q->max_new;
@@ -431,7 +500,7 @@ int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const str
                                  err)) != K25_OK ||
         (rc = write_ragged(h, "/tokens", "time_ns", K25_H5_I64, tns, "token_id", K25_H5_I32, tid, toff, n, n_tok,
                            err)) != K25_OK ||
-        (rc = write_margins(h, tmg, n_tok, err)) != K25_OK ||
+        (rc = write_margins(h, tmg, n_tok, err)) != K25_OK || (rc = write_reasons(h, run, err)) != K25_OK ||
         (rc = write_ragged(h, "/prefill", "start_ns", K25_H5_I64, cs, "end_ns", K25_H5_I64, ce, coff, n, n_chk,
                            err)) != K25_OK ||
         (rc = k25_h5_write_table(h->file, "/timeline", win_cols, N_WIN_COLS, sizeof(struct win_row), wrows,
@@ -648,8 +717,8 @@ static int request_from_row(const struct trace_cols *c, size_t i, int64_t schema
     if (s < 0)
         return k25_error_set(err, K25_EFORMAT, path, 0, "/requests", "row %zu: unknown state '%s'", i, st);
     q->state = s;
-    memcpy(q->reason, r->reason, sizeof(q->reason));
-    q->reason[sizeof(q->reason) - 1] = '\0';
+    memcpy(q->reason, r->reason, sizeof(r->reason)); /* schema 6: replaced by /reasons, whole */
+    q->reason[sizeof(r->reason) - 1] = '\0';
     q->n_input = r->n_input;
     q->n_output = r->n_output;
     q->max_new = r->max_new;
@@ -736,6 +805,8 @@ static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t,
             goto out;
         run->output_tokens += c.rows[i].n_output;
     }
+    if (h.schema_version >= 6 && (rc = read_reasons(&h, run, err)) != K25_OK)
+        goto out;
     bool v3 = h.schema_version >= 3, v5 = h.schema_version >= 5;
     for (size_t w = 0; w < c.nw; w++) {
         const struct win_row *x = &c.wrows[w];

@@ -343,6 +343,11 @@ int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outco
     if ((rc = k25_plot_find_gnuplot(gnuplot, sizeof(gnuplot), err)) ||
         (rc = k25_plot_find_templates(tmpl, sizeof(tmpl), err)) || (rc = k25_report_dest_open(&dest, o->out, err)))
         goto out;
+    /* progress by stage: inputs, data, plots (gnuplot, one batch), documents */
+    struct k25_progress prog;
+    k25_progress_begin(&prog, k25_progress_resolve(o->progress, o->quiet), "k25 report", "stages", 4, 0);
+    prog.period_ns = 0; /* a line per stage: the stages are the unit of work */
+    k25_progress_update(&prog, 0, "loading %d input(s)", o->n_inputs);
     if (o->sla_path)
         rc = k25_sla_load(o->sla_path, sla, err);
     else
@@ -355,8 +360,13 @@ int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outco
         rc = k25_error_set(err, K25_EIO, data_dir, 0, NULL, "cannot create the folder: %s", strerror(errno));
         goto out;
     }
-    if ((rc = write_data(&in, plot_dir, pl, err)) || (rc = render_plots(o, gnuplot, tmpl, plot_dir, pl, err)))
+    k25_progress_update(&prog, 1, "writing the plots' data");
+    if ((rc = write_data(&in, plot_dir, pl, err)))
         goto out;
+    k25_progress_update(&prog, 2, "rendering %d plots with gnuplot", pl->n);
+    if ((rc = render_plots(o, gnuplot, tmpl, plot_dir, pl, err)))
+        goto out;
+    k25_progress_update(&prog, 3, "verdicts and documents");
 
     /* verdicts */
     d->opts = o;
@@ -375,6 +385,7 @@ int k25_report_generate(const struct k25_report_opts *o, struct k25_report_outco
 
     if ((rc = write_docs(d, dest.work, err)) || (rc = k25_report_dest_commit(&dest, err)))
         goto out;
+    k25_progress_end(&prog, 4, "%d plots", pl->n);
     oc.seconds = (double)(k25_now_ns() - t0) / 1e9;
     if (outcome)
         *outcome = oc;

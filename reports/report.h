@@ -351,6 +351,7 @@ struct k25_report_opts {
     enum k25_report_format format;
     const char *title;          /* NULL: made from the input */
     bool quiet;
+    enum k25_progress_mode progress; /* stage lines on stderr (progress.c); zeroed: auto */
 };
 
 /* What was decided, for the caller (exit status) and verdict.json. */

@@ -48,7 +48,7 @@ static void set(struct k25_health_check *c, const char *metric, double fail_belo
 
 int k25_health_defaults(struct k25_health_check *h, int max)
 {
-    if (max < 4)
+    if (max < 5)
         return 0;
     set(&h[0], "kv_cache_hit_rate", 0.92, 0.92, NAN, NAN,
         "below 0.92 block reads wait for the cold tier: a larger kv_warm_budget_mb or kv_hot_tokens, or "
@@ -59,7 +59,9 @@ int k25_health_defaults(struct k25_health_check *h, int max)
     set(&h[2], "degraded_requests_ratio", NAN, NAN, 0.005, 0.01, "",
         "above 0.01 the degradation is too eager (circuit-breaker thresholds)");
     set(&h[3], "kv_usage_ratio", NAN, NAN, NAN, 0.92, "", "above 0.92 the next request may fail to fit");
-    return 4;
+    set(&h[4], "gpu_utilization_p95", NAN, 0.75, 0.85, 0.90,
+        "the GPU has headroom: more load or a larger batch would fit", "above 0.90: scale out or shrink the batch");
+    return 5;
 }
 
 void k25_health_describe(const struct k25_health_check *c, char *buf, size_t n)
@@ -126,7 +128,8 @@ bool k25_health_applies(const struct k25_health_check *c, const struct k25_repor
         snprintf(why, n, "tiers off");
         return false;
     }
-    if (strncmp(c->metric, "busy_", 5) != 0 || n_runs <= 0)
+    /* a closed loop saturates the engine (and its GPU) by construction */
+    if ((strncmp(c->metric, "busy_", 5) != 0 && strcmp(c->metric, "gpu_utilization_p95") != 0) || n_runs <= 0)
         return true;
     for (int i = 0; i < n_runs; i++) {
         const char *mode = json_string_value(json_object_get(runs[i].workload, "mode"));

@@ -73,6 +73,7 @@ static const struct {
     {"degraded_requests_ratio", "degraded_requests_ratio", 1},
     {"kv_usage_ratio", "kv_usage_ratio", 1},
     {"busy_p95", "busy_fraction.p95", 1},
+    {"gpu_utilization_p95", "gpu_utilization_p95", 1}, /* NVML (harness/gputelemetry.c); null without it */
     {"fidelity_kl_mean", "fidelity.kl_mean", 1},
     {"fidelity_rel_err_mean", "fidelity.rel_err_mean", 1},
     {"fidelity_token_agreement", "fidelity.token_agreement", 1},

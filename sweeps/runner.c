@@ -30,6 +30,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t g_stop;
@@ -570,8 +571,13 @@ static int schedule(struct sched *S, int n_done, int n_all, struct k25_error *er
     const struct k25_sweep_opts *o = S->o;
     int next = 0, running = 0, failed = 0, finished = 0, rc = K25_OK;
     double sum_s = 0;
-    uint64_t t_start = k25_now_ns();
     char best_note[768] = "", first_fail[1024] = "";
+    char what[128];
+    snprintf(what, sizeof(what), "k25 sweep %.50s", spec->name);
+    struct k25_progress prog;
+    k25_progress_begin(&prog, o->progress, what, "runs", n_all, 0);
+    if (n_done > 0)
+        k25_progress_update(&prog, n_done, "%d runs already complete (resumed)", n_done);
     while ((next < S->n_tasks && !g_stop) || running > 0) {
         for (int s = 0; s < S->jobs && !g_stop && !rc; s++) {
             if (S->kids[s].pid > 0)
@@ -590,7 +596,17 @@ static int schedule(struct sched *S, int n_done, int n_all, struct k25_error *er
         if (running == 0)
             break;
         int st;
-        pid_t pid = waitpid(-1, &st, 0);
+        /* polled (200 ms), so the progress line keeps its period while a long run goes on */
+        pid_t pid;
+        while ((pid = waitpid(-1, &st, WNOHANG)) == 0) {
+            if (k25_progress_due(&prog)) {
+                best_so_far(spec, o->out, S->pts, S->n, best_note, sizeof(best_note));
+                k25_progress_update(&prog, n_done + finished, "%d running%s%s", running,
+                                    failed ? ", some failed" : "", best_note);
+            }
+            struct timespec ts = {0, 200000000L};
+            nanosleep(&ts, NULL);
+        }
         if (pid < 0) {
             if (errno == EINTR)
                 continue;
@@ -618,19 +634,18 @@ static int schedule(struct sched *S, int n_done, int n_all, struct k25_error *er
                              S->pts[t->point].id, t->rep, code);
             }
         }
-        if (o->progress) {
+        if (k25_progress_due(&prog)) {
+            /* the ETA from the runs' own mean time (the first runs include the reference's) */
             double eta = finished ? sum_s / finished * (S->n_tasks - finished - failed) / S->jobs : NAN;
-            char e[32], el[32];
+            char e[32];
             fmt_duration(eta, e, sizeof(e));
-            fmt_duration((double)(k25_now_ns() - t_start) / 1e9, el, sizeof(el));
             best_so_far(spec, o->out, S->pts, S->n, best_note, sizeof(best_note));
-            fprintf(stderr, "\r\033[K[sweep %s] %d/%d runs%s, %s elapsed, ETA %s%s", spec->name, n_done + finished,
-                    n_all, failed ? " (some failed)" : "", el, e, best_note);
+            k25_progress_update(&prog, n_done + finished, "%s%s, runs' mean-time ETA %s%s", spec->name,
+                                failed ? " (some failed)" : "", e, best_note);
         }
     }
     stop_fillers(S);
-    if (o->progress)
-        fputc('\n', stderr);
+    k25_progress_end(&prog, n_done + finished, "%s%s", spec->name, failed ? " (some failed)" : "");
     if (g_stop && !rc)
         rc = k25_error_set(err, K25_EIO, o->out, 0, NULL,
                            "interrupted: %d runs finished are kept; run the same command again to resume",

@@ -19,6 +19,7 @@
 #define K25_SWEEP_H
 
 #include "k25.h"
+#include "harness.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -221,7 +222,7 @@ struct k25_sweep_opts {
     int jobs;                 /* parallel runs (default 1) */
     bool dry_run;
     const char *only;         /* --only expression or NULL (the reference point always stays in) */
-    bool progress;
+    enum k25_progress_mode progress; /* resolved (k25_progress_resolve): bar, lines or off */
     bool quiet;
     const char *k25_path;     /* binary to run points with (default /proc/self/exe) */
     int task;                 /* >= 0: run only this task index (cluster array), then stop */

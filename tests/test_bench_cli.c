@@ -404,6 +404,180 @@ static void test_serve_options(void **state)
     free(out);
 }
 
+/* Counts lines of out starting with prefix. */
+static int count_lines(const char *out, const char *prefix)
+{
+    int n = 0;
+    size_t pl = strlen(prefix);
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        n += !strncmp(l, prefix, pl);
+    return n;
+}
+
+/*
+ * Progress a CI log shows: stderr on a pipe gets plain lines (a start, periodic updates -
+ * K25_PROGRESS_INTERVAL_S shortens the 10 s period so a short run has some - and an end), no
+ * terminal escapes; --progress off and --quiet print none.  A SIGTERM'd `k25 run` says how far its
+ * prefill got (it waits on the first progress line, then signals).
+ */
+static void test_progress_lines(void **state)
+{
+    (void)state;
+    char cmd[4096], *out;
+    snprintf(cmd, sizeof(cmd), "K25_PROGRESS_INTERVAL_S=0.001 %s bench --dataset datasets/gold/ci-small.jsonl "
+             "--model tiny --filter 'input_length <= 512' --decode-max-tokens 8 --threads 1 --requests 4 "
+             "--out %s/prog.h5 2>&1 >/dev/null | cat", tu_k25(), tu_dir);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    assert_int_equal(count_lines(out, "k25 bench: starting: 4 requests"), 1);
+    assert_true(count_lines(out, "k25 bench: end: 4/4 requests (100%)") == 1);
+    assert_true(count_lines(out, "k25 bench: ") >= 3); /* start, updates, end */
+    assert_null(strchr(out, '\r'));
+    assert_null(strstr(out, "\033["));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "K25_PROGRESS_INTERVAL_S=0.001 %s bench --dataset datasets/gold/ci-small.jsonl "
+             "--model tiny --filter 'input_length <= 512' --decode-max-tokens 8 --threads 1 --requests 2 "
+             "--progress off --out %s/prog2.h5 2>&1 >/dev/null | cat", tu_k25(), tu_dir);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    assert_int_equal(count_lines(out, "k25 bench: starting"), 0);
+    assert_int_equal(count_lines(out, "k25 bench: end"), 0);
+    free(out);
+    expect_fail(RUN "--progress sometimes --out /tmp/x.h5", 2, "--progress");
+    /* SIGTERM during a long prefill: what it has, exit 143 */
+    snprintf(cmd, sizeof(cmd),
+             "(K25_PROGRESS_INTERVAL_S=0.001 %s run --model tiny --prompt x --prompt-len 30000 "
+             "--prefill-chunk-size 256 --max-tokens 2000 --threads 1 2>%s/run.err >%s/run.out & pid=$!; "
+             "i=0; while ! grep -q 'chunks (' %s/run.err && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+             "kill -TERM $pid; wait $pid; echo \"exit=$?\"; cat %s/run.err) 2>&1",
+             tu_k25(), tu_dir, tu_dir, tu_dir, tu_dir);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    if (!strstr(out, "exit=143") || !strstr(out, "k25 run: interrupted by SIGTERM: prefill ") ||
+        !strstr(out, "chunks of 30000 prompt tokens"))
+        fail_msg("%s", out);
+    free(out);
+}
+
+/*
+ * Arrival processes: constant spacing exactly; the linear ramp's intervals following its rate (a
+ * huge gamma shape makes them near-deterministic, so each must be within 2% of 1 / rate_i); a
+ * Mooncake-layout trace's timestamps as offsets from its first line, bad lines named; end to end,
+ * a replayed run's requests arrive at the trace's offsets; --burstiness 0 says what to use instead.
+ */
+static void test_arrivals(void **state)
+{
+    (void)state;
+    struct k25_error err;
+    int64_t *t = NULL;
+    size_t n = 0;
+    assert_int_equal(k25_arrivals_constant(4, 3, 0, &t, &n, &err), K25_OK);
+    assert_int_equal(n, 3);
+    assert_true(t[0] == 250000000 && t[1] == 500000000 && t[2] == 750000000);
+    free(t);
+    assert_int_equal(k25_arrivals_constant(4, 0, 1000000000, &t, &n, &err), K25_OK); /* a duration: 3 before 1 s */
+    assert_int_equal(n, 3);
+    free(t);
+    assert_int_equal(k25_arrivals_ramp(1, 100, 1e6, 7, 50, &t, &n, &err), K25_OK);
+    assert_int_equal(n, 50);
+    for (size_t i = 0; i < n; i++) {
+        double r = 1 + 99.0 * (double)i / 49.0, dt = (double)(t[i] - (i ? t[i - 1] : 0)) / 1e9;
+        if (fabs(dt * r - 1) > 0.02)
+            fail_msg("ramp interval %zu: %.4f s at rate %.2f", i, dt, r);
+    }
+    free(t);
+    assert_int_equal(k25_arrivals_ramp(1, 2, 1, 7, 0, &t, &n, &err), K25_EINVAL);
+    assert_non_null(strstr(err.msg, "--requests"));
+    char path[600];
+    snprintf(path, sizeof(path), "%s/mooncake.jsonl", tu_dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"timestamp\": 1000, \"input_length\": 10, \"output_length\": 2, \"hash_ids\": [0]}\n\n"
+               "{\"timestamp\": 1250, \"input_length\": 10, \"output_length\": 2, \"hash_ids\": [0, 1]}\n"
+               "{\"timestamp\": 1300.5, \"input_length\": 10, \"output_length\": 2, \"hash_ids\": [2]}\n");
+    fclose(f);
+    assert_int_equal(k25_arrivals_trace(path, 0, &t, &n, &err), K25_OK);
+    assert_int_equal(n, 3);
+    assert_true(t[0] == 0 && t[1] == 250000000 && t[2] == 300500000);
+    free(t);
+    snprintf(path, sizeof(path), "%s/bad-trace.jsonl", tu_dir);
+    f = fopen(path, "w");
+    fprintf(f, "{\"timestamp\": 5}\n{\"timestamp\": 3}\n");
+    fclose(f);
+    assert_int_equal(k25_arrivals_trace(path, 0, &t, &n, &err), K25_EFORMAT);
+    assert_int_equal(err.line, 2);
+    assert_non_null(strstr(err.msg, "time order"));
+    f = fopen(path, "w");
+    fprintf(f, "{\"ts\": 5}\n");
+    fclose(f);
+    assert_int_equal(k25_arrivals_trace(path, 0, &t, &n, &err), K25_EFORMAT);
+    assert_non_null(strstr(err.msg, "timestamp"));
+    /* end to end: the replayed run's requests arrive at the trace's offsets */
+    char args[2048], *out;
+    snprintf(args, sizeof(args), RUN "--trace-file %s/mooncake.jsonl --out %s/replay.h5", tu_dir, tu_dir);
+    assert_int_equal(k25(args, &out), 0);
+    free(out);
+    snprintf(path, sizeof(path), "%s/replay.h5", tu_dir);
+    struct k25_trace tr;
+    assert_int_equal(k25_trace_read(path, &tr, &err), K25_OK);
+    assert_int_equal(tr.run.n_reqs, 3);
+    static const int64_t want[3] = {0, 250000000, 300500000};
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(tr.run.reqs[i].arrival_ns, want[tr.run.reqs[i].seq]);
+    k25_trace_free(&tr);
+    expect_fail(RUN "--rate 2 --burstiness 0 --out /tmp/x.h5", 2, "--arrivals constant");
+    expect_fail(RUN "--ramp-up-strategy linear --ramp-up-start-rps 1 --out /tmp/x.h5", 2, "--ramp-up-end-rps");
+    expect_fail(RUN "--arrivals constant --out /tmp/x.h5", 2, "needs --rate");
+    expect_fail(RUN "--ramp-up-strategy linear --ramp-up-start-rps 1 --ramp-up-end-rps 4 --duration 2 --out /tmp/x.h5",
+                2, "--requests");
+}
+
+/*
+ * --save-result writes vLLM's result fields beside k25's: the same samples as the trace's, mean,
+ * median and std (population) computed here; with --percentile-method linear the percentiles numpy
+ * would print, given even where the sample cannot support them, flagged with their interval.
+ */
+static void test_vllm_result(void **state)
+{
+    (void)state;
+    free(run_ok("--save-result --percentile-method linear --metric-percentiles 50,99 --out %s/v.h5"));
+    char p[600];
+    snprintf(p, sizeof(p), "%s/v.json", tu_dir);
+    json_t *j = json_load_file(p, 0, NULL);
+    assert_non_null(j);
+    snprintf(p, sizeof(p), "%s/v.h5", tu_dir);
+    struct k25_trace t;
+    struct k25_error err;
+    assert_int_equal(k25_trace_read(p, &t, &err), K25_OK);
+    double v[64], mean = 0, var = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < t.run.n_reqs && n < 64; i++)
+        if (t.run.reqs[i].state == K25_REQ_COMPLETED)
+            v[n++] = k25_bench_req_ttft_ms(&t.run.reqs[i]);
+    k25_trace_free(&t);
+    assert_true(n >= 2);
+    qsort(v, n, sizeof(double), cmp_d);
+    for (size_t i = 0; i < n; i++)
+        mean += v[i] / (double)n;
+    for (size_t i = 0; i < n; i++)
+        var += (v[i] - mean) * (v[i] - mean) / (double)n;
+    double h = (double)(n - 1) * 0.5, med = v[(size_t)h] + (h - floor(h)) * (v[(size_t)h + (h < n - 1)] - v[(size_t)h]);
+    double h99 = (double)(n - 1) * 0.99,
+           p99 = v[(size_t)h99] + (h99 - floor(h99)) * (v[(size_t)h99 + 1 < n ? (size_t)h99 + 1 : n - 1] - v[(size_t)h99]);
+    assert_true(fabs(json_number_value(json_object_get(j, "mean_ttft_ms")) - mean) < 1e-6);
+    assert_true(fabs(json_number_value(json_object_get(j, "median_ttft_ms")) - med) < 1e-6);
+    assert_true(fabs(json_number_value(json_object_get(j, "std_ttft_ms")) - sqrt(var)) < 1e-6);
+    assert_true(fabs(json_number_value(json_object_get(j, "p99_ttft_ms")) - p99) < 1e-6);
+    assert_true(json_is_number(json_object_get(j, "p50_e2el_ms")));
+    assert_true(json_is_number(json_object_get(j, "mean_itl_ms")));
+    assert_int_equal(json_integer_value(json_object_get(j, "completed")), (json_int_t)n);
+    assert_true(json_number_value(json_object_get(j, "request_throughput")) ==
+                json_number_value(k25_json_path(j, "summary.requests_per_s")));
+    assert_true(json_is_number(json_object_get(j, "output_throughput")));
+    /* P99 of a handful of samples: given (as vLLM does) but flagged, with its interval */
+    assert_true(json_is_false(k25_json_path(j, "k25_percentile_support.p99_ttft_ms.supported")));
+    assert_int_equal(json_integer_value(k25_json_path(j, "k25_percentile_support.p99_ttft_ms.n")), (json_int_t)n);
+    assert_null(k25_json_path(j, "k25_percentile_support.p50_ttft_ms")); /* supported: not flagged */
+    assert_string_equal(json_string_value(json_object_get(j, "percentile_method")), "linear");
+    json_decref(j);
+}
+
 int main(void)
 {
     if (access(tu_k25(), X_OK) != 0) {
@@ -412,6 +586,9 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vllm_aliases),
+        cmocka_unit_test(test_progress_lines),
+        cmocka_unit_test(test_arrivals),
+        cmocka_unit_test(test_vllm_result),
         cmocka_unit_test(test_percentile_method),
         cmocka_unit_test(test_csv),
         cmocka_unit_test(test_percentile_table),

@@ -14,10 +14,13 @@
 #include "testutil.h"
 
 #include "harness.h"
+#include "k25util.h"
+#include "servermetrics.h"
 #include "sse.h"
 
 #include <arpa/inet.h>
 #include <jansson.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -100,6 +103,7 @@ static void test_sse_reader(void **state)
 
 static int g_port;
 static int g_listen = -1;
+static int g_scrapes; /* GET /metrics answered (the counters below grow with it) */
 
 /* Delays of the "ok" scenario, milliseconds. */
 #define FIRST_MS 200
@@ -165,7 +169,28 @@ static void *serve_conn(void *arg)
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (!strncmp(req, "GET /v1/models", 14)) {
+    if (!strncmp(req, "GET /metrics", 12)) {
+        /* a vLLM-shaped target: two engines' gauges (summed), counters growing by scrape */
+        int k = __atomic_add_fetch(&g_scrapes, 1, __ATOMIC_SEQ_CST);
+        char m[1024];
+        snprintf(m, sizeof(m),
+                 "# HELP vllm:num_requests_running Number of requests running.\n"
+                 "# TYPE vllm:num_requests_running gauge\n"
+                 "vllm:num_requests_running{engine=\"0\",model_name=\"a}b\"} 1\n"
+                 "vllm:num_requests_running{engine=\"1\",model_name=\"a}b\"} 2\n"
+                 "vllm:num_requests_waiting{engine=\"0\"} 4\n"
+                 "vllm:kv_cache_usage_perc{engine=\"0\"} 0.5\n"
+                 "vllm:num_preemptions_total{engine=\"0\"} %d\n"
+                 "vllm:prefix_cache_hits_total{engine=\"0\"} %d\n"
+                 "vllm:prefix_cache_queries_total{engine=\"0\"} %d\n"
+                 "vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} 7\n",
+                 k, 3 * k, 4 * k);
+        send_head(fd, 200, "text/plain; version=0.0.4");
+        send_all(fd, m);
+    } else if (!strncmp(req, "GET /nometrics", 14)) {
+        send_head(fd, 404, "text/plain");
+        send_all(fd, "not here");
+    } else if (!strncmp(req, "GET /v1/models", 14)) {
         send_head(fd, 200, "application/json");
         send_all(fd, "{\"object\":\"list\",\"data\":[{\"id\":\"scripted\",\"object\":\"model\"}]}");
     } else if (body && strstr(body, "scenario-ok")) {
@@ -176,7 +201,7 @@ static void *serve_conn(void *arg)
                 msleep(GAP_MS);
             chunk(fd, "x", 100 + i);
         }
-        send_all(fd, "data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n"
+        send_all(fd, "data: {\"model\":\"scripted-8b\",\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n"
                      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5,\"total_tokens\":8}}\n\n"
                      "data: [DONE]\n\n");
     } else if (body && strstr(body, "scenario-nousage")) {
@@ -189,6 +214,15 @@ static void *serve_conn(void *arg)
     } else if (body && strstr(body, "scenario-http500")) {
         send_head(fd, 500, "application/json");
         send_all(fd, "{\"error\":{\"message\":\"scripted failure\",\"type\":\"server_error\"}}");
+    } else if (body && strstr(body, "scenario-http503long")) {
+        /* a reason far longer than any fixed field: it must come back whole */
+        char msg[1100];
+        int k = snprintf(msg, sizeof(msg), "{\"error\":{\"message\":\"overloaded:");
+        for (int i = 0; i < 60; i++)
+            k += snprintf(msg + k, sizeof(msg) - (size_t)k, " part%02d", i);
+        snprintf(msg + k, sizeof(msg) - (size_t)k, " END\"}}");
+        send_head(fd, 503, "application/json");
+        send_all(fd, msg);
     } else if (body && strstr(body, "scenario-badsse")) {
         send_head(fd, 200, "text/event-stream");
         chunk(fd, "z", 1);
@@ -342,7 +376,114 @@ static void test_arithmetic(void **state)
     assert_string_equal(json_string_value(k25_json_path(j, "provenance.endpoint.response_headers.content-type")),
                         "text/event-stream");
     assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.requests_tokens_counted")), 1);
+    /* the server's own name for its model (the answers' "model"), counted */
+    assert_string_equal(json_string_value(k25_json_path(j, "provenance.endpoint.served_model")), "scripted-8b");
+    assert_int_equal(json_integer_value(k25_json_path(j, "provenance.endpoint.response_models.scripted-8b")), 1);
+    /* the config is what was sent: the model, no engine key the client never sent */
+    assert_string_equal(json_string_value(k25_json_path(j, "provenance.config.model")), "scripted");
+    assert_null(k25_json_path(j, "provenance.config.kv_compression_ratio"));
+    assert_null(k25_json_path(j, "provenance.config.prefill_chunk_size"));
+    assert_true(json_is_integer(k25_json_path(j, "provenance.client.seed")));
+    /* what a client cannot see is null with the reason, never 0 */
+    assert_true(json_is_null(k25_json_path(j, "summary.memory.peak_tracked_bytes")));
+    assert_string_equal(json_string_value(k25_json_path(j, "summary.memory.note")), "not visible from the client");
+    assert_true(json_is_null(k25_json_path(j, "summary.harness.overhead_per_request_us")));
     assert_string_equal(json_string_value(k25_json_path(j, "summary.endpoint.output_tokens_from")), "mixed");
+    json_decref(j);
+}
+
+/* The Prometheus text reader: names, labels holding '}' and escapes, special values, comments, bad lines. */
+struct prom_log {
+    char series[8][128];
+    double v[8];
+    int n;
+};
+
+static void prom_cb(const char *series, size_t sl, const char *name, size_t nl, double v, void *u)
+{
+    struct prom_log *l = u;
+    assert_true(nl <= sl && !memcmp(series, name, nl));
+    if (l->n < 8) {
+        snprintf(l->series[l->n], sizeof(l->series[0]), "%.*s", (int)sl, series);
+        l->v[l->n++] = v;
+    }
+}
+
+static void test_prom_parse(void **state)
+{
+    (void)state;
+    const char *t = "# HELP a_total x\n# TYPE a_total counter\na_total 3\n"
+                    "b{l=\"x}y\",m=\"q\\\"r\"} +Inf 1700000000\n"
+                    "\n   c:d NaN\n"
+                    "bad line here\n{nolabel} 1\ne 2.5e-3\r\n";
+    struct prom_log l = {0};
+    assert_int_equal(k25_prom_parse(t, strlen(t), prom_cb, &l), 2); /* the two bad lines */
+    assert_int_equal(l.n, 4);
+    assert_string_equal(l.series[0], "a_total");
+    assert_true(l.v[0] == 3);
+    assert_string_equal(l.series[1], "b{l=\"x}y\",m=\"q\\\"r\"}");
+    assert_true(isinf(l.v[1]));
+    assert_string_equal(l.series[2], "c:d");
+    assert_true(isnan(l.v[2]));
+    assert_string_equal(l.series[3], "e");
+    assert_true(fabs(l.v[3] - 2.5e-3) < 1e-12);
+}
+
+/*
+ * --server-metrics: the scripted vLLM-shaped /metrics scraped during the run (a first scrape at
+ * once, a last at the end: at least 2), mapped (running summed over engines, the preemption counter's
+ * increase, the prefix hit rate from the counters' increases), raw series kept in the trace; a target
+ * without metrics is a note, not a failure.
+ */
+static void test_server_metrics(void **state)
+{
+    (void)state;
+    static const char *const sc[] = {"ok"};
+    char args[2048], h5[512], js[512], *out;
+    snprintf(h5, sizeof(h5), "%s/sm.h5", tu_dir);
+    snprintf(js, sizeof(js), "%s/sm.json", tu_dir);
+    snprintf(args, sizeof(args), "--dataset %s --requests 2 --server-metrics --out %s --json %s",
+             gold("sm", sc, 1), h5, js);
+    bench(args, &out, 0);
+    free(out);
+    json_t *j = json_load_file(js, 0, NULL);
+    assert_non_null(j);
+    const json_t *sm = k25_json_path(j, "summary.server_metrics");
+    int n = (int)json_integer_value(json_object_get(sm, "scrapes"));
+    assert_true(n >= 2);
+    assert_int_equal(json_integer_value(json_object_get(sm, "scrapes_ok")), n);
+    assert_string_equal(json_string_value(json_object_get(sm, "family")), "vllm");
+    assert_true(json_is_null(json_object_get(sm, "note")));
+    assert_true(json_number_value(k25_json_path(sm, "n_running.max")) == 3);
+    assert_true(json_number_value(k25_json_path(sm, "n_waiting.max")) == 4);
+    assert_true(json_number_value(k25_json_path(sm, "kv_usage_ratio.max")) == 0.5);
+    assert_true(json_number_value(k25_json_path(j, "summary.kv_usage_ratio.max")) == 0.5); /* for the health check */
+    assert_true(json_number_value(json_object_get(sm, "preemptions")) == n - 1);
+    assert_true(fabs(json_number_value(k25_json_path(sm, "prefix_cache_hit_rate.mean")) - 0.75) < 1e-12);
+    assert_int_equal(json_integer_value(json_object_get(sm, "series")), 8);
+    json_decref(j);
+    /* the trace: one samples row per scrape, every raw value */
+    hid_t f = H5Fopen(h5, H5F_ACC_RDONLY, H5P_DEFAULT);
+    assert_true(f >= 0);
+    hid_t d = H5Dopen2(f, "/server_metrics/samples", H5P_DEFAULT), sp = H5Dget_space(d);
+    assert_int_equal(H5Sget_simple_extent_npoints(sp), n);
+    H5Sclose(sp);
+    H5Dclose(d);
+    d = H5Dopen2(f, "/server_metrics/values", H5P_DEFAULT);
+    sp = H5Dget_space(d);
+    assert_int_equal(H5Sget_simple_extent_npoints(sp), 8 * n);
+    H5Sclose(sp);
+    H5Dclose(d);
+    H5Fclose(f);
+    /* no metrics there: a note, the run succeeds */
+    snprintf(args, sizeof(args), "--dataset %s --requests 1 --server-metrics http://127.0.0.1:%d/nometrics "
+             "--out %s --json %s", gold("sm", sc, 1), g_port, h5, js);
+    bench(args, &out, 0);
+    assert_non_null(strstr(out, "note: no server metrics at http://127.0.0.1:"));
+    free(out);
+    j = json_load_file(js, 0, NULL);
+    assert_non_null(strstr(json_string_value(k25_json_path(j, "summary.server_metrics.note")), "HTTP 404"));
+    assert_true(json_is_null(k25_json_path(j, "summary.server_metrics.kv_usage_ratio")));
     json_decref(j);
 }
 
@@ -350,7 +491,8 @@ static void test_arithmetic(void **state)
 static void test_failures(void **state)
 {
     (void)state;
-    static const char *const sc[] = {"ok", "http500", "badsse", "truncjson", "truncated", "stall", "missing"};
+    static const char *const sc[] = {"ok", "http500", "badsse", "truncjson", "truncated", "stall", "missing",
+                                     "http503long"};
     static const struct {
         const char *id, *reason;
         int status;
@@ -365,18 +507,23 @@ static void test_failures(void **state)
     char args[2048], h5[512], js[512], *out;
     snprintf(h5, sizeof(h5), "%s/fail.h5", tu_dir);
     snprintf(js, sizeof(js), "%s/fail.json", tu_dir);
-    snprintf(args, sizeof(args), "--dataset %s --concurrency 7 --stall-timeout 1 --out %s --json %s",
-             gold("fail", sc, 7), h5, js);
+    snprintf(args, sizeof(args), "--dataset %s --concurrency 8 --stall-timeout 1 --out %s --json %s",
+             gold("fail", sc, 8), h5, js);
     uint64_t t0 = k25_now_ns();
     bench(args, &out, 0);
     double wall_s = (double)(k25_now_ns() - t0) / 1e9;
-    char *summary_line = strstr(out, "7 requests (");
+    char *summary_line = strstr(out, "8 requests (");
     assert_true(wall_s < 10); /* the stall ended by the timeout, not by the server */
     struct k25_trace t;
     struct k25_error err;
     assert_int_equal(k25_trace_read(h5, &t, &err), K25_OK);
-    assert_int_equal(t.run.n_reqs, 7);
+    assert_int_equal(t.run.n_reqs, 8);
     assert_int_equal(by_id(&t, "ok")->state, K25_REQ_COMPLETED);
+    /* a long reason is stored whole (schema 6 /reasons), not cut at the /requests column's width */
+    const char *lr = by_id(&t, "http503long")->reason;
+    assert_true(strlen(lr) > 400);
+    assert_non_null(strstr(lr, "part59 END"));
+    assert_int_equal(strncmp(lr, "HTTP 503: overloaded: part00", 28), 0);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         const struct k25_bench_req *q = by_id(&t, want[i].id);
         assert_int_equal(q->state, K25_REQ_REJECTED);
@@ -384,16 +531,16 @@ static void test_failures(void **state)
             fail_msg("%s: reason \"%s\", want \"%s...\"", want[i].id, q->reason, want[i].reason);
     }
     k25_trace_free(&t);
-    if (!summary_line || strncmp(summary_line, "7 requests (1 completed, 6 rejected)", 36))
+    if (!summary_line || strncmp(summary_line, "8 requests (1 completed, 7 rejected)", 36))
         fail_msg("output:\n%s", out);
     free(out);
     json_error_t je;
     json_t *j = json_load_file(js, 0, &je);
     assert_non_null(j);
-    assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.failed")), 6);
+    assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.failed")), 7);
     assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.failed_by_http_status.200")), 4);
     assert_int_equal(json_integer_value(k25_json_path(j, "summary.endpoint.failed_by_http_status.500")), 1);
-    assert_int_equal(json_integer_value(k25_json_path(j, "summary.requests.rejected")), 6);
+    assert_int_equal(json_integer_value(k25_json_path(j, "summary.requests.rejected")), 7);
     json_decref(j);
 }
 
@@ -470,6 +617,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_repair), cmocka_unit_test(test_sse_reader), cmocka_unit_test(test_arithmetic),
         cmocka_unit_test(test_failures),    cmocka_unit_test(test_open_loop),  cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_prom_parse),  cmocka_unit_test(test_server_metrics),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -119,7 +119,7 @@ static void test_sla_file(void **state)
     assert_string_equal(g_sla.title, "box 7");
     assert_int_equal(g_sla.n_lines, 2);
     assert_int_equal(g_sla.lines[1].line, 4);
-    assert_int_equal(g_sla.n_health, 5); /* 4 defaults + peak memory */
+    assert_int_equal(g_sla.n_health, 6); /* 5 defaults + peak memory */
     for (int i = 0; i < g_sla.n_health; i++) {
         if (!strcmp(g_sla.health[i].metric, "kv_usage_ratio"))
             assert_false(g_sla.health[i].enabled);
@@ -239,7 +239,7 @@ static void test_health(void **state)
     (void)state;
     struct k25_health_check h[K25_HEALTH_MAX];
     int n = k25_health_defaults(h, K25_HEALTH_MAX);
-    assert_int_equal(n, 4);
+    assert_int_equal(n, 5);
     struct k25_health_result r;
     /* kv_cache_hit_rate (the KV tiers' measured figure): >= 0.92 passes, below fails */
     k25_health_eval(&h[0], 0.95, &r);
@@ -270,6 +270,14 @@ static void test_health(void **state)
     assert_int_equal(r.level, K25_HEALTH_FAIL);
     k25_health_eval(&h[3], 0.95, &r);
     assert_int_equal(r.level, K25_HEALTH_FAIL);
+    /* GPU utilization P95 (NVML): the busy check's band */
+    assert_string_equal(h[4].metric, "gpu_utilization_p95");
+    k25_health_eval(&h[4], 0.80, &r);
+    assert_int_equal(r.level, K25_HEALTH_OK);
+    k25_health_eval(&h[4], 0.70, &r);
+    assert_int_equal(r.level, K25_HEALTH_WARN);
+    k25_health_eval(&h[4], 0.93, &r);
+    assert_int_equal(r.level, K25_HEALTH_FAIL);
     /* not measured is said, not guessed */
     k25_health_eval(&h[0], NAN, &r);
     assert_int_equal(r.level, K25_HEALTH_NOT_MEASURED);
@@ -284,6 +292,7 @@ static void test_health(void **state)
     run.workload = json_pack("{s:s}", "mode", "closed");
     assert_false(k25_health_applies(&h[1], &run, 1, why, sizeof(why)));
     assert_string_equal(why, "closed loop");
+    assert_false(k25_health_applies(&h[4], &run, 1, why, sizeof(why)));
     assert_true(k25_health_applies(&h[0], &run, 1, why, sizeof(why)));
     json_decref(run.workload);
     run.workload = json_pack("{s:s}", "mode", "open");

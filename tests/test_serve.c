@@ -610,7 +610,148 @@ static void test_degraded_marking(void **state)
     assert_int_equal(finals, 1);
     free(out);
     assert_true(metric(&deg, "k25_degraded_requests_total") >= 2);
+    /* k25 bench --endpoint reads the answers' "k25": {"degraded": true} into the trace and the ratio */
+    double d0 = metric(&deg, "k25_degraded_requests_total");
+    char cmd[4096], h5[512], js[512];
+    snprintf(h5, sizeof(h5), "%s/deg.h5", tu_dir);
+    snprintf(js, sizeof(js), "%s/deg.json", tu_dir);
+    snprintf(cmd, sizeof(cmd), "%s bench --endpoint http://127.0.0.1:%d --dataset %s %s --quiet --server-metrics "
+             "--out %s --json %s", tu_k25(), deg.port, GOLD, SHORT, h5, js);
+    if (tu_run(cmd, &out) != 0)
+        fail_msg("%s\n%s", cmd, out);
+    free(out);
+    double served_degraded = metric(&deg, "k25_degraded_requests_total") - d0;
+    struct k25_trace t;
+    struct k25_error err;
+    assert_int_equal(k25_trace_read(h5, &t, &err), K25_OK);
+    int n_deg = 0;
+    for (size_t i = 0; i < t.run.n_reqs; i++)
+        n_deg += t.run.reqs[i].degraded;
+    assert_int_equal(t.run.n_reqs, 4);
+    assert_int_equal(n_deg, (int)served_degraded); /* the server's own count */
+    assert_int_equal(n_deg, 4);
+    k25_trace_free(&t);
+    json_t *s = json_load_file(js, 0, NULL);
+    assert_non_null(s);
+    assert_true(json_number_value(k25_json_path(s, "summary.degraded_requests_ratio")) == 1.0);
+    assert_string_equal(json_string_value(k25_json_path(s, "provenance.endpoint.served_model")), "tiny");
+    /* k25 serve's own /metrics, scraped and mapped (KV usage: blocks used / the budget's blocks) */
+    const json_t *sm = k25_json_path(s, "summary.server_metrics");
+    assert_true(json_integer_value(json_object_get(sm, "scrapes_ok")) >= 2);
+    assert_string_equal(json_string_value(json_object_get(sm, "family")), "k25");
+    /* (the scrapes may all fall between requests: the values are checked for range, not for load) */
+    const json_t *kvj = k25_json_path(sm, "kv_usage_ratio.max");
+    assert_true(json_is_number(kvj) && json_number_value(kvj) >= 0 && json_number_value(kvj) <= 1);
+    assert_true(json_is_number(k25_json_path(sm, "n_running.max")));
+    assert_true(json_is_number(k25_json_path(sm, "n_waiting.max")));
+    assert_true(json_is_null(json_object_get(sm, "preemptions"))); /* k25 serve exports none */
+    json_decref(s);
     assert_int_equal(server_stop(&deg), 0);
+}
+
+/*
+ * logprobs from the engine's logits: completions ("logprobs": k) and chat ("logprobs": true,
+ * "top_logprobs": k), streamed and whole alike; greedy decoding picks the most likely token, so each
+ * token's log probability is its list's first; every figure a log probability (<= 0), the top list
+ * in descending order.  Fields the server does not implement are a 400 naming the field.
+ */
+static void test_logprobs(void **state)
+{
+    (void)state;
+    json_t *j = post_json(&g_main, "/v1/completions",
+                          "{\"prompt\":\"Article 3.\",\"max_tokens\":5,\"logprobs\":3,\"temperature\":0}", 200);
+    const json_t *lp = k25_json_path(j, "choices");
+    lp = json_object_get(json_array_get(lp, 0), "logprobs");
+    assert_int_equal(json_array_size(json_object_get(lp, "token_logprobs")), 5);
+    for (size_t i = 0; i < 5; i++) {
+        double x = json_number_value(json_array_get(json_object_get(lp, "token_logprobs"), i));
+        const json_t *top = json_array_get(json_object_get(lp, "top_logprobs"), i);
+        assert_int_equal(json_object_size(top), 3);
+        double best = -INFINITY, sum = 0;
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)top, k, v) {
+            assert_true(json_number_value(v) <= 0);
+            best = json_number_value(v) > best ? json_number_value(v) : best;
+            sum += exp(json_number_value(v));
+        }
+        assert_true(x <= 0 && fabs(x - best) < 1e-6); /* greedy: the chosen token is the most likely */
+        assert_true(sum <= 1 + 1e-6);
+        assert_int_equal(json_integer_value(json_array_get(json_object_get(lp, "text_offset"), i)), (json_int_t)i);
+    }
+    json_decref(j);
+    j = post_json(&g_main, "/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3,\"logprobs\":true,"
+                  "\"top_logprobs\":2}", 200);
+    const json_t *c = json_object_get(json_object_get(json_array_get(k25_json_path(j, "choices"), 0), "logprobs"),
+                                      "content");
+    assert_int_equal(json_array_size(c), 3);
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *e = json_array_get(c, i), *top = json_object_get(e, "top_logprobs");
+        assert_int_equal(json_array_size(top), 2);
+        assert_true(json_number_value(json_object_get(json_array_get(top, 0), "logprob")) >=
+                    json_number_value(json_object_get(json_array_get(top, 1), "logprob")));
+        assert_int_equal(json_array_size(json_object_get(e, "bytes")), 1);
+    }
+    json_decref(j);
+    /* not asked: null */
+    j = post_json(&g_main, "/v1/completions", "{\"prompt\":\"Article 3.\",\"max_tokens\":2}", 200);
+    assert_true(json_is_null(json_object_get(json_array_get(k25_json_path(j, "choices"), 0), "logprobs")));
+    json_decref(j);
+    static const struct {
+        const char *path, *body, *param;
+    } bad[] = {
+        {"/v1/completions", "{\"prompt\":\"A\",\"logprobs\":21}", "logprobs"},
+        {"/v1/completions", "{\"prompt\":\"A\",\"top_logprobs\":2}", "top_logprobs"},
+        {"/v1/completions", "{\"prompt\":\"A\",\"echo\":true}", "echo"},
+        {"/v1/completions", "{\"prompt\":\"A\",\"best_of\":3}", "best_of"},
+        {"/v1/completions", "{\"prompt\":\"A\",\"logit_bias\":{\"5\":10}}", "logit_bias"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[]}", "tools"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"top_logprobs\":2}",
+         "top_logprobs"},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"json_object\"}}",
+         "response_format"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"presence_penalty\":1}",
+         "presence_penalty"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        j = post_json(&g_main, bad[i].path, bad[i].body, 400);
+        const char *param = json_string_value(k25_json_path(j, "error.param"));
+        if (!param || strcmp(param, bad[i].param))
+            fail_msg("%s: param %s, want %s", bad[i].body, param ? param : "(none)", bad[i].param);
+        json_decref(j);
+    }
+}
+
+/*
+ * k25_breaker_open is true while the server is idle: a breaker opened by a busy engine (threshold 0.2
+ * held 0.2 s, one sequence per batch) closes once the busy window empties, with no request arriving to
+ * re-evaluate it.  Waits on the gauge itself (deadline 60 s), not on a fixed time.
+ */
+static void test_breaker_gauge_idle(void **state)
+{
+    (void)state;
+    struct server b = {0};
+    if (server_start(&b, "--breaker-busy-threshold 0.2 --breaker-busy-seconds 0.2 --max-batch-size 1") != 0)
+        fail_msg("cannot start the server");
+    assert_true(metric(&b, "k25_breaker_open") == 0);
+    /* long enough for the breaker to open (busy > 0.2 for 0.2 s) */
+    json_t *j = NULL;
+    for (int i = 0; i < 20 && metric(&b, "k25_breaker_opens_total") == 0; i++) {
+        j = post_json(&b, "/v1/completions", "{\"prompt\":\"Article 3.\",\"max_tokens\":200}", 200);
+        json_decref(j);
+    }
+    assert_true(metric(&b, "k25_breaker_opens_total") >= 1);
+    /* idle now: the gauge must fall to 0 without another request */
+    uint64_t deadline = k25_now_ns() + 60000000000ULL;
+    double open = 1;
+    while ((open = metric(&b, "k25_breaker_open")) != 0 && k25_now_ns() < deadline) {
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+    }
+    assert_true(open == 0);
+    assert_int_equal(server_stop(&b), 0);
 }
 
 int main(void)
@@ -620,6 +761,7 @@ int main(void)
         cmocka_unit_test(test_bad_bodies),        cmocka_unit_test(test_stop_seed_stream),
         cmocka_unit_test(test_disconnect_cancels), cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_openai_client),     cmocka_unit_test(test_degraded_marking),
+        cmocka_unit_test(test_breaker_gauge_idle), cmocka_unit_test(test_logprobs),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -174,7 +174,7 @@ int k25_write_json_atomic(const char *path, const json_t *j, struct k25_error *e
  * (margins in 1, the queue's columns before 3, the tiers' before 4, the
  * degraded queue's depth before 5) reads as absent.
  */
-#define K25_H5_SCHEMA_VERSION 5
+#define K25_H5_SCHEMA_VERSION 6
 #define K25_H5_SCHEMA_MIN_VERSION 1
 
 /* The count argument of the readers when the caller cannot know it. */
@@ -367,5 +367,39 @@ void k25_expr_free(struct k25_expr *e);
 const char *k25_expr_op_text(enum k25_expr_op op);
 /* s as a number with an optional multiplier or unit (the value rule above); false when not one. */
 bool k25_expr_number(const char *s, double *out);
+
+/* ------------------------------------------------------------ NVML (nvml.c) */
+
+/*
+ * NVIDIA's management library, loaded at run time (dlopen "libnvidia-ml.so.1", or the file
+ * K25_NVML_LIB names: a test's scripted stand-in) with k25's own declarations: GPU telemetry and
+ * provenance with no build dependency on the driver.  Shared by the harness's samplers and the CUDA
+ * backend.  Figures the library cannot give are NaN / -1, never 0.
+ */
+#define K25_NVML_MAX_DEV 16
+typedef struct k25_nvml k25_nvml_t;
+/* One device's state now. */
+struct k25_gpu_sample {
+    int64_t t_ns;              /* k25_now_ns() */
+    int dev;
+    double util_gpu, util_mem; /* fractions (0..1) of the last sample period busy */
+    int64_t mem_used_bytes, mem_total_bytes;
+    double sm_clock_mhz, mem_clock_mhz;
+    double power_w, power_limit_w;
+    double temp_c;
+    bool throttle_known;
+    uint64_t throttle_reasons;  /* NVML's clock throttle/event reason bits, GpuIdle cleared (0: none) */
+    double pcie_tx_kbs, pcie_rx_kbs;
+};
+/* Loads and initializes NVML; K25_ENOTFOUND with the reason ("NVML not available: ...") when it cannot. */
+int k25_nvml_open(k25_nvml_t **out, struct k25_error *err);
+void k25_nvml_close(k25_nvml_t *m); /* NULL: no-op */
+int k25_nvml_count(const k25_nvml_t *m);
+/* Samples device i; K25_EINVAL for a bad index. */
+int k25_nvml_sample(const k25_nvml_t *m, int i, struct k25_gpu_sample *s);
+/* [{index, name, uuid, driver_version, cuda_driver_version, sm/mem clocks and their maxima, application
+ *  clocks, power_limit_w, temperature_c, memory_total_bytes, ecc_enabled, persistence_mode,
+ *  pcie_generation, pcie_width, throttle_reasons}] (null where unknown; new reference). */
+json_t *k25_nvml_provenance(const k25_nvml_t *m);
 
 #endif /* K25_UTIL_H */
