@@ -15,37 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *read_all(const char *path, size_t *len, struct k25_error *err)
-{
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        k25_error_set(err, errno == ENOENT ? K25_ENOTFOUND : K25_EIO, path, 0, NULL, "cannot open: %s", strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0, r;
-    char *buf = malloc(cap);
-    while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb)
-                free(buf);
-            buf = nb;
-        }
-    }
-    if (!buf || ferror(f)) {
-        k25_error_set(err, K25_EIO, path, 0, NULL, "cannot read: %s", buf ? strerror(errno) : "out of memory");
-        free(buf);
-        buf = NULL;
-    } else {
-        buf[n] = 0;
-    }
-    if (f != stdin)
-        fclose(f);
-    *len = n;
-    return buf;
-}
-
 /* Ids as written for --decode: a JSON array, or integers separated by commas and whitespace. */
 static int parse_ids(const char *s, int32_t **out, int *n, struct k25_error *err)
 {
@@ -330,7 +299,7 @@ int k25_cmd_tokenize(int argc, char **argv)
     if (text_arg) {
         input = strdup(text_arg);
         len = strlen(text_arg);
-    } else if (!(input = read_all(src, &len, &err))) {
+    } else if (!(input = k25_file_read(src, &len, &err))) {
         goto out_err;
     }
     if (!input) {

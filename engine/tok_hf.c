@@ -27,37 +27,11 @@ static int oom(struct k25_error *err)
 
 /* ------------------------------------------------------------ loading */
 
+/* A whole file; *missing when it does not exist (k25_file_read). */
 static char *slurp(const char *path, size_t *len, bool *missing, struct k25_error *err)
 {
-    *missing = false;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *missing = errno == ENOENT;
-        tok_fail(err, *missing ? K25_ENOTFOUND : K25_EIO, path, 0, NULL, "%s: cannot open: %s", path,
-                      strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0, r;
-    char *buf = malloc(cap);
-    while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb)
-                free(buf);
-            buf = nb;
-        }
-    }
-    if (!buf || ferror(f)) {
-        tok_fail(err, buf ? K25_EIO : K25_ENOMEM, path, 0, NULL, "%s: cannot read: %s", path,
-                      buf ? strerror(errno) : "out of memory");
-        free(buf);
-        buf = NULL;
-    } else {
-        buf[n] = 0;
-    }
-    fclose(f);
-    *len = n;
+    char *buf = k25_file_read(path, len, err);
+    *missing = !buf && err && err->code == K25_ENOTFOUND;
     return buf;
 }
 

@@ -9,6 +9,7 @@
  *   jsonpath.c    dot-separated key paths into JSON documents
  *   h5store.c     the HDF5 store (below)
  *   expr.c        the one expression language (filters, --only, SLA conditions)
+ *   fileread.c    a whole file (or stdin) into memory
  *
  * Nothing in util/ includes a header of another folder (README.md, "Source
  * layout"; the Makefile's include paths enforce it).
@@ -106,6 +107,13 @@ void k25_assert_fail(const char *expr, const char *file, int line) __attribute__
 uint64_t k25_now_ns(void); /* CLOCK_MONOTONIC in nanoseconds */
 
 /* ------------------------------------------------ shared input/output */
+
+/*
+ * The whole of path ("-": standard input) in a malloc'd buffer with a NUL
+ * after its *len bytes (the caller frees it), or NULL with err set: a
+ * missing file K25_ENOTFOUND, a read error K25_EIO, K25_ENOMEM.
+ */
+char *k25_file_read(const char *path, size_t *len, struct k25_error *err);
 
 /*
  * Loads a whole YAML file into *doc (the caller deletes it with
