@@ -52,16 +52,25 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
 
 # Source layout (README.md, "Source layout"): one library per folder, bottom to top
-#   util -> engine (+ baselines) -> datasets -> harness -> sweeps -> reports -> gates -> cli
+#   util -> engine/cpu (+ the baseline kernels) -> engine -> datasets -> harness -> sweeps
+#        -> reports -> gates -> cli
 # Each folder compiles with its own directory on the include path plus the public-header
 # directories of the folders below it, $(BUILD)/include/FOLDER/, which hold symbolic links
 # to those folders' public headers only (PUB_*).  So an upward include, or an include of
 # another folder's internal header, is a compile error ("No such file or directory");
 # `make layering-check` proves it for every pair.  tests/ and tests/fuzz/ see every folder
 # (they test internals).
-LAYERS         := util engine datasets harness sweeps reports gates cli
+#
+# engine/cpu/ (the CPU backend: its kernels, KV storage and compaction) implements the
+# backend interface that engine/ defines: it sees engine's backend-facing headers
+# (PUB_enginebe: backend.h, kvcache.h and what they include) and nothing else of engine/;
+# engine/ sees engine/cpu/k25_cpu.h only.  The backends alone are compiled with
+# K25_BACKEND_IMPL, which makes struct k25_buf complete (backend.h): anywhere else
+# `buf->data` does not compile.
+LAYERS         := util cpu engine datasets harness sweeps reports gates cli
 SRCDIRS_util     := util
-SRCDIRS_engine   := engine baselines
+SRCDIRS_cpu      := engine/cpu
+SRCDIRS_engine   := engine
 ifeq ($(CUDA),1)
 SRCDIRS_engine   += engine/cuda
 endif
@@ -72,7 +81,10 @@ SRCDIRS_reports  := reports
 SRCDIRS_gates    := gates
 SRCDIRS_cli      := cli
 PUB_util       := util/k25util.h
+PUB_cpu        := engine/cpu/k25_cpu.h
 PUB_engine     := engine/k25.h engine/k25_attn.h engine/k25_tok.h
+PUB_enginebe   := engine/k25.h engine/k25_attn.h engine/internal.h engine/backend.h engine/kvcache.h \
+                  engine/prefix.h
 PUB_datasets   := datasets/gold.h
 PUB_harness    := harness/harness.h
 PUB_sweeps     := sweeps/sweep.h
@@ -80,13 +92,15 @@ PUB_reports    := reports/report.h
 PUB_gates      := gates/gate.h
 PUB_cli        := cli/cli.h
 BELOW_util     :=
-BELOW_engine   := util
-BELOW_datasets := $(BELOW_engine) engine
+BELOW_cpu      := util enginebe
+BELOW_engine   := util cpu
+BELOW_datasets := util engine
 BELOW_harness  := $(BELOW_datasets) datasets
 BELOW_sweeps   := $(BELOW_harness) harness
 BELOW_reports  := $(BELOW_sweeps) sweeps
 BELOW_gates    := $(BELOW_reports) reports
 BELOW_cli      := $(BELOW_gates) gates
+PUBSETS        := $(LAYERS) enginebe
 PUBDIR         := $(BUILD)/include
 GENDIR         := $(BUILD)/gen
 # A folder's include flags: its own source directories, then the public headers below it.
@@ -100,8 +114,11 @@ CFLAGS_BASE = -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp $(OPT) $(SAN
 CFLAGS_ALL  = $(CFLAGS_BASE) $(ALL_INC)
 LDLIBS_ALL = $(SAN) -fopenmp $(PKG_LIBS) $(CUDA_LIBS) -lm -lpthread $(LDLIBS)
 
-# One static library per folder (libk25.a: engine + baselines), linked top to bottom.
+# One static library per folder, linked top to bottom.  engine/ and engine/cpu/ call each
+# other (the registry names the CPU backend; the CPU backend charges the engine's memory
+# accounting and reads its block tables), so the two are linked as a group.
 LIBNAME_util     := libk25util.a
+LIBNAME_cpu      := libk25cpu.a
 LIBNAME_engine   := libk25.a
 LIBNAME_datasets := libk25datasets.a
 LIBNAME_harness  := libk25harness.a
@@ -133,7 +150,13 @@ CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcubl
 endif
 $(foreach L,$(LAYERS),$(eval LIB_$(L) := $(BUILD)/$(LIBNAME_$(L))))
 $(foreach L,$(LAYERS),$(foreach D,$(SRCDIRS_$(L)),$(eval $(BUILD)/obj/$(D)/%.o: LAYER_INC = $(call layer_inc,$(L)))))
-LIBS_TOPDOWN   := $(foreach L,cli gates reports sweeps harness datasets engine util,$(LIB_$(L)))
+# The backends (and only they) see struct k25_buf's fields.
+$(BUILD)/obj/engine/cpu/%.o: LAYER_INC += -DK25_BACKEND_IMPL
+$(BUILD)/obj/engine/cuda/%.o: LAYER_INC += -DK25_BACKEND_IMPL
+LIBS_TOPDOWN   := $(foreach L,cli gates reports sweeps harness datasets engine cpu util,$(LIB_$(L)))
+# The link line: engine and cpu as a group (they call each other).
+LIBS_LINK      := $(foreach L,cli gates reports sweeps harness datasets,$(LIB_$(L))) \
+                  -Wl,--start-group $(LIB_engine) $(LIB_cpu) -Wl,--end-group $(LIB_util)
 MAIN_OBJ       := $(BUILD)/obj/cli/main.o
 TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_BIN    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -166,7 +189,7 @@ FORCE:
 # The public-header directories: rebuilt from PUB_* whenever the Makefile changes.
 $(PUBDIR)/.stamp: Makefile
 	@rm -rf $(PUBDIR)
-	@$(foreach L,$(LAYERS),mkdir -p $(PUBDIR)/$(L) && \
+	@$(foreach L,$(PUBSETS),mkdir -p $(PUBDIR)/$(L) && \
 	   $(foreach H,$(PUB_$(L)),ln -s $(abspath $(H)) $(PUBDIR)/$(L)/ &&)) touch $@
 
 $(BUILD)/obj/%.o: %.c | $(GENDIR)/buildinfo.h $(PUBDIR)/.stamp
@@ -190,17 +213,17 @@ $(LIBS_TOPDOWN):
 	ar rcs $@ $^
 
 $(K25): $(MAIN_OBJ) $(LIBS_TOPDOWN)
-	$(CC) -o $@ $^ $(LDLIBS_ALL)
+	$(CC) -o $@ $(MAIN_OBJ) $(LIBS_LINK) $(LDLIBS_ALL)
 
 $(BUILD)/tests/%: tests/%.c $(LIBS_TOPDOWN) $(wildcard tests/*.h) | $(GENDIR)/buildinfo.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -Iengine/cuda -o $@ $< $(LIBS_TOPDOWN) $(LDLIBS_ALL) -lcmocka
+	$(CC) $(CFLAGS_ALL) -Itests -Iengine/cuda -o $@ $< $(LIBS_LINK) $(LDLIBS_ALL) -lcmocka
 
 # TEST-ONLY: k25 with extra work linked in (2 of 3 GEMMs twice, tests/extra_work.c), the
 # "slower commit" of the timing-gate proof in tests/test_gate.c
 $(BUILD)/tests/k25-extra-work: $(MAIN_OBJ) $(LIBS_TOPDOWN) tests/extra_work.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ tests/extra_work.c $(MAIN_OBJ) $(LIBS_TOPDOWN) \
+	$(CC) $(CFLAGS_ALL) -o $@ tests/extra_work.c $(MAIN_OBJ) $(LIBS_LINK) \
 	   -Wl,--wrap=cblas_sgemm $(LDLIBS_ALL)
 
 tests-bin: $(K25) $(TEST_BIN) $(BUILD)/tests/k25-extra-work
@@ -283,7 +306,7 @@ fuzz-bins: $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(LIBS_TOPDOWN) | $(GENDIR)/buildinfo.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests/fuzz -fsanitize=fuzzer -o $@ $< $(LIBS_TOPDOWN) $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -Itests/fuzz -fsanitize=fuzzer -o $@ $< $(LIBS_LINK) $(LDLIBS_ALL)
 
 fuzz-smoke: fuzz
 	@./tests/fuzz/smoke.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)

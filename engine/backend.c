@@ -170,3 +170,11 @@ int k25_backend_check(const struct k25_bctx *ctx, const struct k25_config *cfg, 
                                  needs[i].key ? "" : " (an incomplete backend)");
     return K25_OK;
 }
+
+int k25_memory_info(struct k25_bctx *ctx, size_t *free_bytes, size_t *total_bytes, struct k25_error *err)
+{
+    if (!ctx->be->memory_info)
+        return k25_error_set(err, K25_EUNSUPPORTED, NULL, 0, "backend", "backend %s cannot tell its free memory",
+                             ctx->be->name);
+    return ctx->be->memory_info(ctx, free_bytes, total_bytes, err);
+}

@@ -11,8 +11,11 @@
  *   instance  struct k25_bctx       one per engine: the backend's state and the
  *                                   engine's memory accounting
  *   buffer    struct k25_buf        memory owned by a backend (host memory for
- *                                   the CPU, device memory for CUDA); the engine
- *                                   never dereferences buf->data
+ *                                   the CPU, device memory for CUDA); opaque
+ *                                   outside the backends (its fields exist only
+ *                                   under K25_BACKEND_IMPL, which the Makefile
+ *                                   sets for engine/cpu/ and engine/cuda/ alone),
+ *                                   so the engine cannot dereference buf->data
  *   tensor    struct k25_tensor     a 2-D view into a buffer (offset, rows,
  *                                   cols, row stride, element type)
  *
@@ -43,8 +46,8 @@
 #ifndef K25_BACKEND_H
 #define K25_BACKEND_H
 
-#include "attn.h"
 #include "internal.h"
+#include "k25_attn.h"
 
 struct k25_kv_pool;
 struct k25_kv_seq;
@@ -71,14 +74,19 @@ const char *k25_op_name(enum k25_op op);
 /* The attention op of an implementation. */
 enum k25_op k25_op_attention(enum k25_attn_impl impl);
 
-/* Memory owned by a backend. */
+/* Memory owned by a backend: opaque outside the backends (K25_BACKEND_IMPL, above). */
+struct k25_buf;
+#ifdef K25_BACKEND_IMPL
 struct k25_buf {
     const struct k25_backend *be;
     void *data;           /* the backend's handle: host address (CPU), device address (CUDA) */
     size_t bytes;
     enum k25_mem_cat cat;
     bool mapped;          /* wraps host memory the backend does not own (CPU weights) */
+    bool host;            /* host memory the host may address (k25_buf_host): every CPU buffer, a
+                           * device backend's pinned host buffers (buf_alloc_host) */
 };
+#endif
 
 /*
  * A 2-D view of a buffer: rows of cols elements, stride elements apart.
@@ -186,6 +194,19 @@ struct k25_backend {
     void (*buf_set)(struct k25_bctx *ctx, struct k25_buf *buf, size_t off, const void *src, size_t bytes);
     void (*buf_get)(struct k25_bctx *ctx, const struct k25_buf *buf, size_t off, void *dst, size_t bytes);
     void (*buf_clear)(struct k25_bctx *ctx, struct k25_buf *buf, size_t off, size_t bytes);
+    /* bytes from src at src_off to dst at dst_off, both this backend's buffers (no overlap) */
+    void (*buf_copy)(struct k25_bctx *ctx, struct k25_buf *dst, size_t dst_off, const struct k25_buf *src,
+                     size_t src_off, size_t bytes);
+    /* Optional.  buf_alloc_host: a buffer in host memory the host addresses directly
+     * (k25_buf_host) and the device copies from without staging - pinned memory on a GPU, ordinary
+     * memory on the CPU; zeroed, charged like buf_alloc.  The KV tiers' host areas are such buffers.
+     * buf_host: the host address of a host buffer, NULL for device memory. */
+    int (*buf_alloc_host)(struct k25_bctx *ctx, enum k25_mem_cat cat, size_t bytes, struct k25_buf **out,
+                          struct k25_error *err);
+    void *(*buf_host)(struct k25_bctx *ctx, const struct k25_buf *buf);
+    /* Optional: the backend's memory, free and total bytes (the CPU: the host's available and
+     * total memory; a GPU: the device's).  The memory budget and `k25 mem` read it. */
+    int (*memory_info)(struct k25_bctx *ctx, size_t *free_bytes, size_t *total_bytes, struct k25_error *err);
     void (*synchronize)(struct k25_bctx *ctx);
 
     /* ---- compute.  Activations are fp32 rows. */
@@ -267,6 +288,52 @@ int k25_backend_status(struct k25_bctx *ctx, struct k25_error *err);
  */
 int k25_backend_check(const struct k25_bctx *ctx, const struct k25_config *cfg, enum k25_dtype weight_dtype,
                       struct k25_error *err);
+
+/*
+ * The buffer calls, for the engine's code: k25_buf_alloc(ctx, ...) instead of
+ * ctx->be->buf_alloc(ctx, ...).  k25_buf_alloc_host falls back to buf_alloc on a
+ * backend without host buffers; k25_buf_host is NULL where the backend has none;
+ * k25_memory_info is K25_EUNSUPPORTED on a backend that cannot tell.
+ */
+static inline int k25_buf_alloc(struct k25_bctx *ctx, enum k25_mem_cat cat, size_t bytes, struct k25_buf **out,
+                                struct k25_error *err)
+{
+    return ctx->be->buf_alloc(ctx, cat, bytes, out, err);
+}
+static inline int k25_buf_alloc_host(struct k25_bctx *ctx, enum k25_mem_cat cat, size_t bytes,
+                                     struct k25_buf **out, struct k25_error *err)
+{
+    return ctx->be->buf_alloc_host ? ctx->be->buf_alloc_host(ctx, cat, bytes, out, err)
+                                   : ctx->be->buf_alloc(ctx, cat, bytes, out, err);
+}
+static inline void k25_buf_free(struct k25_bctx *ctx, struct k25_buf *buf)
+{
+    ctx->be->buf_free(ctx, buf);
+}
+static inline void k25_buf_set(struct k25_bctx *ctx, struct k25_buf *buf, size_t off, const void *src,
+                               size_t bytes)
+{
+    ctx->be->buf_set(ctx, buf, off, src, bytes);
+}
+static inline void k25_buf_get(struct k25_bctx *ctx, const struct k25_buf *buf, size_t off, void *dst,
+                               size_t bytes)
+{
+    ctx->be->buf_get(ctx, buf, off, dst, bytes);
+}
+static inline void k25_buf_clear(struct k25_bctx *ctx, struct k25_buf *buf, size_t off, size_t bytes)
+{
+    ctx->be->buf_clear(ctx, buf, off, bytes);
+}
+static inline void k25_buf_copy(struct k25_bctx *ctx, struct k25_buf *dst, size_t dst_off,
+                                const struct k25_buf *src, size_t src_off, size_t bytes)
+{
+    ctx->be->buf_copy(ctx, dst, dst_off, src, src_off, bytes);
+}
+static inline void *k25_buf_host(struct k25_bctx *ctx, const struct k25_buf *buf)
+{
+    return ctx->be->buf_host ? ctx->be->buf_host(ctx, buf) : NULL;
+}
+int k25_memory_info(struct k25_bctx *ctx, size_t *free_bytes, size_t *total_bytes, struct k25_error *err);
 
 /* A tensor over a whole buffer: rows x cols fp32 (or dtype) elements. */
 static inline struct k25_tensor k25_tensor_of(struct k25_buf *buf, int64_t rows, int64_t cols, enum k25_dtype dtype)

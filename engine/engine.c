@@ -23,7 +23,7 @@
  */
 #include "engine.h"
 #include "prefix.h"
-#include "weights.h"
+#include "k25_cpu.h"
 
 #include <math.h>
 #include <stdlib.h>

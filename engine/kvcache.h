@@ -148,31 +148,6 @@ static inline int64_t k25_kv_blocks_for(const struct k25_kv_pool *p, int64_t n)
     return (n + p->block_size - 1) / p->block_size;
 }
 
-/*
- * Storage access below (k25_kv_layer, k25_kv_slot_meta, the write, read,
- * rewind and score functions, kvcompress.c) reads and writes block memory
- * on the host: it is the CPU backend's implementation of the KV ops
- * (backend_cpu.c), valid for backends whose buffers are host memory.
- */
-
-/* The layer-l area of block id (host memory): in its buffer, or in its stream area while a
- * step streams it (kvtier.c), where only the layer being computed is present. */
-static inline unsigned char *k25_kv_layer(const struct k25_kv_pool *p, int32_t id, int l)
-{
-    if (!p->blocks[id]) {
-        K25_ASSERT(p->stream && p->stream[id] && p->stream_l[id] == l);
-        return p->stream[id];
-    }
-    return (unsigned char *)p->blocks[id]->data + (size_t)l * p->layer_bytes;
-}
-
-/* The count byte of (layer l, KV head g, slot s) of seq (compression on). */
-static inline uint8_t *k25_kv_slot_count(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l, int g,
-                                         int s)
-{
-    unsigned char *lay = k25_kv_layer(p, seq->ids[s / p->block_size], l);
-    return lay + p->meta_off + (size_t)g * p->meta_head_bytes + s % p->block_size;
-}
 
 /* Floats per slot in seq->stats: a score per (layer, KV head), then the slot's seen. */
 static inline size_t k25_kv_stat_floats(const struct k25_kv_pool *p)
@@ -180,12 +155,30 @@ static inline size_t k25_kv_stat_floats(const struct k25_kv_pool *p)
     return (size_t)p->n_layers * p->n_kv_heads + 1;
 }
 
+/* seq->stats as host floats: the backend's own address inside a backend, else the buffer's host
+ * address (k25_buf_host; the statistics of a backend without host buffers are not readable here:
+ * NULL, which the callers check through k25_kv_stats_host). */
+static inline float *k25_kv_stats_base(const struct k25_kv_pool *p, const struct k25_kv_seq *seq)
+{
+#ifdef K25_BACKEND_IMPL
+    (void)p;
+    return (float *)seq->stats->data;
+#else
+    return (float *)k25_buf_host(p->be, seq->stats);
+#endif
+}
+/* Whether seq's statistics can be read on the host (k25_kv_slot_score, _seen). */
+static inline bool k25_kv_stats_host(const struct k25_kv_pool *p, const struct k25_kv_seq *seq)
+{
+    return seq->stats && k25_kv_stats_base(p, seq);
+}
+
 /* The score of (layer l, KV head g, slot s): comp_hi <= s < n_tokens. */
 static inline float *k25_kv_slot_score(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l, int g,
                                        int s)
 {
     K25_ASSERT(s >= seq->comp_hi && s - seq->comp_hi < seq->stat_cap);
-    return (float *)seq->stats->data + (size_t)(s - seq->comp_hi) * k25_kv_stat_floats(p) +
+    return k25_kv_stats_base(p, seq) + (size_t)(s - seq->comp_hi) * k25_kv_stat_floats(p) +
            (size_t)l * p->n_kv_heads + g;
 }
 
@@ -195,12 +188,9 @@ static inline float *k25_kv_slot_score(const struct k25_kv_pool *p, const struct
 static inline float *k25_kv_slot_seen(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int s)
 {
     K25_ASSERT(s >= seq->comp_hi && s - seq->comp_hi < seq->stat_cap);
-    return (float *)seq->stats->data + (size_t)(s - seq->comp_hi + 1) * k25_kv_stat_floats(p) - 1;
+    return k25_kv_stats_base(p, seq) + (size_t)(s - seq->comp_hi + 1) * k25_kv_stat_floats(p) - 1;
 }
 
-/* Slot s's whole compression state (score and seen 0 below comp_hi, where none is kept). */
-void k25_kv_seq_slot(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int l, int g, int s,
-                     struct k25_kv_slot *out);
 
 /*
  * Makes room for n more tokens in seq (allocating blocks, and the residual
@@ -221,51 +211,17 @@ void k25_kv_buf_give(struct k25_kv_pool *p, struct k25_buf *b);
 /* Between steps: frees the spares beyond what the last step took (at least `min`), so a prefill's
  * turnover is not held through decode. */
 void k25_kv_spare_trim(struct k25_kv_pool *p, int min);
-void k25_kv_seq_write(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int slot0, int n,
-                      const float *k, const float *v, int stride);
 /* Drops seq's reference to each of its blocks; a block no sequence holds goes
  * to the free list (calling on_free with its id) or, when the prefix cache
  * holds it, stays cached (prefix.h). */
 void k25_kv_seq_release(struct k25_kv_pool *p, struct k25_kv_seq *seq,
                         void (*on_free)(int32_t id, void *user), void *user);
 
-/*
- * Fills view for (seq, layer); kptr/vptr are caller arrays of at least
- * seq->n_blocks entries that the view points into.
- */
-void k25_kv_seq_view(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int layer,
-                     const void **kptr, const void **vptr, struct k25_kv_view *view);
 
-/*
- * Keys and values of slots [s0, s0+n) of (layer, KV head g) as fp32 rows
- * K[n][head_dim], V[n][head_dim] (dequantized where stored quantized).
- */
-void k25_kv_seq_read(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int layer, int g, int s0,
-                     int n, float *K, float *V);
-
-/*
- * Drops slots [s0, n_tokens) of one layer's storage bookkeeping so they can
- * be rewritten with k25_kv_seq_write_heads: for int8/int4 the residual is
- * emptied and n_quant[layer] set to s0 (s0 must be group-aligned and
- * <= n_quant[layer]).
- */
-void k25_kv_seq_rewind(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int s0);
-/* Writes rows given head-major: K[g][n][head_dim] (see k25_kv_seq_write). */
-void k25_kv_seq_write_heads(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, int slot0, int n,
-                            const float *K, const float *V);
 
 /* Sets n_tokens to n (<= n_tokens) and returns blocks past it to the pool. */
 void k25_kv_seq_truncate(struct k25_kv_pool *p, struct k25_kv_seq *seq, int n);
 
-/*
- * Adds one attention call's scores (job.score: [n_kv_heads][q_slot0+n_q])
- * to the slot metadata of layer l: score += acc, seen += (queries that
- * could see the slot) * group, for the slots >= seq->comp_hi only (the
- * earlier ones have passed through compression and are never pruned
- * again).  With a score window the caller passes the window's queries.
- */
-void k25_kv_seq_add_scores(struct k25_kv_pool *p, struct k25_kv_seq *seq, int layer, const float *acc,
-                           int q_slot0, int n_q, int group);
 
 /* Compression settings of one call (from the config). */
 struct k25_kv_compress_opts {
@@ -275,16 +231,6 @@ struct k25_kv_compress_opts {
     int slack;               /* compress only when the excess reaches this many slots */
 };
 
-/*
- * Brings seq to k25_kv_kept_tokens slots (kvcompress.c): merges
- * neighbouring similar keys, then prunes the lowest-scored slots, of the
- * slots that entered the compressible region since the last call.
- * Returns the slots removed per (layer, KV head) (0 when nothing was due);
- * adds to seq->pruned_slots / merged_slots.  Scratch from malloc;
- * K25_ENOMEM on failure, seq unchanged.
- */
-int k25_kv_seq_compress(struct k25_kv_pool *p, struct k25_kv_seq *seq, const struct k25_kv_compress_opts *o,
-                        int *removed, struct k25_error *err);
 
 /* The options of the compression call after a step of seq (prefill chunk or decode token). */
 void k25_kv_compress_opts_for(const struct k25_config *cfg, const struct k25_kv_pool *p, bool prefill,

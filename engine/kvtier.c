@@ -551,7 +551,7 @@ static int grow_staging(struct k25_kv_tier *t, int want, struct k25_error *err)
 /* Mean attention score of block i of seq where compression keeps scores for its slots, else -1. */
 static float block_mass(const struct k25_kv_pool *p, const struct k25_kv_seq *seq, int i)
 {
-    if (!p->compress || !seq->stats)
+    if (!p->compress || !k25_kv_stats_host(p, seq))
         return -1.0f;
     int s0 = i * p->block_size, s1 = s0 + p->block_size;
     s0 = s0 > seq->comp_hi ? s0 : seq->comp_hi;
@@ -638,7 +638,7 @@ static int stream_area(struct k25_kv_tier *t, struct k25_error *err)
             t->ss = n;
             t->ss_cap = ncap;
         }
-        if (p->be->be->buf_alloc(p->be, K25_MEM_KV, t->lb, &t->ss[t->n_ss], NULL) != K25_OK)
+        if (k25_buf_alloc_host(p->be, K25_MEM_KV, t->lb, &t->ss[t->n_ss], NULL) != K25_OK)
             return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory (a KV stream area of %zu bytes)",
                                  t->lb);
         t->n_ss++;
@@ -707,7 +707,7 @@ static int fetch_unit(struct k25_kv_tier *t, struct k25_kv_seq *seq, int32_t id,
             int a = stream_area(t, err);
             if (a < 0)
                 return a;
-            dst = (unsigned char *)t->ss[a]->data;
+            dst = k25_buf_host(t->pool->be, t->ss[a]); /* a host buffer (buf_alloc_host) */
         }
         uint64_t t0 = nsec();
         if (!io_at(t->fd, false, unit_off(t, id, l), t->lb, dst))

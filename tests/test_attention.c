@@ -18,6 +18,7 @@
  * keys flat over each key group (scored exactly) within fp32 rounding: the
  * values path alone (check_int4_codes).
  */
+#define K25_BACKEND_IMPL /* reads the CPU backend's KV storage (kvstore.h): struct k25_buf complete */
 #include "testutil.h"
 
 #include "backend.h"
@@ -25,6 +26,7 @@
 #include "k25util.h"
 #include "harness.h"
 #include "kvcache.h"
+#include "kvstore.h" /* the CPU backend's KV storage (engine/cpu/) */
 
 #include <float.h>
 #include <math.h>

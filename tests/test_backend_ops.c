@@ -32,11 +32,13 @@
  * Tolerances by op and dtype are in g_tol below, with the figures the CPU
  * backend measured; each run prints its worst errors per backend.
  */
+#define K25_BACKEND_IMPL /* reads the CPU backend's KV storage (kvstore.h): struct k25_buf complete */
 #include "testutil.h"
 
 #include "backend.h"
 #include "k25.h"
 #include "kvcache.h"
+#include "kvstore.h" /* the CPU backend's KV storage (engine/cpu/) */
 
 #include <math.h>
 #include <stdatomic.h>

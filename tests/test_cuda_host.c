@@ -11,12 +11,14 @@
  * line and exit status 2, whether the binary was built with CUDA=1 (no
  * driver / no device / too old) or without it (not built).
  */
+#define K25_BACKEND_IMPL /* reads the CPU backend's KV storage (kvstore.h): struct k25_buf complete */
 #include "testutil.h"
 
 #include "attn.h"
 #include "backend.h"
 #include "k25.h"
 #include "kvcache.h"
+#include "kvstore.h" /* the CPU backend's KV storage (engine/cpu/) */
 #include "kvquant.h"
 
 #include "k25_cuda_math.h"

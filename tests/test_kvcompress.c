@@ -10,12 +10,14 @@
  * kept slots (issue 16), and the fidelity metrics on hand-made cases with
  * known answers.
  */
+#define K25_BACKEND_IMPL /* reads the CPU backend's KV storage (kvstore.h): struct k25_buf complete */
 #include "testutil.h"
 #include "tu_golden.h"
 #include "tu_model.h"
 
 #include "k25.h"
 #include "kvcache.h"
+#include "kvstore.h" /* the CPU backend's KV storage (engine/cpu/) */
 #include "kvquant.h"
 #include "fidelity.h"
 

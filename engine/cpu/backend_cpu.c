@@ -9,10 +9,14 @@
  * for OpenBLAS (prefill).  The element-wise operations are written here (OpenMP over rows,
  * inner loops left to the compiler's vectorizer); attention runs the
  * implementation the call names from the table in attn_impl.c; the KV ops
- * are kvcache.c's and kvcompress.c's host storage code.
+ * are kvstore.c's and kvcompact.c's host storage code.  Ops do not abort on
+ * out-of-memory for their scratch: the op that cannot get it records the
+ * failure and returns, and status() reports it (once) to the engine, which
+ * discards the pass and fails the step with the reason.
  */
 #include "backend.h"
-#include "kvcache.h"
+#include "k25_cpu.h"
+#include "kvstore.h"
 #include "weights.h"
 
 #include <cblas.h>
@@ -23,13 +27,41 @@
 /* Per-instance scratch of the attention op: jobs and block-pointer arrays, grown as needed. */
 struct cpu_priv {
     struct k25_attn_job *jobs;
-    int jobs_cap;
+    size_t jobs_cap;
     const void **ptrs;
     size_t ptrs_cap;
     enum k25_kpath kpath; /* decode kernels (cpu_kernels) */
     float *tile;          /* [tile rows][k] fp32 weight rows of a prefill GEMM (K25_MEM_ACTIVATIONS) */
     size_t tile_floats;
+    int fail_rc;          /* the first failure since status() last reported one (K25_OK: none) */
+    struct k25_error fail;
 };
+
+/* Records the first failure of a pass (out of memory for scratch); the ops after it do nothing. */
+static void cpu_fail(struct cpu_priv *p, const char *what, size_t bytes)
+{
+    if (p->fail_rc == K25_OK)
+        p->fail_rc = k25_error_set(&p->fail, K25_ENOMEM, NULL, 0, NULL, "CPU backend: out of memory (%s, %zu bytes)",
+                                   what, bytes);
+}
+
+/* Grows *arr (elements of size elem, *cap of them, charged to acct as attention scratch) to at least
+ * n, doubling; false (and *arr untouched) when the allocator refuses. */
+static bool grow(struct k25_mem_acct *acct, void **arr, size_t elem, size_t have, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return true;
+    size_t ncap = n > 2 * *cap ? n : 2 * *cap;
+    void *na = k25_alloc_acct(acct, K25_MEM_ATTN_SCRATCH, elem * ncap);
+    if (!na)
+        return false;
+    if (*arr)
+        memcpy(na, *arr, elem * have);
+    k25_free(*arr);
+    *arr = na;
+    *cap = ncap;
+    return true;
+}
 
 /* A prefill GEMM on non-fp32 weights dequantizes GEMM_TILE_BYTES of fp32 rows (at least
  * GEMM_TILE_MIN_ROWS) per OpenBLAS call: few calls and parallel regions (each costs a fork-join,
@@ -66,8 +98,8 @@ static void cpu_destroy(struct k25_bctx *ctx)
 {
     struct cpu_priv *p = ctx->priv;
     if (p) {
-        free(p->jobs);
-        free(p->ptrs);
+        k25_free(p->jobs);
+        k25_free(p->ptrs);
         k25_free(p->tile);
         free(p);
     }
@@ -115,7 +147,7 @@ static int cpu_buf_new(struct k25_bctx *ctx, enum k25_mem_cat cat, size_t bytes,
                                    k25_mem_cat_name(cat), bytes)
                    : K25_ENOMEM;
     }
-    *b = (struct k25_buf){&k25_backend_cpu, data, bytes, cat, mapped};
+    *b = (struct k25_buf){&k25_backend_cpu, data, bytes, cat, mapped, true};
     if (mapped && ctx->acct)
         k25_mem_acct_add(ctx->acct, cat, (int64_t)bytes);
     *out = b;
@@ -168,6 +200,38 @@ static void cpu_buf_clear(struct k25_bctx *ctx, struct k25_buf *b, size_t off, s
     memset((unsigned char *)b->data + off, 0, bytes);
 }
 
+static void cpu_buf_copy(struct k25_bctx *ctx, struct k25_buf *dst, size_t dst_off, const struct k25_buf *src,
+                         size_t src_off, size_t bytes)
+{
+    (void)ctx;
+    K25_ASSERT(dst_off + bytes <= dst->bytes && src_off + bytes <= src->bytes && !dst->mapped);
+    memcpy((unsigned char *)dst->data + dst_off, (const unsigned char *)src->data + src_off, bytes);
+}
+
+static void *cpu_buf_host(struct k25_bctx *ctx, const struct k25_buf *b)
+{
+    (void)ctx;
+    return b->data; /* every CPU buffer is host memory */
+}
+
+static int cpu_memory_info(struct k25_bctx *ctx, size_t *free_bytes, size_t *total_bytes, struct k25_error *err)
+{
+    (void)ctx;
+    return k25_cpu_host_memory(free_bytes, total_bytes, err);
+}
+
+static int cpu_status(struct k25_bctx *ctx, struct k25_error *err)
+{
+    struct cpu_priv *p = ctx->priv;
+    if (!p || p->fail_rc == K25_OK)
+        return K25_OK;
+    int rc = p->fail_rc;
+    if (err)
+        *err = p->fail;
+    p->fail_rc = K25_OK; /* reported: the next pass starts afresh (host memory may have come back) */
+    return rc;
+}
+
 static void cpu_synchronize(struct k25_bctx *ctx)
 {
     (void)ctx; /* every op has finished when it returns */
@@ -215,8 +279,11 @@ static void cpu_gemm(struct k25_bctx *ctx, const struct k25_tensor *x, const str
     const size_t need = (size_t)tile_rows * (size_t)k;
     if (need > p->tile_floats) {
         k25_free(p->tile);
-        p->tile = k25_alloc_acct(ctx->acct, K25_MEM_ACTIVATIONS, sizeof(float) * need);
-        K25_ASSERT(p->tile != NULL); /* GEMM_TILE_ROWS rows of fp32: a few MB at most */
+        p->tile_floats = 0;
+        if (!(p->tile = k25_alloc_acct(ctx->acct, K25_MEM_ACTIVATIONS, sizeof(float) * need))) {
+            cpu_fail(p, "prefill GEMM tile", sizeof(float) * need);
+            return;
+        }
         p->tile_floats = need;
     }
     for (int64_t j0 = 0; j0 < w->rows; j0 += tile_rows) {
@@ -358,19 +425,10 @@ static void cpu_attention(struct k25_bctx *ctx, const struct k25_attn_call *c)
     size_t n_ptrs = 0;
     for (int i = 0; i < c->n_seqs; i++)
         n_ptrs += 2 * (size_t)c->seqs[i].seq->n_blocks;
-    if (c->n_seqs > p->jobs_cap) {
-        int ncap = c->n_seqs > 2 * p->jobs_cap ? c->n_seqs : 2 * p->jobs_cap;
-        struct k25_attn_job *nj = realloc(p->jobs, sizeof(*nj) * (size_t)ncap);
-        K25_ASSERT(nj != NULL); /* a few hundred bytes per sequence of a step */
-        p->jobs = nj;
-        p->jobs_cap = ncap;
-    }
-    if (n_ptrs > p->ptrs_cap) {
-        size_t ncap = n_ptrs > 2 * p->ptrs_cap ? n_ptrs : 2 * p->ptrs_cap;
-        const void **np = realloc(p->ptrs, sizeof(*np) * ncap);
-        K25_ASSERT(np != NULL);
-        p->ptrs = np;
-        p->ptrs_cap = ncap;
+    if (!grow(ctx->acct, (void **)&p->jobs, sizeof(*p->jobs), 0, &p->jobs_cap, (size_t)c->n_seqs) ||
+        !grow(ctx->acct, (void **)&p->ptrs, sizeof(*p->ptrs), 0, &p->ptrs_cap, n_ptrs)) {
+        cpu_fail(p, "attention jobs", sizeof(*p->jobs) * (size_t)c->n_seqs + sizeof(*p->ptrs) * n_ptrs);
+        return;
     }
     float *q = f32(c->q), *out = f32(c->out), *score = c->score ? f32(c->score) : NULL;
     const void **kp = p->ptrs;
@@ -441,12 +499,17 @@ const struct k25_backend k25_backend_cpu = {
     .destroy = cpu_destroy,
     .supports = cpu_supports,
     .configure = cpu_configure,
+    .status = cpu_status,
     .buf_alloc = cpu_buf_alloc,
     .buf_map_host = cpu_buf_map_host,
     .buf_free = cpu_buf_free,
     .buf_set = cpu_buf_set,
     .buf_get = cpu_buf_get,
     .buf_clear = cpu_buf_clear,
+    .buf_copy = cpu_buf_copy,
+    .buf_alloc_host = cpu_buf_alloc, /* host memory already */
+    .buf_host = cpu_buf_host,
+    .memory_info = cpu_memory_info,
     .synchronize = cpu_synchronize,
     .gemm = cpu_gemm,
     .rmsnorm = cpu_rmsnorm,

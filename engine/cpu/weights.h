@@ -22,6 +22,7 @@
 #define K25_WEIGHTS_H
 
 #include "internal.h"
+#include "k25_cpu.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -57,16 +58,7 @@ void k25_gemv(enum k25_kpath p, const float *x, size_t x_stride, int m, const st
 
 /* ---- quantized layout (wquant.c) */
 
-/* Bytes of one int8/int4 row of cols values in groups of group (a multiple of 32 dividing cols). */
-size_t k25_wquant_row_bytes(enum k25_dtype q, int64_t cols, int group);
-/*
- * Quantizes n rows of cols values (src: dense rows of src_dtype - fp32,
- * bf16 or fp16 - src_stride elements apart) into dst, rows
- * k25_wquant_row_bytes apart.  Symmetric per group: scale = max|w| / 127
- * (int8) or / 7 (int4), q = round(w / scale).
- */
-void k25_wquant_rows(enum k25_dtype q, int group, const void *src, enum k25_dtype src_dtype, size_t src_stride,
-                     int64_t n, int64_t cols, void *dst);
+/* k25_wquant_row_bytes, k25_wquant_rows: k25_cpu.h (the engine quantizes weights at load with them). */
 /* The group size of an int8/int4 matrix of cols values whose rows are row_bytes long (the
  * layout has no padding, so the size implies the group); 0 when row_bytes fits no group. */
 int k25_wquant_group(enum k25_dtype q, int64_t cols, size_t row_bytes);

@@ -350,6 +350,26 @@ static void cuda_buf_clear(struct k25_bctx *ctx, struct k25_buf *b, size_t off, 
         K25_CUDA(&p->err, cudaMemsetAsync(dev(b, off), 0, bytes, p->stream));
 }
 
+static void cuda_buf_copy(struct k25_bctx *ctx, struct k25_buf *dst, size_t dst_off, const struct k25_buf *src,
+                          size_t src_off, size_t bytes)
+{
+    struct cuda_priv *p = ctx->priv;
+    K25_ASSERT(dst_off + bytes <= dst->bytes && src_off + bytes <= src->bytes);
+    if (!p->err.failed && bytes)
+        K25_CUDA(&p->err, cudaMemcpyAsync(dev(dst, dst_off), (const unsigned char *)src->data + src_off, bytes,
+                                          cudaMemcpyDeviceToDevice, p->stream));
+}
+
+static int cuda_memory_info(struct k25_bctx *ctx, size_t *free_bytes, size_t *total_bytes, struct k25_error *err)
+{
+    struct cuda_priv *p = ctx->priv;
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    if (e != cudaSuccess)
+        return k25_error_set(err, K25_EIO, NULL, 0, "backend", "CUDA backend: cudaMemGetInfo failed on device %d: %s",
+                             p ? p->err.device : -1, cudaGetErrorString(e));
+    return K25_OK;
+}
+
 static void cuda_synchronize(struct k25_bctx *ctx)
 {
     struct cuda_priv *p = ctx->priv;
@@ -796,6 +816,8 @@ const struct k25_backend k25_backend_cuda = {
     .buf_set = cuda_buf_set,
     .buf_get = cuda_buf_get,
     .buf_clear = cuda_buf_clear,
+    .buf_copy = cuda_buf_copy,
+    .memory_info = cuda_memory_info,
     .synchronize = cuda_synchronize,
     .gemm = cuda_gemm,
     .rmsnorm = cuda_rmsnorm,
