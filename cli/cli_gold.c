@@ -403,19 +403,11 @@ static int finish_out(FILE *f, const char *out, const char *tmp, bool ok)
         }
         return ok ? 0 : K25_EIO;
     }
-    int e = fclose(f);
-    if (!ok || e != 0) {
-        if (e != 0)
-            fprintf(stderr, "k25 gold: writing %s failed: %s\n", tmp, strerror(errno));
-        unlink(tmp);
-        return K25_EIO;
-    }
-    if (rename(tmp, out) != 0) {
-        fprintf(stderr, "k25 gold: rename %s -> %s failed: %s\n", tmp, out, strerror(errno));
-        unlink(tmp);
-        return K25_EIO;
-    }
-    return 0;
+    struct k25_error err = {0};
+    int rc = k25_atomic_finish(f, tmp, out, ok, &err); /* fsync, close, rename, fsync of the folder */
+    if (rc != K25_OK && ok)
+        fprintf(stderr, "k25 gold: %s\n", err.msg);
+    return rc == K25_OK ? 0 : K25_EIO;
 }
 
 static int cmd_select(int argc, char **argv)

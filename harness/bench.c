@@ -276,20 +276,16 @@ static const char *signal_name(int sig)
 /* Serializes j to a temporary beside path and renames it into place. */
 static int write_json_file(FILE *f, const char *tmp, const char *path, json_t *j, struct k25_error *err)
 {
-    int rc = K25_OK;
+    bool ok = true;
     errno = 0;
     /* over the placeholder written when the file was created */
     if (fflush(f) != 0 || fseek(f, 0, SEEK_SET) != 0 || ftruncate(fileno(f), 0) != 0 ||
-        json_dumpf(j, f, JSON_INDENT(2)) != 0 || fputc('\n', f) == EOF || fflush(f) != 0 || fsync(fileno(f)) != 0)
-        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "writing the JSON summary failed: %s",
-                           errno ? strerror(errno) : "write error");
-    if (fclose(f) != 0 && rc == K25_OK)
-        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "writing the JSON summary failed: %s", strerror(errno));
-    if (rc == K25_OK && rename(tmp, path) != 0)
-        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "cannot rename %s into place: %s", tmp, strerror(errno));
-    if (rc != K25_OK)
-        unlink(tmp);
-    return rc;
+        json_dumpf(j, f, JSON_INDENT(2)) != 0 || fputc('\n', f) == EOF) {
+        k25_error_set(err, K25_EIO, path, 0, NULL, "writing the JSON summary failed: %s",
+                      errno ? strerror(errno) : "write error");
+        ok = false;
+    }
+    return k25_atomic_finish(f, tmp, path, ok, err);
 }
 
 /* One repetition (or the warm-up) on the in-process engine or the endpoint. */

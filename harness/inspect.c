@@ -173,18 +173,9 @@ int k25_trace_export_chrome(const struct k25_trace *t, const char *path, struct 
         if (run->win[k].n_waiting >= 0)
             window_counter(&w, &run->win[k]);
     fputs("\n]}\n", f);
-    int rc = K25_OK;
     if (w.bad)
-        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "a trace event could not be built or written");
-    else if (ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0)
-        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "writing failed: %s", strerror(errno));
-    if (fclose(f) != 0 && rc == K25_OK)
-        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "writing failed: %s", strerror(errno));
-    if (rc == K25_OK && rename(tmp, path) != 0)
-        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "cannot rename into place: %s", strerror(errno));
-    if (rc != K25_OK)
-        unlink(tmp);
-    return rc;
+        k25_error_set(err, K25_EIO, path, 0, NULL, "a trace event could not be built or written");
+    return k25_atomic_finish(f, tmp, path, !w.bad, err);
 }
 
 /* The queue depths k25_trace_queue_json reports, -1 where a window or a trace did not sample them. */

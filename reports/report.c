@@ -30,14 +30,10 @@ int k25_report_write_file(const char *path, const char *data, size_t len, struct
     FILE *f = fopen(tmp, "wb");
     if (!f)
         return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot create: %s", strerror(errno));
-    bool ok = fwrite(data, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot write: %s", strerror(e));
-    }
-    return K25_OK;
+    bool ok = fwrite(data, 1, len, f) == len;
+    if (!ok)
+        k25_error_set(err, K25_EIO, path, 0, NULL, "writing %s failed: %s", tmp, strerror(errno));
+    return k25_atomic_finish(f, tmp, path, ok, err);
 }
 
 /* Writes the document through one backend into path (temporary + rename). */

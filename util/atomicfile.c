@@ -1,11 +1,16 @@
 /*
  * atomicfile.c - writing a result file so that a failure never leaves a
  * file that looks finished: write PATH.tmp.PID, check every write, flush,
- * fsync, close, then rename onto PATH; on any failure remove the temporary.
+ * fsync, close, rename onto PATH, then fsync the folder so the rename
+ * itself survives a crash; on any failure remove the temporary and name
+ * the step that failed.  k25_atomic_finish is the one implementation of
+ * those last steps (after redis's rdbSave and fsyncFileDir); every
+ * temporary-then-rename writer in the project calls it.
  */
 #include "k25util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +81,71 @@ int k25_output_file_check(const char *path, const char *flag, struct k25_error *
     return K25_OK;
 }
 
+int k25_fsync_dir(const char *path, struct k25_error *err)
+{
+    char dir[1024];
+    k25_path_parent(path, dir, sizeof(dir));
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return k25_error_set(err, K25_EIO, path, 0, NULL, "cannot open its folder %s to fsync the rename: %s", dir,
+                             strerror(errno));
+    int rc = K25_OK;
+    /* some file systems refuse fsync on a folder (EINVAL): nothing more can be done there */
+    if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS)
+        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "fsync of its folder %s (after the rename) failed: %s", dir,
+                           strerror(errno));
+    close(fd);
+    return rc;
+}
+
+/* The rename and the folder's fsync (the temporary is complete and on disk). */
+static int rename_into_place(const char *tmp, const char *path, struct k25_error *err)
+{
+    if (rename(tmp, path) != 0) {
+        int rc = k25_error_set(err, K25_EIO, path, 0, NULL, "cannot rename %s into place: %s", tmp, strerror(errno));
+        unlink(tmp);
+        return rc;
+    }
+    return k25_fsync_dir(path, err);
+}
+
+int k25_atomic_finish(FILE *f, const char *tmp, const char *path, bool ok, struct k25_error *err)
+{
+    int rc = K25_OK;
+    errno = 0;
+    if (!ok)
+        rc = K25_EIO; /* the caller's write failed and err says why */
+    else if (ferror(f) || fflush(f) != 0)
+        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "writing %s failed: %s", tmp,
+                           errno ? strerror(errno) : "write error (disk full?)");
+    else if (fsync(fileno(f)) != 0)
+        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "fsync of %s failed: %s", tmp, strerror(errno));
+    if (fclose(f) != 0 && rc == K25_OK)
+        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "closing %s failed: %s", tmp, strerror(errno));
+    if (rc != K25_OK) {
+        unlink(tmp);
+        return rc;
+    }
+    return rename_into_place(tmp, path, err);
+}
+
+int k25_atomic_finish_closed(const char *tmp, const char *path, struct k25_error *err)
+{
+    int fd = open(tmp, O_RDONLY);
+    int rc = K25_OK;
+    if (fd < 0)
+        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "cannot reopen %s to fsync it: %s", tmp, strerror(errno));
+    else if (fsync(fd) != 0)
+        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "fsync of %s failed: %s", tmp, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    if (rc != K25_OK) {
+        unlink(tmp);
+        return rc;
+    }
+    return rename_into_place(tmp, path, err);
+}
+
 int k25_afile_open(struct k25_afile *a, const char *path, struct k25_error *err)
 {
     a->f = NULL;
@@ -92,20 +162,9 @@ int k25_afile_open(struct k25_afile *a, const char *path, struct k25_error *err)
 
 int k25_afile_commit(struct k25_afile *a, struct k25_error *err)
 {
-    int rc = K25_OK;
-    errno = 0;
-    if (ferror(a->f) || fflush(a->f) != 0 || fsync(fileno(a->f)) != 0)
-        rc = k25_error_set(err, K25_EIO, a->path, 0, NULL, "writing failed: %s",
-                           errno ? strerror(errno) : "write error (disk full?)");
-    if (fclose(a->f) != 0 && rc == K25_OK)
-        rc = k25_error_set(err, K25_EIO, a->path, 0, NULL, "writing failed: %s", strerror(errno));
+    FILE *f = a->f;
     a->f = NULL;
-    if (rc == K25_OK && rename(a->tmp, a->path) != 0)
-        rc = k25_error_set(err, K25_EIO, a->path, 0, NULL, "cannot rename %s into place: %s", a->tmp,
-                           strerror(errno));
-    if (rc != K25_OK)
-        unlink(a->tmp);
-    return rc;
+    return k25_atomic_finish(f, a->tmp, a->path, true, err);
 }
 
 void k25_afile_abort(struct k25_afile *a)

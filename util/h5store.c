@@ -167,17 +167,9 @@ int k25_h5_commit(struct k25_h5 *h, struct k25_error *err)
     if (H5Fclose(h->file) < 0 && rc == K25_OK)
         rc = k25_error_set(err, K25_EIO, h->path, 0, NULL, "closing the file failed (disk full?)");
     h->file = H5I_INVALID_HID;
-    if (rc == K25_OK) {
-        int fd = open(h->tmp_path, O_RDONLY);
-        if (fd < 0 || fsync(fd) != 0)
-            rc = k25_error_set(err, K25_EIO, h->path, 0, NULL, "fsync failed: %s", strerror(errno));
-        if (fd >= 0)
-            close(fd);
-    }
-    if (rc == K25_OK && rename(h->tmp_path, h->path) != 0)
-        rc = k25_error_set(err, K25_EIO, h->path, 0, NULL, "cannot rename %s into place: %s", h->tmp_path,
-                           strerror(errno));
-    if (rc != K25_OK)
+    if (rc == K25_OK)
+        rc = k25_atomic_finish_closed(h->tmp_path, h->path, err);
+    else
         unlink(h->tmp_path);
     h->writing = false;
     return rc;

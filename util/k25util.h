@@ -162,6 +162,20 @@ struct k25_afile {
 int k25_afile_open(struct k25_afile *a, const char *path, struct k25_error *err);
 int k25_afile_commit(struct k25_afile *a, struct k25_error *err);
 void k25_afile_abort(struct k25_afile *a);
+/*
+ * The last steps of every temporary-then-rename write (the one
+ * implementation): k25_atomic_finish flushes, fsyncs and closes f (the
+ * temporary tmp), renames it onto path and fsyncs path's folder;
+ * k25_atomic_finish_closed does the same for a temporary already closed by
+ * its writer (HDF5).  ok = false: the caller's writing failed (err already
+ * says why); f is closed and tmp removed.  On any failure tmp is removed and
+ * err names the step: writing, fsync of the temporary, closing, the
+ * rename, or the folder's fsync.  k25_fsync_dir: the fsync of path's
+ * folder alone (file systems that refuse it on a folder are taken as done).
+ */
+int k25_atomic_finish(FILE *f, const char *tmp, const char *path, bool ok, struct k25_error *err);
+int k25_atomic_finish_closed(const char *tmp, const char *path, struct k25_error *err);
+int k25_fsync_dir(const char *path, struct k25_error *err);
 /* Whole text (a newline is added when missing) or JSON (indented) atomically. */
 int k25_write_text_atomic(const char *path, const char *text, struct k25_error *err);
 int k25_write_json_atomic(const char *path, const json_t *j, struct k25_error *err);
