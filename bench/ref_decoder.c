@@ -6,7 +6,7 @@
  * plain fp32 KV cache [layer][pos][kv_dim], and every projection an
  * OpenMP matmul that computes each output row as one dot product over the
  * fp32 weights (streamed once per token).  RMSNorm, RoPE (rotate-half:
- * dimension j pairs with j + head_dim/2, as engine/backend_cpu.c
+ * dimension j pairs with j + head_dim/2, as engine/cpu/backend_cpu.c
  * cpu_rope), grouped-query attention, SwiGLU.  No BLAS, no libk25: the
  * file builds alone with `cc -O3 -fopenmp ref_decoder.c -lm`.
  *

@@ -28,7 +28,7 @@
  *     token ids, positions     --embed/rope-> activations x, xn, qkv, att, gu, h,
  *                                             cs, last, logits   (forward.c)
  *     block tables, counts     --kv ops----> KV blocks + quantization residual
- *       (kvcache.c bookkeeping)               (kvcache.c storage, per block)
+ *       (kvcache.c bookkeeping)               (engine/cpu/kvstore.c on the CPU, per block)
  *     sampled logits  <---------buf_get----- logits rows
  *     attention probe <---------buf_get----- att rows of probe layers
  *

@@ -16,7 +16,7 @@ struct k25_mem_acct; /* alloc.c: where kernel scratch is charged (NULL: the proc
 
 /*
  * The int8/int4 quantizers that produce the layout described below
- * (engine/kvquant.c; asymmetric min/max, IEEE-half scale and zero, error
+ * (engine/cpu/kvquant.c; asymmetric min/max, IEEE-half scale and zero, error
  * at most scale / 2 per value).  Bytes of one quantized row of hd values:
  */
 static inline size_t k25_kvq_row_bytes(int hd, int bits)

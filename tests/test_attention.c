@@ -362,7 +362,7 @@ static void attend_pool(const struct k25_kv_pool *p, const struct k25_kv_seq *se
 }
 
 /*
- * int4 decode attention (keys scored on their codes, engine/attention.c)
+ * int4 decode attention (keys scored on their codes, engine/cpu/attention.c)
  * against the dequantize-then-fp32 reference: the same int4 values written
  * into an fp32 cache.  The only extra error is the int8 rounding of
  * q'_c = q_c scale_c (step alpha = max_c |q'_c| / 127 per row and key

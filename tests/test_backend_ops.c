@@ -121,7 +121,7 @@ static const struct tol g_tol[] = {
     {K25_OP_KV_SCORE, K25_DTYPE_FP32, M_MAIN, 1e-5, "9.9e-7"},
     {K25_OP_KV_SCORE, K25_DTYPE_FP16, M_MAIN, 1e-5, "8.0e-7"},
     {K25_OP_KV_SCORE, K25_DTYPE_INT8, M_MAIN, 1e-5, "8.4e-7"},
-    /* int4 decode scores keys on their codes with q * scale rounded to int8 per row (engine/attention.c,
+    /* int4 decode scores keys on their codes with q * scale rounded to int8 per row (engine/cpu/attention.c,
      * qk4_prepare): a logit moves by at most 7.5 hd alpha / 2, alpha = max|q scale| / 127 - for inputs
      * in [-1, 1) and the 1/sqrt(hd) query scale about 0.03 at head_dim 64, an output by about 0.06 at
      * worst; measured 3.1e-3 (attention) and 2.7e-3 (scores), bounded at 2e-2 */

@@ -6,7 +6,7 @@
  * routines, the launch arithmetic (split-KV partitioning and merge order,
  * workspace and shared-memory sizes, launch geometry, block-table
  * entries), the KV layout the kernels address and the int8/int4
- * quantization they run (bit-identical to engine/kvquant.c through a real
+ * quantization they run (bit-identical to engine/cpu/kvquant.c through a real
  * CPU pool), and `k25 run --backend cuda` where no GPU can be used: one
  * line and exit status 2, whether the binary was built with CUDA=1 (no
  * driver / no device / too old) or without it (not built).

@@ -245,7 +245,7 @@ static void test_batch_invariance(void **state)
 
 /*
  * The same with int4 KV on `small` (head_dim 64, so decode scores the keys on their int4 codes,
- * engine/attention.c): key groups of 8 tokens and no fp32 residual put most slots in int4 within
+ * engine/cpu/attention.c): key groups of 8 tokens and no fp32 residual put most slots in int4 within
  * the 24-token requests; a row's int8 query rounding depends on the row and its key group only.
  */
 static void test_batch_invariance_int4_kv(void **state)

@@ -5,8 +5,8 @@
  * The CPU backend's attention op (backend_cpu.c) builds one k25_attn_job
  * per sequence from the paged KV cache and runs the implementation that
  * cfg.attention names, through the table in attn_impl.c: the engine's
- * ChunkedAttention (attention.c) or a baseline (baselines/flash2.c,
- * baselines/naive.c), which register there and include only this header.
+ * ChunkedAttention (attention.c) or a baseline (engine/cpu/flash2.c,
+ * engine/cpu/naive.c), which register there and include only this header.
  * `k25 attn-bench` (harness/attnbench.c) times the same table.  Host
  * memory: these are CPU kernels; a GPU backend has its own attention op.
  */
@@ -33,15 +33,15 @@ static inline int k25_attn_score_q0(const struct k25_attn_job *job)
 }
 
 /* The implementations in the table, defined beside their kernels. */
-extern const struct k25_attn_impl_desc k25_attn_chunked;  /* engine/attention.c */
-extern const struct k25_attn_impl_desc k25_attn_flash2;   /* baselines/flash2.c */
-extern const struct k25_attn_impl_desc k25_attn_naive;    /* baselines/naive.c */
+extern const struct k25_attn_impl_desc k25_attn_chunked;  /* engine/cpu/attention.c */
+extern const struct k25_attn_impl_desc k25_attn_flash2;   /* engine/cpu/flash2.c */
+extern const struct k25_attn_impl_desc k25_attn_naive;    /* engine/cpu/naive.c */
 
 /* CPU ChunkedAttention (attention.c). */
 void k25_cpu_attention(const struct k25_attn_job *jobs, int n_jobs, int n_heads, float scale,
                        struct k25_mem_acct *acct);
 
-/* Helpers the kernels and baselines share (kvcache.c: KV rows; attention.c: softmax). */
+/* Helpers the kernels and baselines share (kvstore.c: KV rows; attention.c: softmax). */
 
 /* dst[i] = half src[i] as float, vectorized (F16C / AVX-512) where built so. */
 void k25_fp16_to_fp32_row(const uint16_t *src, float *dst, size_t n);

@@ -1,8 +1,8 @@
 /*
  * attn_impl.c - the attention dispatch table: every implementation the
  * engine can run (`attention` config key), each registered by the file
- * that holds its kernels (engine/attention.c, baselines/flash2.c,
- * baselines/naive.c) as a struct k25_attn_impl_desc.  The CPU backend's
+ * that holds its kernels (engine/cpu/attention.c, engine/cpu/flash2.c,
+ * engine/cpu/naive.c) as a struct k25_attn_impl_desc.  The CPU backend's
  * attention op, the memory calculator and `k25 attn-bench` look
  * implementations up here and nowhere else.
  */

@@ -1,11 +1,11 @@
 /*
  * baselines.h - reference attention implementations the engine's
  * ChunkedAttention is compared against (DESIGN.md section 2, issue 4).
- * Both take the same jobs as the engine's kernel (engine/attn.h) and
- * register in the engine's implementation table (engine/attn_impl.c) as
+ * Both take the same jobs as the engine's kernel (engine/cpu/attn.h) and
+ * register in the engine's implementation table (engine/cpu/attn_impl.c) as
  * k25_attn_flash2 and k25_attn_naive, so the engine runs with any of them
  * (`--attention flash2|naive`) and `k25 attn-bench` times them side by
- * side.  They are part of libk25 and depend on engine/attn.h only.
+ * side.  They are part of libk25 and depend on engine/cpu/attn.h only.
  */
 #ifndef K25_BASELINES_H
 #define K25_BASELINES_H

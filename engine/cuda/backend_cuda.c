@@ -289,7 +289,7 @@ static int cuda_buf_alloc(struct k25_bctx *ctx, enum k25_mem_cat cat, size_t byt
                    : K25_ENOMEM;
     }
     K25_CUDA(&p->err, cudaMemsetAsync(d, 0, bytes, p->stream));
-    *b = (struct k25_buf){ctx->be, d, bytes, cat, false};
+    *b = (struct k25_buf){ctx->be, d, bytes, cat, false, false}; /* device memory */
     if (ctx->acct)
         k25_mem_acct_add(ctx->acct, cat, (int64_t)bytes);
     *out = b;
