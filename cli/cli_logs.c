@@ -1,5 +1,5 @@
 /*
- * logs.c - `k25 logs`: reading the engine's structured log
+ * cli_logs.c - `k25 logs`: reading the engine's structured log
  * ("[TAG] key=value key=value ...", docs/engine.md) - selecting lines by
  * tag and by a filter expression (util's expression language), counting them, and describing a numeric
  * field (values such as "142.1ms" compare and average as 142.1), or

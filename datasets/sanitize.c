@@ -1,6 +1,6 @@
 /*
  * sanitize.c - UTF-8 validation and the invisible/control character policy
- * of the gold-set loader (DESIGN.md §4).
+ * of the gold-set loader (docs/gold-sets.md "Policies").
  *
  * Gold sets built from production traffic carry zero-width spaces,
  * bidirectional overrides, BOMs pasted mid-text and stray C0 controls.

@@ -645,7 +645,7 @@ static int forward_groups(struct k25_engine *e, struct k25_span *spans, int *spa
  * k25_engine_step (k25.h): admit, batch decode tokens then prefill chunks,
  * forward, sample, retire, hand KV back to the tiers.  Over ~120 lines on
  * purpose: it is one sequence whose order is the scheduler's contract
- * (DESIGN.md §2), best read whole; its self-contained parts are already
+ * (docs/engine.md "One step of the engine"), best read whole; its self-contained parts are already
  * named (forward_groups, compress_seq, append_token, the queue's verbs).
  */
 int k25_engine_step(k25_engine_t *e, struct k25_error *err)

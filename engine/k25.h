@@ -116,8 +116,8 @@ enum k25_log_level { K25_LOG_OFF, K25_LOG_INFO, K25_LOG_DEBUG };
 enum k25_attn_impl { K25_ATTN_CHUNKED, K25_ATTN_FLASH2, K25_ATTN_NAIVE, K25_ATTN_NIMPL };
 
 /*
- * The engine's settings.  k25_config_init fills the defaults of DESIGN.md
- * §2; a YAML file and CLI flags override them (CLI wins, applied last).
+ * The engine's settings.  k25_config_init fills the defaults (docs/config.md,
+ * one row per key); a YAML file and CLI flags override them (CLI wins, applied last).
  * Plain struct: the caller holds it, no heap memory inside.
  */
 struct k25_config {

@@ -83,3 +83,22 @@ int32_t k25_sample(struct k25_engine *e, const float *logits, double temperature
     }
     return idx[n - 1];
 }
+
+/* k25_tok_margin (k25.h): the top-1 margin the sampler records per token (struct k25_result.margins)
+ * and the token verifier (tokcheck.c) compares against its bound. */
+float k25_tok_margin(const float *logits, int V, int32_t *top1)
+{
+    int32_t best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    float second = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (i != best && logits[i] > second)
+            second = logits[i];
+    if (top1)
+        *top1 = best;
+    if (V < 2)
+        return INFINITY;
+    return (float)((double)logits[best] - (double)second);
+}

@@ -51,22 +51,7 @@ double k25_tok_bound(double tau)
     return 2.0 * tau;
 }
 
-float k25_tok_margin(const float *logits, int V, int32_t *top1)
-{
-    int32_t best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    float second = -INFINITY;
-    for (int i = 0; i < V; i++)
-        if (i != best && logits[i] > second)
-            second = logits[i];
-    if (top1)
-        *top1 = best;
-    if (V < 2)
-        return INFINITY;
-    return (float)((double)logits[best] - (double)second);
-}
+/* k25_tok_margin (k25.h) is the sampler's: engine/sample.c. */
 
 /* Whether position k had to agree: strict (no margins, or NaN: a sampled
  * token, which no argmax margin excuses) or a margin above the bound. */

@@ -24,6 +24,7 @@
 #include "sse.h"
 
 #include <curl/curl.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -49,7 +50,12 @@ struct k25_endpoint {
     int32_t *client_n;      /* [n_in] prompt tokens counted client-side (0: not counted) */
 };
 
-static bool curl_ready;
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc; /* curl_global_init's result (it is not thread-safe: called once) */
+static void curl_init_once(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
 
 /* ------------------------------------------------------------ setup */
 
@@ -260,11 +266,9 @@ int k25_endpoint_open(const struct k25_bench_opts *o, const struct k25_bench_inp
     int rc = K25_OK;
     char errbuf[CURL_ERROR_SIZE], *body = NULL;
     long status = 0;
-    if (!curl_ready) { /* once per process; libcurl's global state is never torn down */
-        if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
-            return k25_error_set(err, K25_EINTERNAL, NULL, 0, NULL, "libcurl initialization failed");
-        curl_ready = true;
-    }
+    pthread_once(&curl_once, curl_init_once); /* once per process; libcurl's global state is never torn down */
+    if (curl_init_rc != 0)
+        return k25_error_set(err, K25_EINTERNAL, NULL, 0, NULL, "libcurl initialization failed");
     struct k25_endpoint *ep = calloc(1, sizeof(*ep));
     if (!ep)
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");

@@ -1,6 +1,6 @@
 /*
  * fidelity.c - what a lossy engine setting costs, measured against the
- * exact engine on the same inputs (`k25 bench --fidelity`, DESIGN.md §3).
+ * exact engine on the same inputs (`k25 bench --fidelity`, docs/cli.md).
  *
  * The exact engine is the configured one with unquantized weights (the
  * loaded model's weight_dtype: quantize_weights int8/int4 is measured

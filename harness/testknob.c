@@ -45,6 +45,7 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int g_init;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT; /* engines may be made on several threads */
 static double g_slowdown, g_lossy;
 
 static double env_fraction(const char *name)
@@ -104,13 +105,15 @@ static void apply(const struct k25_step_info *info, void *user)
     }
 }
 
+static void knobs_read(void)
+{
+    g_slowdown = env_fraction("K25_TEST_SLOWDOWN");
+    g_lossy = env_fraction("K25_TEST_LOSSY");
+}
+
 void k25_testknob_install(k25_engine_t *e)
 {
-    if (!g_init) {
-        g_slowdown = env_fraction("K25_TEST_SLOWDOWN");
-        g_lossy = env_fraction("K25_TEST_LOSSY");
-        g_init = 1;
-    }
+    pthread_once(&g_once, knobs_read);
     if (g_slowdown > 0 || g_lossy > 0)
         k25_engine_set_step_hook(e, apply, NULL);
 }
@@ -132,15 +135,12 @@ static int write_ready(const char *path, struct k25_error *err)
     return K25_OK;
 }
 
-static int g_hold_init;
+static pthread_once_t g_hold_once = PTHREAD_ONCE_INIT;
 static char g_hold_prefix[PATH_MAX];
 static long g_hold_at = -1;
 
-static void hold_parse(void)
+static void hold_parse_once(void)
 {
-    if (g_hold_init)
-        return;
-    g_hold_init = 1;
     const char *v = getenv("K25_TEST_HOLD");
     if (!v || !*v)
         return;
@@ -157,6 +157,11 @@ static void hold_parse(void)
             g_hold_at = n;
         }
     }
+}
+
+static void hold_parse(void)
+{
+    pthread_once(&g_hold_once, hold_parse_once);
 }
 
 long k25_testknob_hold_at(void)

@@ -4,7 +4,7 @@
  * hook.
  *
  * K25_TEST_SLOWDOWN_POINTS="SEL=F,SEL=F,..." sets the engine's
- * K25_TEST_SLOWDOWN=F (engine/testknob.c) in the runs of the points SEL
+ * K25_TEST_SLOWDOWN=F (harness/testknob.c) in the runs of the points SEL
  * matches: a point id, `*`, or a shell pattern over the label
  * ("prefill_chunk_size=512 max_batch_size=2", "defaults"); each entry is
  * split at its last '='; the first match wins; F = 0 runs the point

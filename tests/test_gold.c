@@ -403,7 +403,7 @@ static size_t enc(uint32_t cp, char *out)
     return 3;
 }
 
-/* The exact ranges of DESIGN.md §4, checked at and beyond each boundary. */
+/* The exact ranges of docs/gold-sets.md, checked at and beyond each boundary. */
 static void test_invisible_ranges(void **state)
 {
     (void)state;

@@ -1,6 +1,6 @@
 /*
  * baselines.h - reference attention implementations the engine's
- * ChunkedAttention is compared against (DESIGN.md section 2, issue 4).
+ * ChunkedAttention is compared against (docs/attention.md, issue 4).
  * Both take the same jobs as the engine's kernel (engine/cpu/attn.h) and
  * register in the engine's implementation table (engine/cpu/attn_impl.c) as
  * k25_attn_flash2 and k25_attn_naive, so the engine runs with any of them
