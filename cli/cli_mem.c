@@ -36,6 +36,11 @@ static json_t *estimate_json(const struct k25_config *cfg, const struct k25_mode
     json_object_set_new(o, "safety_margin", json_real(K25_MEM_SAFETY_MARGIN));
     json_object_set_new(o, "recommended_bytes", json_integer(est->recommended_bytes));
     json_object_set_new(o, "kv_blocks", json_integer(est->kv_blocks));
+    size_t mfree, mtotal;
+    struct k25_error merr;
+    if (k25_backend_memory(cfg->backend, &mfree, &mtotal, &merr) == K25_OK)
+        json_object_set_new(o, "backend_memory", json_pack("{s:s, s:I, s:I}", "backend", cfg->backend, "free_bytes",
+                                                           (json_int_t)mfree, "total_bytes", (json_int_t)mtotal));
     if (cfg->kv_hot_tokens > 0) /* KV tiers: RAM (hot, warm: in bytes.kv) and the cold file */
         json_object_set_new(o, "kv_tiers", json_pack("{s:I, s:I, s:I}", "hot_bytes", (json_int_t)est->kv_hot_bytes,
                                                       "warm_bytes", (json_int_t)est->kv_warm_bytes, "cold_bytes",
@@ -140,6 +145,12 @@ int k25_cmd_mem(int argc, char **argv)
                "largest attention call: %lld queries x %lld keys\n",
                (long long)est.kv_blocks, cfg.kv_block_size, (long long)est.act_token_cap,
                (long long)est.step_tokens, (long long)est.attn_q_rows, (long long)est.attn_kv_tokens);
+        size_t mfree, mtotal;
+        struct k25_error merr;
+        if (k25_backend_memory(cfg.backend, &mfree, &mtotal, &merr) == K25_OK) /* the backend's memory_info */
+            printf("backend %s: %.3f GiB free of %.3f GiB; the estimate's recommended total is %.1f%% of what is free\n",
+                   cfg.backend, (double)mfree / (1 << 30), (double)mtotal / (1 << 30),
+                   mfree ? 100.0 * (double)est.recommended_bytes / (double)mfree : 0.0);
         if (cfg.kv_hot_tokens > 0) /* KV tiers */
             printf("KV tiers: hot %lld bytes + warm %lld bytes in RAM (in kv above), cold %lld bytes %s\n",
                    (long long)est.kv_hot_bytes, (long long)est.kv_warm_bytes, (long long)est.kv_cold_bytes,

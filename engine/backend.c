@@ -178,3 +178,18 @@ int k25_memory_info(struct k25_bctx *ctx, size_t *free_bytes, size_t *total_byte
                              ctx->be->name);
     return ctx->be->memory_info(ctx, free_bytes, total_bytes, err);
 }
+
+int k25_backend_memory(const char *name, size_t *free_bytes, size_t *total_bytes, struct k25_error *err)
+{
+    const struct k25_backend *be = k25_backend_find(name);
+    *free_bytes = *total_bytes = 0;
+    if (!be)
+        return k25_error_set(err, K25_ENOTFOUND, NULL, 0, "backend", "'%s' is not built into this binary", name);
+    struct k25_bctx ctx;
+    int rc = k25_bctx_init(&ctx, be, NULL, err);
+    if (rc != K25_OK)
+        return rc;
+    rc = k25_memory_info(&ctx, free_bytes, total_bytes, err);
+    k25_bctx_destroy(&ctx);
+    return rc;
+}

@@ -207,6 +207,11 @@ struct k25_backend {
     /* Optional: the backend's memory, free and total bytes (the CPU: the host's available and
      * total memory; a GPU: the device's).  The memory budget and `k25 mem` read it. */
     int (*memory_info)(struct k25_bctx *ctx, size_t *free_bytes, size_t *total_bytes, struct k25_error *err);
+    /* Optional (NULL: none): the host or device scratch one step of step_tokens tokens (queries and
+     * KV tokens of one sequence) needs beyond its buffers - the CPU: its attention kernels' scratch
+     * (k25_attn_scratch_bytes).  The memory budget subtracts it before sizing the KV pool. */
+    int64_t (*scratch_bytes)(const struct k25_bctx *ctx, const struct k25_config *cfg,
+                             const struct k25_model_shape *s, int64_t step_tokens, int threads);
     void (*synchronize)(struct k25_bctx *ctx);
 
     /* ---- compute.  Activations are fp32 rows. */

@@ -241,9 +241,15 @@ int k25_engine_create_io(const struct k25_config *cfg, const k25_model_t *model,
         int64_t step_tokens = cfg->max_num_batched_tokens > cfg->prefill_chunk_size
                                   ? cfg->max_num_batched_tokens
                                   : cfg->prefill_chunk_size;
-        int64_t scratch = k25_attn_scratch_bytes(cfg->attention, s->n_heads, s->n_kv_heads, s->head_dim,
-                                                 cfg->kv_block_size, cfg->kv_cache_dtype, 1, step_tokens,
-                                                 step_tokens, threads);
+        /* the backend's own scratch (the CPU: its attention kernels'), as it reports it */
+        int64_t scratch = e->be.be->scratch_bytes ? e->be.be->scratch_bytes(&e->be, cfg, s, step_tokens, threads) : 0;
+        size_t mem_free, mem_total;
+        if (k25_memory_info(&e->be, &mem_free, &mem_total, NULL) == K25_OK && (uint64_t)budget > mem_total) {
+            rc = k25_error_set(err, K25_ERANGE, NULL, 0, "memory_budget_mb",
+                               "%lld MB is more than backend %s has (%.0f MB in all, memory_info)",
+                               (long long)cfg->memory_budget_mb, e->be.be->name, (double)mem_total / (1 << 20));
+            goto out_free;
+        }
         int64_t left = budget - weights - k25_activation_bytes(s, step_tokens, NULL) - scratch;
         max_blocks = left / (int64_t)probe.block_bytes;
         if (max_blocks < 1) {

@@ -754,6 +754,11 @@ int k25_mem_estimate(const struct k25_config *cfg, const struct k25_model_shape 
                      int64_t context, int batch, struct k25_mem_estimate *out,
                      struct k25_error *err);
 
+/* The free and total memory of backend `name` (its memory_info: the CPU's is the host's
+ * MemAvailable and MemTotal, a GPU's the device's), read through a short-lived instance;
+ * `k25 mem` prints it beside the estimate.  K25_EUNSUPPORTED where the backend cannot tell. */
+int k25_backend_memory(const char *name, size_t *free_bytes, size_t *total_bytes, struct k25_error *err);
+
 /*
  * Attention scratch (K25_MEM_ATTN_SCRATCH bytes) one call of implementation
  * impl allocates for n_seqs sequences of n_q queries each attending to

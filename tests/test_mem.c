@@ -99,6 +99,37 @@ static void test_calculator_vs_tracker(void **state)
 }
 
 /*
+ * The backend's memory_info (backend.h), through k25_backend_memory: the CPU
+ * reports the host's available and total memory (0 < free <= total); an
+ * unknown backend is refused by name; and an engine whose memory_budget_mb
+ * is more than the backend's total is refused naming the key, while one
+ * within it is made.
+ */
+static void test_backend_memory_info(void **state)
+{
+    (void)state;
+    size_t fr = 0, tot = 0;
+    struct k25_error err = {0};
+    assert_int_equal(k25_backend_memory("cpu", &fr, &tot, &err), K25_OK);
+    assert_true(tot > 0);
+    assert_true(fr > 0 && fr <= tot);
+    size_t fr2, tot2;
+    assert_int_equal(k25_backend_memory("no-such-backend", &fr2, &tot2, &err), K25_ENOTFOUND);
+    assert_string_equal(err.field, "backend");
+
+    struct k25_config c;
+    k25_config_init(&c);
+    k25_engine_t *e = NULL;
+    c.memory_budget_mb = (int64_t)(tot / (1024 * 1024)) * 2 + 1024; /* twice the host's memory */
+    assert_int_not_equal(k25_engine_create(&c, tu_tiny, &e, &err), K25_OK);
+    assert_string_equal(err.field, "memory_budget_mb");
+    assert_non_null(strstr(err.msg, "memory_info"));
+    c.memory_budget_mb = (int64_t)(tot / (1024 * 1024)) / 2; /* within it: a budget, not an allocation */
+    assert_int_equal(k25_engine_create(&c, tu_tiny, &e, &err), K25_OK);
+    k25_engine_destroy(e);
+}
+
+/*
  * Two engines in one process account separately (the fidelity run has
  * two): each reports its own KV, activations and scratch, both report the
  * weights they map, and the process-wide figures hold the sum (with the
@@ -252,6 +283,7 @@ int main(int argc, char **argv)
     k25_blas_reexec(argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_calculator_vs_tracker),
+        cmocka_unit_test(test_backend_memory_info),
         cmocka_unit_test(test_two_engines_account_separately),
         cmocka_unit_test(test_calculator_shapes),
         cmocka_unit_test(test_cli),

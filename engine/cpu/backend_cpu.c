@@ -220,6 +220,14 @@ static int cpu_memory_info(struct k25_bctx *ctx, size_t *free_bytes, size_t *tot
     return k25_cpu_host_memory(free_bytes, total_bytes, err);
 }
 
+static int64_t cpu_scratch_bytes(const struct k25_bctx *ctx, const struct k25_config *cfg,
+                                 const struct k25_model_shape *s, int64_t step_tokens, int threads)
+{
+    (void)ctx; /* the attention kernels' scratch of the largest call: one sequence's whole step */
+    return k25_attn_scratch_bytes(cfg->attention, s->n_heads, s->n_kv_heads, s->head_dim, cfg->kv_block_size,
+                                  cfg->kv_cache_dtype, 1, step_tokens, step_tokens, threads);
+}
+
 static int cpu_status(struct k25_bctx *ctx, struct k25_error *err)
 {
     struct cpu_priv *p = ctx->priv;
@@ -510,6 +518,7 @@ const struct k25_backend k25_backend_cpu = {
     .buf_alloc_host = cpu_buf_alloc, /* host memory already */
     .buf_host = cpu_buf_host,
     .memory_info = cpu_memory_info,
+    .scratch_bytes = cpu_scratch_bytes,
     .synchronize = cpu_synchronize,
     .gemm = cpu_gemm,
     .rmsnorm = cpu_rmsnorm,
