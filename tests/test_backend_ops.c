@@ -1518,6 +1518,63 @@ static void test_kv_compact(void **state)
 /* ---------------------------------------------------------------- argmax */
 
 /* The optional argmax slot against the sampler's rule: the first index of the largest value. */
+/*
+ * The memory slots a device backend needs beside set/get (issue 34): buf_copy
+ * moves a byte range between two of the backend's buffers (read back with
+ * buf_get, as every other check: never through the buffer's address);
+ * buf_clear zeroes only its range; a host buffer (buf_alloc_host, where the
+ * backend has one) has a host address k25_buf_host returns, whose bytes are
+ * the buffer's; memory_info, where present, reports 0 < free <= total.
+ */
+static void test_buf_copy_host_meminfo(void **state)
+{
+    struct be_state *s = *state;
+    struct k25_error err;
+    const size_t n = 4099; /* odd: no alignment luck */
+    unsigned char *src = xmalloc(n), *got = xmalloc(n);
+    for (size_t i = 0; i < n; i++)
+        src[i] = (unsigned char)(i * 37 + 11);
+    struct k25_buf *a = NULL, *b = NULL;
+    assert_int_equal(k25_buf_alloc(&s->ctx, K25_MEM_OTHER, n, &a, &err), K25_OK);
+    assert_int_equal(k25_buf_alloc(&s->ctx, K25_MEM_OTHER, 2 * n, &b, &err), K25_OK);
+    k25_buf_set(&s->ctx, a, 0, src, n);
+    k25_buf_copy(&s->ctx, b, n, a, 1, n - 1); /* b[n + i] = a[1 + i] */
+    k25_buf_clear(&s->ctx, a, 100, 50);
+    k25_buf_get(&s->ctx, b, n, got, n - 1);
+    assert_memory_equal(got, src + 1, n - 1);
+    k25_buf_get(&s->ctx, b, 0, got, n); /* the part not copied to stays zero */
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(got[i], 0);
+    k25_buf_get(&s->ctx, a, 0, got, n);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(got[i], i >= 100 && i < 150 ? 0 : src[i]);
+    assert_int_equal(k25_backend_status(&s->ctx, &err), K25_OK);
+    k25_buf_free(&s->ctx, a);
+    k25_buf_free(&s->ctx, b);
+
+    if (s->be->buf_alloc_host) {
+        struct k25_buf *h = NULL;
+        assert_int_equal(k25_buf_alloc_host(&s->ctx, K25_MEM_KV, n, &h, &err), K25_OK);
+        unsigned char *p = k25_buf_host(&s->ctx, h);
+        assert_non_null(p);
+        memcpy(p, src, n);
+        k25_buf_get(&s->ctx, h, 0, got, n);
+        assert_memory_equal(got, src, n);
+        k25_buf_free(&s->ctx, h);
+    } else {
+        print_message("backend %s has no host buffers: buf_alloc_host falls back to buf_alloc\n", s->be->name);
+    }
+    size_t fr = 0, tot = 0;
+    if (s->be->memory_info) {
+        assert_int_equal(k25_memory_info(&s->ctx, &fr, &tot, &err), K25_OK);
+        assert_true(tot > 0 && fr > 0 && fr <= tot);
+    } else {
+        assert_int_equal(k25_memory_info(&s->ctx, &fr, &tot, &err), K25_EUNSUPPORTED);
+    }
+    free(src);
+    free(got);
+}
+
 static void test_argmax(void **state)
 {
     struct be_state *s = *state;
@@ -1678,6 +1735,7 @@ int main(int argc, char **argv)
         {"kv_scores", test_kv_scores},
         {"kv_compact", test_kv_compact},
         {"argmax", test_argmax},
+        {"buf_copy_host_meminfo", test_buf_copy_host_meminfo},
         {"token_parity", test_token_parity},
         {"summary", test_summary},
     };
