@@ -77,6 +77,19 @@ for d in "${srcdirs[@]}"; do
     fi
 done
 
+# struct k25_buf's fields (backend.h) are the backends' alone: only engine/cpu/ and engine/cuda/
+# (which the Makefile compiles with -DK25_BACKEND_IMPL) may see them; a source file elsewhere that
+# defines the macro itself would get round it.
+for d in "${srcdirs[@]}"; do
+    case "$d" in engine/cpu | engine/cuda) continue ;; esac
+    bad=$(grep -n -E '^[[:space:]]*#[[:space:]]*define[[:space:]]+K25_BACKEND_IMPL' "$d"/*.c "$d"/*.h 2>/dev/null)
+    if [ -n "$bad" ]; then
+        echo "layering-check: K25_BACKEND_IMPL defined outside the backends (buf->data is theirs alone):" >&2
+        echo "$bad" >&2
+        fail=1
+    fi
+done
+
 if [ $n_ok = 0 ] || [ $n_refused = 0 ]; then
     echo "layering-check: checked nothing (found $n_ok, refused $n_refused): is the spec empty?" >&2
     fail=1
