@@ -674,6 +674,45 @@ static int measure_fidelity(struct bench_state *st, struct k25_error *err)
 }
 
 /* The endpoint's part of the summary; warns once per kind of failure (the run itself succeeded). */
+/*
+ * summary.queue_waiting (the report's queue-depth health check): requests waiting in the server's queue,
+ * {max, mean, n, source}: the in-process engine's sampled /timeline windows, or an endpoint's own gauge
+ * (--server-metrics; vLLM's num_requests_waiting, ...).  Null with the reason where nothing says it.
+ */
+static json_t *queue_waiting_json(const struct bench_state *st)
+{
+    if (st->ep) {
+        const json_t *w = NULL;
+        json_t *sm = st->srvmet ? k25_srvmet_summary_json(st->srvmet) : NULL;
+        if (sm)
+            w = json_object_get(sm, "n_waiting");
+        json_t *o = json_is_object(w) ? json_pack("{s:O, s:O, s:O, s:s}", "max", json_object_get(w, "max"), "mean",
+                                                  json_object_get(w, "mean"), "n", json_object_get(w, "n"),
+                                                  "source", "server_metrics")
+                                      : json_pack("{s:n, s:n, s:s}", "max", "mean", "reason",
+                                                  sm ? "the server's metrics expose no queue depth k25 knows"
+                                                     : "the server's queue is " K25_NOT_VISIBLE
+                                                       " (--server-metrics scrapes it)");
+        json_decref(sm);
+        return o;
+    }
+    const struct k25_bench_run *run = &st->run;
+    double sum = 0;
+    int32_t mx = 0;
+    size_t n = 0;
+    for (size_t k = 0; k < run->n_win; k++) {
+        if (run->win[k].n_waiting < 0) /* not sampled */
+            continue;
+        mx = n == 0 || run->win[k].n_waiting > mx ? run->win[k].n_waiting : mx;
+        sum += run->win[k].n_waiting;
+        n++;
+    }
+    if (!n)
+        return json_pack("{s:n, s:n, s:s}", "max", "mean", "reason", "no timeline window was sampled");
+    return json_pack("{s:i, s:f, s:I, s:s}", "max", mx, "mean", sum / (double)n, "n", (json_int_t)n, "source",
+                     "timeline");
+}
+
 static json_t *endpoint_summary(const struct k25_bench_run *run)
 {
     json_t *es = k25_endpoint_summary_json(run);
@@ -772,6 +811,7 @@ static int build_doc(struct bench_state *st, struct k25_error *err)
             json_object_set(sj, "kv_usage_ratio", json_object_get(sm, "kv_usage_ratio"));
         json_object_set_new(sj, "server_metrics", sm);
     }
+    json_object_set_new(sj, "queue_waiting", queue_waiting_json(st));
     json_object_set_new(doc, "summary", sj);
     json_object_set_new(doc, "provenance", json_incref(prov));
     if (o->vllm_result) { /* --save-result: vLLM's names beside ours, for scripts written for vllm bench serve */

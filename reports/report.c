@@ -258,6 +258,8 @@ static void eval_health(struct k25_report_doc *d, int h, int c)
     char why[64];
     if (k25_health_applies(chk, d->col_runs[c], d->col_nruns[c], why, sizeof(why))) {
         k25_health_eval(chk, k25_health_value(chk, d->col_runs[c], d->col_nruns[c]), hr);
+        if (hr->level == K25_HEALTH_NOT_MEASURED) /* no data says why, never OK */
+            k25_health_missing_why(chk, d->col_runs[c], d->col_nruns[c], hr->note, sizeof(hr->note));
         return;
     }
     memset(hr, 0, sizeof(*hr));

@@ -1429,6 +1429,26 @@ static void test_e2e_llama31_tokenizer(void **state)
     const char *full = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
     assert_string_equal(full, run_text); /* the same greedy tokens as k25 run */
     json_decref(j);
+    /* logprobs name the real tokenizer's tokens: each token is its id decoded alone, the tokens
+     * concatenate to the text, and the text offsets are their running lengths */
+    j = post_ok(&S, "/v1/completions", "{\"prompt\": \"The capital of France is\", \"max_tokens\": 6, "
+                                       "\"ignore_eos\": true, \"logprobs\": 2}");
+    {
+        const json_t *lp = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs");
+        const json_t *toks = json_object_get(lp, "tokens"), *offs = json_object_get(lp, "text_offset");
+        assert_int_equal(json_array_size(toks), 6);
+        char lcat[1024] = "";
+        for (size_t i = 0; i < 6; i++) {
+            char *one;
+            assert_int_equal(k25_tokenizer_decode(t, &gen[i], 1, 0, &one, NULL, &err), K25_OK);
+            assert_string_equal(json_string_value(json_array_get(toks, i)), one);
+            free(one);
+            assert_int_equal(json_integer_value(json_array_get(offs, i)), (json_int_t)strlen(lcat));
+            strncat(lcat, json_string_value(json_array_get(toks, i)), sizeof(lcat) - strlen(lcat) - 1);
+        }
+        assert_string_equal(lcat, run_text);
+    }
+    json_decref(j);
     j = post_ok(&S, "/v1/completions", "{\"prompt\": \"The capital of France is\", \"max_tokens\": 6}");
     assert_int_equal(usage_of(j, "completion_tokens"), first + 1);
     assert_string_equal(finish_of(j), "stop");
