@@ -223,6 +223,22 @@ int k25_arrivals_ramp(double start_rps, double end_rps, double burstiness, uint6
 /* Offsets from a JSONL trace's "timestamp" (ms; Mooncake layout), from its first line, in order; at most
  * max_n (0: all).  K25_EFORMAT naming the file, line and field. */
 int k25_arrivals_trace(const char *path, int64_t max_n, int64_t **out, size_t *n_out, struct k25_error *err);
+/*
+ * The request shapes of the same trace (Mooncake layout): each line's input_length and output_length
+ * (tokens) and hash_ids (ids of K25_TRACE_BLOCK_TOKENS-token prompt blocks; equal ids, equal blocks: the
+ * shared prefixes a prefix cache reuses).  Either every line has both lengths or none has (then *out is
+ * NULL: arrivals only); a length without the other, a length <= 0 (input) or < 1 (output), or hash_ids
+ * that are not an array of integers >= 0 is K25_EFORMAT naming the file, line and field.
+ */
+#define K25_TRACE_BLOCK_TOKENS 512
+struct k25_trace_shape {
+    int32_t input_length, output_length;
+    int64_t *hash_ids; /* [n_hash], owned (NULL: none) */
+    int n_hash;
+};
+int k25_arrivals_trace_shapes(const char *path, int64_t max_n, struct k25_trace_shape **out, size_t *n_out,
+                              struct k25_error *err);
+void k25_trace_shapes_free(struct k25_trace_shape *s, size_t n);
 
 /* Service-level objectives for goodput; 0 = no objective on that metric. */
 struct k25_bench_slo {
