@@ -267,13 +267,22 @@ static void eval_health(struct k25_report_doc *d, int h, int c)
     hr->value = k25_health_value(chk, d->col_runs[c], d->col_nruns[c]);
     char v[64];
     k25_report_fmt(hr->value, v, sizeof(v));
-    if (strcmp(why, "closed loop") != 0) /* e.g. "tiers off": nothing more to say */
+    if (strcmp(why, "closed loop") != 0) { /* e.g. "tiers off": nothing more to say */
         k25_report_sfmt(hr->note, sizeof(hr->note), "(%s)", why);
-    else
+    } else if (isnan(hr->value)) { /* nothing measured: said as such, with why, not as n/a */
+        hr->level = K25_HEALTH_NOT_MEASURED;
+        k25_health_missing_why(chk, d->col_runs[c], d->col_nruns[c], hr->note, sizeof(hr->note));
+    } else if (!strcmp(chk->metric, "queue_waiting_mean")) {
+        k25_report_sfmt(hr->note, sizeof(hr->note),
+                        "(%s): measured %s, but a closed loop keeps every user's request queued that the batch "
+                        "cannot hold, by construction; the check applies to open-loop runs at a target rate",
+                        why, v);
+    } else {
         k25_report_sfmt(hr->note, sizeof(hr->note),
                  "(%s): measured %s, but a closed loop keeps the engine saturated (busy near 1 by "
                  "construction); the check applies to open-loop runs at a target rate",
                  why, v);
+    }
 }
 
 /* Every SLA line and health check on every column, and the counts of the verdict into oc. */

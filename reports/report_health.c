@@ -90,9 +90,10 @@ void k25_health_describe(const struct k25_health_check *c, char *buf, size_t n)
         u = (size_t)snprintf(buf, n, "<= %s", hi);
     else
         u = (size_t)snprintf(buf, n, "(no bounds)");
-    if (u < n && !isnan(c->fail_below) && c->fail_below != c->warn_below)
+    /* a fail bound beside a warn bound (alone it is the bound already named) */
+    if (u < n && !isnan(c->fail_below) && !isnan(c->warn_below) && c->fail_below != c->warn_below)
         u += (size_t)snprintf(buf + u, n - u, "; fail below %g", c->fail_below);
-    if (u < n && !isnan(c->fail_above) && c->fail_above != c->warn_above)
+    if (u < n && !isnan(c->fail_above) && !isnan(c->warn_above) && c->fail_above != c->warn_above)
         snprintf(buf + u, n - u, "; fail above %g", c->fail_above);
 }
 
