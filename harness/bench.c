@@ -984,6 +984,18 @@ static int build_doc(struct bench_state *st, struct k25_error *err)
             fprintf(stderr, "k25 bench: note: %s\n", note);
         if (json_is_object(json_object_get(sm, "kv_usage_ratio")))
             json_object_set(sj, "kv_usage_ratio", json_object_get(sm, "kv_usage_ratio"));
+        /* no GPU seen here, but the server's own (k25 serve's NVML gauges, another host): its P95 */
+        size_t ng = 0;
+        double gp = k25_srvmet_gauge_p95(st->srvmet, "k25_gpu_utilization_ratio", &ng);
+        json_t *g = json_object_get(sj, "gpu");
+        if (ng > 0 && !json_is_number(json_object_get(sj, "gpu_utilization_p95")) && g) {
+            json_object_set_new(sj, "gpu_utilization_p95", json_real(gp));
+            json_object_set_new(g, "gpu_utilization_p95", json_real(gp));
+            json_object_set_new(g, "source", json_string("server_metrics: k25_gpu_utilization_ratio"));
+            json_object_set_new(g, "samples", json_integer((json_int_t)ng));
+            json_object_set_new(g, "client_reason", json_incref(json_object_get(g, "reason")));
+            json_object_del(g, "reason");
+        }
         json_object_set_new(sj, "server_metrics", sm);
     }
     json_object_set_new(sj, "queue_waiting", queue_waiting_json(st));

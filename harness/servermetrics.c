@@ -673,3 +673,32 @@ const char *k25_srvmet_kv_why(const json_t *sm)
         return "llama.cpp's server exposes no KV-usage gauge (newer versions removed kv_cache_usage_ratio)";
     return "the server exposes no KV-usage gauge k25 knows";
 }
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double k25_srvmet_gauge_p95(const k25_srvmet_t *m, const char *name, size_t *n_out)
+{
+    size_t nl = strlen(name), k = 0;
+    *n_out = 0;
+    double *v = malloc(sizeof(double) * (m->n_val + 1));
+    if (!v)
+        return NAN;
+    for (size_t i = 0; i < m->n_val; i++) {
+        const char *s = m->series[m->val[i].series];
+        if (!strncmp(s, name, nl) && (s[nl] == '{' || s[nl] == '\0') && isfinite(m->val[i].v))
+            v[k++] = m->val[i].v;
+    }
+    double p = NAN;
+    if (k) { /* nearest rank, as the summary's other percentiles */
+        qsort(v, k, sizeof(double), cmp_d);
+        size_t r = k25_stats_rank(k, 0.95);
+        p = v[r > 0 ? r - 1 : 0];
+    }
+    free(v);
+    *n_out = k;
+    return p;
+}

@@ -269,9 +269,10 @@ static void eval_health(struct k25_report_doc *d, int h, int c)
     k25_report_fmt(hr->value, v, sizeof(v));
     if (strcmp(why, "closed loop") != 0) { /* e.g. "tiers off": nothing more to say */
         k25_report_sfmt(hr->note, sizeof(hr->note), "(%s)", why);
-    } else if (isnan(hr->value)) { /* nothing measured: said as such, with why, not as n/a */
-        hr->level = K25_HEALTH_NOT_MEASURED;
-        k25_health_missing_why(chk, d->col_runs[c], d->col_nruns[c], hr->note, sizeof(hr->note));
+    } else if (isnan(hr->value)) { /* n/a, and nothing measured either: why */
+        char miss[200];
+        k25_health_missing_why(chk, d->col_runs[c], d->col_nruns[c], miss, sizeof(miss));
+        k25_report_sfmt(hr->note, sizeof(hr->note), "(%s; not measured: %s)", why, miss);
     } else if (!strcmp(chk->metric, "queue_waiting_mean")) {
         k25_report_sfmt(hr->note, sizeof(hr->note),
                         "(%s): measured %s, but a closed loop keeps every user's request queued that the batch "

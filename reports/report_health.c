@@ -212,5 +212,10 @@ void k25_health_missing_why(const struct k25_health_check *c, const struct k25_r
         snprintf(buf, n, "the server's KV-tier hit rate is %s", K25_NOT_VISIBLE);
     } else if (!strncmp(c->metric, "busy_", 5) && endpoint) {
         snprintf(buf, n, "the server's busy fraction is %s", K25_NOT_VISIBLE);
+    } else if (!strncmp(c->metric, "busy_", 5)) {
+        const json_t *bf = json_object_get(s, "busy_fraction");
+        if (json_is_object(bf))
+            snprintf(buf, n, "its percentiles need more 100 ms timeline windows than the run's %lld",
+                     (long long)json_integer_value(json_object_get(bf, "n")));
     }
 }

@@ -510,7 +510,8 @@ static void test_server_metrics(void **state)
     mdt[ml] = 0;
     fclose(mf);
     if (!strstr(mdt, "| kv_usage_ratio | <= 0.92 | **OK** 0.5 |"))
-        fail_msg("no OK kv_usage_ratio row in %s:\n%.1500s", md, strstr(mdt, "## Health") ? strstr(mdt, "## Health") : mdt);
+        fail_msg("no OK kv_usage_ratio row in %s:\n%.1500s", md,
+                 strstr(mdt, "## Health") ? strstr(mdt, "## Health") : mdt);
     char qrow[128];
     snprintf(qrow, sizeof(qrow), "| queue_waiting_mean | <= 1; fail above 4 | **%s**",
              qmean > 4 ? "FAIL" : qmean > 1 ? "WARN" : "OK");

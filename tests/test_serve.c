@@ -784,10 +784,21 @@ static void test_gpu_metrics(void **state)
     assert_true(metric(&g, "k25_gpu_throttle_reasons{gpu=\"0\"}") == 0);
     /* recorded by a client that scrapes the server's metrics */
     snprintf(h5, sizeof(h5), "%s/gpu-sm.h5", tu_dir);
-    snprintf(cmd, sizeof(cmd), "%s bench --endpoint http://127.0.0.1:%d --dataset " GOLD " " SHORT
-             " --requests 1 --server-metrics --out %s --quiet", tu_k25(), g.port, h5);
+    char js[600];
+    snprintf(js, sizeof(js), "%s/gpu-sm.json", tu_dir);
+    /* the client sees no GPU of its own (as on another host): the server's gauge gives the P95 */
+    snprintf(cmd, sizeof(cmd), "K25_NVML_LIB=/nonexistent/libnvidia-ml.so.1 %s bench --endpoint http://127.0.0.1:%d "
+             "--dataset " GOLD " " SHORT " --requests 1 --server-metrics --out %s --json %s --quiet", tu_k25(), g.port,
+             h5, js);
     assert_int_equal(tu_run(cmd, &out), 0);
     free(out);
+    json_t *j = json_load_file(js, 0, NULL);
+    assert_non_null(j);
+    assert_true(fabs(json_number_value(k25_json_path(j, "summary.gpu_utilization_p95")) - 0.8) < 1e-9);
+    assert_string_equal(json_string_value(k25_json_path(j, "summary.gpu.source")),
+                        "server_metrics: k25_gpu_utilization_ratio");
+    assert_non_null(strstr(json_string_value(k25_json_path(j, "summary.gpu.client_reason")), "NVML not available"));
+    json_decref(j);
     struct k25_trace t;
     struct k25_error err;
     assert_int_equal(k25_trace_read(h5, &t, &err), K25_OK);
