@@ -532,7 +532,7 @@ static void test_server_metrics(void **state)
     H5Dclose(d);
     H5Fclose(f);
     /* no metrics there: a note, the run succeeds */
-    snprintf(args, sizeof(args), "--dataset %s --requests 1 --server-metrics http://127.0.0.1:%d/nometrics "
+    snprintf(args, sizeof(args), "--dataset %s --requests 1 --rate 20 --server-metrics http://127.0.0.1:%d/nometrics "
              "--out %s --json %s", gold("sm", sc, 1), g_port, h5, js);
     bench(args, &out, 0);
     assert_non_null(strstr(out, "note: no server metrics at http://127.0.0.1:"));

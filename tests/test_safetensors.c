@@ -16,6 +16,7 @@
 #include "testutil.h"
 
 #include "internal.h"
+#include "harness.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -1549,6 +1550,33 @@ static void test_e2e_llama31_tokenizer(void **state)
         assert_int_equal(json_integer_value(json_object_get(pc, "requests_counted")), 2);
         assert_int_equal(json_integer_value(json_object_get(pc, "mismatches")), 0);
         json_decref(sum);
+    }
+    /* a Mooncake trace's lengths against a server, with its tokenizer: each prompt goes as token ids of
+     * exactly input_length, and the server counts exactly that many (usage.prompt_tokens) */
+    {
+        char *tp = path_in(dir, "mooncake.jsonl");
+        tu_write_file(tp, "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 2, \"hash_ids\": [3]}\n"
+                          "{\"timestamp\": 10, \"input_length\": 50, \"output_length\": 3, \"hash_ids\": [3]}\n");
+        assert_true(asprintf(&cmd, "%s bench --endpoint http://127.0.0.1:%d --tokenizer '%s' --dataset '%s' "
+                             "--arrivals trace --trace-file '%s' --concurrency 1 --ignore-eos --out '%s/mc.h5' --quiet",
+                             tu_k25(), S.port, dir, gold, tp, dir) > 0);
+        int rc = tu_run(cmd, &out);
+        if (rc != 0)
+            fail_msg("%s: exit %d: %s", cmd, rc, out);
+        free(out);
+        free(cmd);
+        char *hp = path_in(dir, "mc.h5");
+        struct k25_trace tr;
+        assert_int_equal(k25_trace_read(hp, &tr, &err), K25_OK);
+        assert_int_equal(tr.run.n_reqs, 2);
+        for (size_t i = 0; i < 2; i++) {
+            const struct k25_bench_req *q = &tr.run.reqs[i];
+            assert_int_equal(q->n_input, q->seq == 0 ? 40 : 50);
+            assert_int_equal(q->n_output, q->seq == 0 ? 2 : 3);
+        }
+        k25_trace_free(&tr);
+        free(hp);
+        free(tp);
     }
     srv_stop(&S);
     /* a chat template that is none of the named ones: chat refused naming the file and the flag,
