@@ -670,7 +670,8 @@ const char *k25_srvmet_kv_why(const json_t *sm)
     if (!strcmp(fam, "k25"))
         return "k25 serve's KV pool has no bound (k25_kv_blocks_total +Inf: no memory budget), so no usage ratio";
     if (!strcmp(fam, "llama.cpp"))
-        return "llama.cpp's server exposes no KV-usage gauge (newer versions removed kv_cache_usage_ratio)";
+        return "llama.cpp's server exposes no KV-usage gauge (llamacpp:kv_cache_usage_ratio was removed in "
+               "ggml-org/llama.cpp#13660)";
     return "the server exposes no KV-usage gauge k25 knows";
 }
 
