@@ -253,7 +253,9 @@ static void bench_options(struct bench_cli *c)
         {.names = {"--trace-file"}, .type = K25_OPT_PATH, .dest = &c->o.trace_file,
          .help = "replay arrivals: JSONL with \"timestamp\" in ms per line (the Mooncake\n"
                  "layout: timestamp, input_length, output_length, hash_ids); the\n"
-                 "gold set's requests are sent at those offsets"},
+                 "gold set's requests are sent at those offsets. With input_length and\n"
+                 "output_length each request is shaped to them (exact token lengths; hash_ids:\n"
+                 "shared 512-token blocks); an endpoint needs --tokenizer DIR for that"},
         {.names = {"--filter"}, .type = K25_OPT_STRING, .dest = &c->o.filter, .metavar = "EXPR",
          .help = "select requests, e.g. 'output_length > 1800 && domain == \"legal\"'"},
         {.names = {"--warmup"}, .type = K25_OPT_INT64, .dest = &c->o.warmup, .min = 0, .max = INT64_MAX,

@@ -25,6 +25,78 @@ static void print_num(FILE *out, const json_t *v, const char *fmt)
         fprintf(out, "n/a");
 }
 
+/* One figure's {max, mean} as "NAME max X, mean Y", or nothing when null. */
+static void print_fig(FILE *out, const json_t *o, const char *name, const char *label, bool *any)
+{
+    const json_t *f = json_object_get(o, name);
+    if (!json_is_object(f))
+        return;
+    fprintf(out, "%s%s max ", *any ? "; " : "", label);
+    print_num(out, json_object_get(f, "max"), "%.3g");
+    fprintf(out, ", mean ");
+    print_num(out, json_object_get(f, "mean"), "%.3g");
+    *any = true;
+}
+
+/* The trace's /server_metrics and /gpu_timeline read back (schema 6): what they hold, or why nothing. */
+static void print_telemetry(FILE *out, const struct k25_trace *t, const json_t *sm, const json_t *gpu)
+{
+    if (t->schema_version < 6) {
+        fprintf(out, "\nserver metrics and GPU telemetry: not in this trace (schema %lld; recorded from schema 6)\n",
+                (long long)t->schema_version);
+        return;
+    }
+    fprintf(out, "\nserver metrics (/server_metrics)\n");
+    if (!json_is_object(sm)) {
+        fprintf(out, "  none: the run did not scrape them (k25 bench --endpoint URL --server-metrics)\n");
+    } else {
+        fprintf(out, "  %s: %lld scrapes (%lld answered 200) every %.3g s, %lld raw series, family %s\n",
+                js(sm, "url"), (long long)json_integer_value(json_object_get(sm, "scrapes")),
+                (long long)json_integer_value(json_object_get(sm, "scrapes_ok")),
+                json_number_value(json_object_get(sm, "period_s")),
+                (long long)json_integer_value(json_object_get(sm, "series")),
+                json_is_string(json_object_get(sm, "family")) ? js(sm, "family") : "none k25 knows");
+        if (json_is_string(json_object_get(sm, "note")))
+            fprintf(out, "  note: %s\n", js(sm, "note"));
+        bool any = false;
+        fprintf(out, "  ");
+        print_fig(out, sm, "kv_usage_ratio", "KV usage", &any);
+        print_fig(out, sm, "n_running", "running", &any);
+        print_fig(out, sm, "n_waiting", "waiting", &any);
+        print_fig(out, sm, "prefix_cache_hit_rate", "prefix-cache hit rate", &any);
+        if (json_is_number(json_object_get(sm, "preemptions"))) {
+            fprintf(out, "%spreemptions ", any ? "; " : "");
+            print_num(out, json_object_get(sm, "preemptions"), "%.0f");
+            any = true;
+        }
+        fprintf(out, "%s\n", any ? "" : "no figure k25 maps (raw series only)");
+        if (!json_is_object(json_object_get(sm, "kv_usage_ratio")))
+            fprintf(out, "  KV usage: not measured: %s\n", k25_srvmet_kv_why(sm));
+    }
+    fprintf(out, "GPU telemetry (/gpu_timeline)\n");
+    if (!t->gpu_telemetry) {
+        fprintf(out, "  not recorded\n");
+    } else if (strcmp(t->gpu_telemetry, "NVML") != 0) {
+        fprintf(out, "  none: %s\n", t->gpu_telemetry);
+    } else {
+        fprintf(out, "  NVML: %zu samples over %lld device(s); utilization P95 ", t->n_gpu,
+                (long long)json_integer_value(json_object_get(gpu, "devices")));
+        print_num(out, json_object_get(gpu, "gpu_utilization_p95"), "%.3f");
+        fprintf(out, ", SM clock ");
+        print_num(out, json_object_get(gpu, "sm_clock_min_mhz"), "%.0f");
+        fprintf(out, "..");
+        print_num(out, json_object_get(gpu, "sm_clock_max_mhz"), "%.0f");
+        fprintf(out, " MHz%s, power max ", json_is_true(json_object_get(gpu, "clocks_moved")) ? " (MOVED)" : "");
+        print_num(out, json_object_get(gpu, "power_max_w"), "%.0f W");
+        fprintf(out, ", temperature max ");
+        print_num(out, json_object_get(gpu, "temperature_max_c"), "%.0f C");
+        json_int_t thr = json_integer_value(json_object_get(gpu, "throttle_reasons"));
+        if (thr)
+            fprintf(out, ", throttle reasons 0x%llx", (unsigned long long)thr);
+        fputc('\n', out);
+    }
+}
+
 static void print_text(FILE *out, const char *path, bool interrupted, json_t *prov, json_t *wl, json_t *sum)
 {
     const json_t *b = json_object_get(prov, "build"), *m = json_object_get(prov, "machine"),
@@ -123,8 +195,10 @@ int k25_cmd_inspect(int argc, char **argv)
     k25_error_clear(&err);
     const struct k25_opt opts[] = {
         {.names = {"--json"}, .type = K25_OPT_FLAG, .dest = &as_json,
-         .help = "print {provenance, workload, summary, interrupted, queue} as one JSON object\n"
-                 "(queue: the elastic queue's depths over the timeline)"},
+         .help = "print {provenance, workload, summary, interrupted, queue, server_metrics,\n"
+                 "gpu_timeline} as one JSON object (queue: the elastic queue's depths over the\n"
+                 "timeline; server_metrics and gpu_timeline: /server_metrics and /gpu_timeline\n"
+                 "read back, null where the trace holds none)"},
         {.names = {"--chrome-trace"}, .type = K25_OPT_PATH, .dest = &chrome,
          .help = "export every request's queue, prefill chunks and decode tokens,\n"
                  "and the engine timeline, as a Chrome/Perfetto trace\n"
@@ -165,8 +239,13 @@ int k25_cmd_inspect(int argc, char **argv)
     }
     int status = 0;
     json_t *prov = json_loads(t.provenance_json, 0, NULL), *wl = json_loads(t.workload_json, 0, NULL),
-           *sum = json_loads(t.summary_json, 0, NULL);
-    if (!prov || !wl || !sum) {
+           *sum = json_loads(t.summary_json, 0, NULL), *sm = NULL, *gpu = NULL;
+    /* read back from /server_metrics and /gpu_timeline (schema 6), not from the summary */
+    sm = k25_trace_srvmet_json(t.srvmet);
+    gpu = t.schema_version >= 6 && t.gpu_telemetry
+              ? k25_gputel_rows_summary_json(t.gpu, t.n_gpu, strcmp(t.gpu_telemetry, "NVML") ? t.gpu_telemetry : NULL)
+              : json_null();
+    if (!prov || !wl || !sum || !sm || !gpu) {
         fprintf(stderr, "k25 inspect: %s: /meta or /summary holds malformed JSON\n", path);
         status = 2;
         goto out;
@@ -179,19 +258,23 @@ int k25_cmd_inspect(int argc, char **argv)
         }
         fprintf(stderr, "k25 inspect: %zu requests exported to %s\n", t.run.n_reqs, chrome);
     } else if (as_json) {
-        json_t *o = json_pack("{s:O, s:O, s:O, s:b, s:o}", "provenance", prov, "workload", wl, "summary", sum,
-                              "interrupted", t.run.interrupted, "queue", k25_trace_queue_json(&t));
+        json_t *o = json_pack("{s:O, s:O, s:O, s:b, s:o, s:O, s:O}", "provenance", prov, "workload", wl, "summary",
+                              sum, "interrupted", t.run.interrupted, "queue", k25_trace_queue_json(&t),
+                              "server_metrics", sm, "gpu_timeline", gpu);
         if (!o || json_dumpf(o, stdout, JSON_INDENT(2)) != 0 || fputc('\n', stdout) == EOF)
             status = 1;
         json_decref(o);
     } else {
         print_text(stdout, path, t.run.interrupted, prov, wl, sum);
+        print_telemetry(stdout, &t, sm, gpu);
     }
     if (fflush(stdout) != 0) {
         fprintf(stderr, "k25 inspect: writing the output failed: %s\n", strerror(errno));
         status = 1;
     }
 out:
+    json_decref(sm);
+    json_decref(gpu);
     json_decref(prov);
     json_decref(wl);
     json_decref(sum);

@@ -87,6 +87,8 @@ int k25_cmd_serve(int argc, char **argv)
         .config = &cfg,
         .options_only = true,
         .epilog = "Prints \"k25 serve: listening on http://HOST:PORT (model NAME)\" on stdout when ready.\n"
+                  "GPU telemetry: every GPU NVML sees is sampled every 100 ms and its last sample is on\n"
+                  "/metrics (k25_gpu_*; k25_gpu_telemetry_available 0 with the reason without NVML).\n"
                   "SIGINT/SIGTERM: stops (in-flight streams end with finish_reason \"cancelled\"), exit 0.\n"
                   "Exit status: 0 stopped by a signal, 2 bad input (an option, the model, a port in use),\n"
                   "1 a failure while running.\n",

@@ -15,7 +15,10 @@
  *             output_length, hash_ids); offsets from the first line
  *
  * Each writes a schedule of nanosecond offsets from the repetition's
- * start, the same array the gamma schedule fills.
+ * start, the same array the gamma schedule fills.  A trace whose lines
+ * carry input_length and output_length also shapes its requests
+ * (k25_arrivals_trace_shapes; bench.c builds each request's prompt from
+ * them: docs/metrics.md "Arrival processes").
  */
 #include "harness.h"
 
@@ -138,6 +141,124 @@ out:
         return rc;
     }
     *out = t;
+    *n_out = n;
+    return K25_OK;
+}
+
+void k25_trace_shapes_free(struct k25_trace_shape *s, size_t n)
+{
+    for (size_t i = 0; s && i < n; i++)
+        free(s[i].hash_ids);
+    free(s);
+}
+
+/* One line's shape into *sh; *has: whether it carries the lengths.  K25_EFORMAT naming the field. */
+static int line_shape(const json_t *j, const char *path, int ln, struct k25_trace_shape *sh, bool *has,
+                      struct k25_error *err)
+{
+    const json_t *il = json_object_get(j, "input_length"), *ol = json_object_get(j, "output_length"),
+                 *hi = json_object_get(j, "hash_ids");
+    memset(sh, 0, sizeof(*sh));
+    *has = il || ol;
+    if (!*has) {
+        if (hi)
+            return k25_error_set(err, K25_EFORMAT, path, ln, "hash_ids",
+                                 "hash_ids without input_length and output_length (the blocks need the prompt's length)");
+        return K25_OK;
+    }
+    if (!il || !ol)
+        return k25_error_set(err, K25_EFORMAT, path, ln, il ? "output_length" : "input_length",
+                             "missing: a line with %s needs %s too", il ? "input_length" : "output_length",
+                             il ? "output_length" : "input_length");
+    if (!json_is_integer(il) || json_integer_value(il) < 1 || json_integer_value(il) > INT32_MAX)
+        return k25_error_set(err, K25_EFORMAT, path, ln, "input_length", "must be an integer >= 1 (tokens)");
+    if (!json_is_integer(ol) || json_integer_value(ol) < 1 || json_integer_value(ol) > INT32_MAX)
+        return k25_error_set(err, K25_EFORMAT, path, ln, "output_length", "must be an integer >= 1 (tokens)");
+    sh->input_length = (int32_t)json_integer_value(il);
+    sh->output_length = (int32_t)json_integer_value(ol);
+    if (hi && !json_is_null(hi)) {
+        if (!json_is_array(hi) || json_array_size(hi) > (size_t)INT32_MAX)
+            return k25_error_set(err, K25_EFORMAT, path, ln, "hash_ids", "must be an array of integers >= 0");
+        size_t n = json_array_size(hi);
+        if (!(sh->hash_ids = malloc(sizeof(int64_t) * (n + 1))))
+            return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        for (size_t k = 0; k < n; k++) {
+            const json_t *h = json_array_get(hi, k);
+            if (!json_is_integer(h) || json_integer_value(h) < 0) {
+                free(sh->hash_ids);
+                sh->hash_ids = NULL;
+                return k25_error_set(err, K25_EFORMAT, path, ln, "hash_ids",
+                                     "element %zu must be an integer >= 0", k);
+            }
+            sh->hash_ids[k] = (int64_t)json_integer_value(h);
+        }
+        sh->n_hash = (int)n;
+    }
+    return K25_OK;
+}
+
+int k25_arrivals_trace_shapes(const char *path, int64_t max_n, struct k25_trace_shape **out, size_t *n_out,
+                              struct k25_error *err)
+{
+    *out = NULL;
+    *n_out = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return k25_error_set(err, K25_ENOTFOUND, path, 0, "--trace-file", "cannot open the arrival trace");
+    size_t cap = 256, n = 0;
+    struct k25_trace_shape *s = malloc(sizeof(*s) * cap);
+    char *line = NULL;
+    size_t lcap = 0;
+    int rc = K25_OK, ln = 0, first_ln = 0;
+    bool first_has = false;
+    if (!s) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    while (getline(&line, &lcap, f) > 0 && (max_n <= 0 || n < (size_t)max_n)) {
+        ln++;
+        if (line[strspn(line, " \t\r\n")] == '\0')
+            continue;
+        json_t *j = json_loads(line, 0, NULL);
+        if (!j) { /* k25_arrivals_trace reports it, with the parser's message */
+            rc = k25_error_set(err, K25_EFORMAT, path, ln, "timestamp", "not JSON");
+            goto out;
+        }
+        struct k25_trace_shape sh;
+        bool has;
+        rc = line_shape(j, path, ln, &sh, &has, err);
+        json_decref(j);
+        if (rc != K25_OK)
+            goto out;
+        if (n == 0) {
+            first_has = has;
+            first_ln = ln;
+        } else if (has != first_has) {
+            free(sh.hash_ids);
+            rc = k25_error_set(err, K25_EFORMAT, path, ln, has ? "input_length" : "input_length",
+                               "%s input_length and output_length, but line %d %s: every line of a trace gives the "
+                               "lengths, or none does", has ? "has" : "lacks", first_ln, first_has ? "has" : "lacks");
+            goto out;
+        }
+        if (n == cap) {
+            struct k25_trace_shape *ns = realloc(s, sizeof(*s) * (cap *= 2));
+            if (!ns) {
+                free(sh.hash_ids);
+                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+                goto out;
+            }
+            s = ns;
+        }
+        s[n++] = sh;
+    }
+out:
+    free(line);
+    fclose(f);
+    if (rc != K25_OK || !first_has) {
+        k25_trace_shapes_free(s, n);
+        return rc;
+    }
+    *out = s;
     *n_out = n;
     return K25_OK;
 }

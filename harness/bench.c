@@ -309,8 +309,10 @@ struct bench_state {
     const struct k25_config *cfg;
     k25_gold_filter_t *filter;
     struct k25_gold_set set;
-    struct k25_bench_input *inputs; /* [set.n] */
-    size_t *order;                  /* [set.n] */
+    struct k25_bench_input *inputs; /* [n_inputs]: set.n, or the trace-shaped requests (apply_trace_shapes) */
+    size_t *order;                  /* [n_inputs] */
+    size_t n_inputs;
+    json_t *trace_shapes;           /* workload.trace_shapes (NULL: the gold set's own lengths) */
     struct k25_h5 h5;
     bool h5_open; /* h5 is uncommitted: aborted on failure */
     FILE *jf;     /* the JSON summary's temporary, open while uncommitted */
@@ -344,7 +346,8 @@ static void bench_state_free(struct bench_state *st)
     k25_gputel_destroy(st->gpu);
     k25_endpoint_close(st->ep);
     k25_bench_run_free(&st->run);
-    free_inputs(st->inputs, st->set.n);
+    free_inputs(st->inputs, st->n_inputs);
+    json_decref(st->trace_shapes);
     free(st->order);
     k25_gold_set_free(&st->set);
     k25_gold_filter_destroy(st->filter);
@@ -418,6 +421,175 @@ static int load_random(struct bench_state *st, const struct k25_gold_opts *gopts
     return rc;
 }
 
+/* A deep copy of input a into *b (ids and sections); -1 out of memory. */
+static int copy_input(const struct k25_bench_input *a, struct k25_bench_input *b)
+{
+    *b = *a;
+    b->ids = malloc(sizeof(int32_t) * ((size_t)a->n_ids + 1));
+    b->sections = a->n_sections ? malloc(sizeof(int32_t) * (size_t)a->n_sections) : NULL;
+    if (!b->ids || (a->n_sections && !b->sections)) {
+        free(b->ids);
+        free(b->sections);
+        b->ids = b->sections = NULL;
+        return -1;
+    }
+    memcpy(b->ids, a->ids, sizeof(int32_t) * (size_t)a->n_ids);
+    if (a->n_sections)
+        memcpy(b->sections, a->sections, sizeof(int32_t) * (size_t)a->n_sections);
+    return 0;
+}
+
+/*
+ * --arrivals trace with a trace whose lines carry input_length and output_length (the Mooncake layout):
+ * measured request i is shaped by line i.  Its prompt is input_length tokens: block b (of
+ * K25_TRACE_BLOCK_TOKENS) of a line with hash_ids is the block the id names, taken from the selected
+ * gold set's tokens laid end to end (the same id, the same tokens: a shared prefix), and the tokens past
+ * the hashed blocks are the gold-set request it replaces (the seeded order's), repeated as needed;
+ * expected output output_length.  Tokens are the model's (in process) or --tokenizer DIR's (an endpoint:
+ * the prompt goes as token ids, so it is exactly that long for the server); an endpoint run without
+ * --tokenizer, or a chat endpoint, cannot honour the lengths and is refused by name.  The warm-up keeps
+ * the gold set's own requests.  A trace without lengths replays arrivals only.
+ */
+static int apply_trace_shapes(struct bench_state *st, struct k25_error *err)
+{
+    struct k25_bench_opts *o = &st->o;
+    if (o->mode != K25_BENCH_OPEN || o->arrivals != K25_ARR_TRACE || !o->trace_file)
+        return K25_OK;
+    struct k25_trace_shape *sh = NULL;
+    size_t ns = 0;
+    int rc = k25_arrivals_trace_shapes(o->trace_file, o->requests, &sh, &ns, err);
+    if (rc != K25_OK || !sh)
+        return rc;
+    if (o->endpoint && (!o->tokenizer || o->endpoint_chat)) {
+        k25_trace_shapes_free(sh, ns);
+        return k25_error_set(err, K25_EINVAL, o->trace_file, 1, "input_length",
+                             o->endpoint_chat
+                                 ? "the trace's lengths are tokens, sent as token ids: a chat endpoint takes text "
+                                   "(--endpoint-type completions), or strip input_length, output_length and "
+                                   "hash_ids to replay the arrivals alone"
+                                 : "the trace's lengths are tokens: an endpoint run honours them with the server's "
+                                   "tokenizer (--tokenizer DIR; the prompts go as token ids), or strip input_length, "
+                                   "output_length and hash_ids to replay the arrivals alone");
+    }
+    size_t n = st->n_inputs, warm = o->warmup > 0 ? (size_t)o->warmup : 0, total = warm + ns;
+    /* each selected request's tokens (an endpoint's inputs are the text's bytes: encoded with --tokenizer) */
+    int32_t **tk = calloc(n, sizeof(int32_t *));
+    int *tn = calloc(n, sizeof(int));
+    struct k25_bench_input *in = calloc(total + 1, sizeof(*in));
+    size_t *ord = malloc(sizeof(size_t) * (total + 1)), corpus_n = 0, made = 0;
+    int32_t *corpus = NULL;
+    k25_tokenizer_t *tok = NULL;
+    if (!tk || !tn || !in || !ord) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    if (o->endpoint && (rc = k25_tokenizer_load(o->tokenizer, &tok, err)) != K25_OK)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        const struct k25_bench_input *a = &st->inputs[i];
+        if (tok && !a->pretokenized) {
+            char *text = malloc((size_t)a->n_ids + 1);
+            if (!text) {
+                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+                goto out;
+            }
+            for (int t = 0; t < a->n_ids; t++)
+                text[t] = (char)a->ids[t];
+            struct k25_error e;
+            rc = k25_tokenizer_encode(tok, text, (size_t)a->n_ids, 0, &tk[i], &tn[i], &e);
+            free(text);
+            if (rc != K25_OK) {
+                k25_error_set(err, rc, o->dataset, (int)a->line, "text", "request '%s': --tokenizer %s: %s", a->id,
+                              o->tokenizer, e.msg);
+                goto out;
+            }
+        } else if (!(tk[i] = malloc(sizeof(int32_t) * ((size_t)a->n_ids + 1)))) {
+            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            goto out;
+        } else {
+            memcpy(tk[i], a->ids, sizeof(int32_t) * (size_t)a->n_ids);
+            tn[i] = a->n_ids;
+        }
+        corpus_n += (size_t)tn[i];
+    }
+    if (corpus_n == 0) {
+        rc = k25_error_set(err, K25_EINVAL, o->dataset, 0, "input", "the selected requests hold no token");
+        goto out;
+    }
+    if (!(corpus = malloc(sizeof(int32_t) * corpus_n))) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0, k = 0; i < n; i++) {
+        memcpy(corpus + k, tk[i], sizeof(int32_t) * (size_t)tn[i]);
+        k += (size_t)tn[i];
+    }
+    bool any_hash = false;
+    for (size_t k = 0; k < total; k++, made++) {
+        size_t src = st->order[k % n];
+        const struct k25_bench_input *a = &st->inputs[src];
+        ord[k] = k;
+        if (k < warm) { /* the warm-up: the gold set's own requests */
+            if (copy_input(a, &in[k]) != 0) {
+                rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+                goto out;
+            }
+            continue;
+        }
+        const struct k25_trace_shape *t = &sh[k - warm];
+        struct k25_bench_input *b = &in[k];
+        *b = *a;
+        b->sections = NULL; /* its own text's sections no longer line up */
+        b->n_sections = 0;
+        snprintf(b->id, sizeof(b->id), "t%zu:%.50s", k - warm, a->id);
+        b->max_new = t->output_length;
+        b->n_ids = t->input_length;
+        b->pretokenized = o->endpoint ? true : a->pretokenized;
+        if (!(b->ids = malloc(sizeof(int32_t) * ((size_t)t->input_length + 1)))) {
+            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            goto out;
+        }
+        const size_t B = K25_TRACE_BLOCK_TOKENS, own_n = tn[src] > 0 ? (size_t)tn[src] : 0;
+        any_hash |= t->n_hash > 0;
+        for (size_t j = 0; j < (size_t)t->input_length; j++) {
+            size_t blk = j / B;
+            if (blk < (size_t)t->n_hash || own_n == 0) {
+                uint64_t h = blk < (size_t)t->n_hash ? (uint64_t)t->hash_ids[blk] : (uint64_t)blk;
+                b->ids[j] = corpus[(size_t)((h * B + j % B) % corpus_n)];
+            } else {
+                b->ids[j] = tk[src][(j - (size_t)t->n_hash * B) % own_n];
+            }
+        }
+    }
+    struct k25_model_shape preset;
+    st->trace_shapes = json_pack("{s:I, s:s, s:s, s:b, s:i, s:s}", "requests", (json_int_t)ns, "input_length",
+                                 "honoured: each prompt is exactly input_length tokens", "output_length",
+                                 "honoured: expected_output_length", "hash_ids", any_hash, "block_tokens",
+                                 (int)K25_TRACE_BLOCK_TOKENS, "tokens",
+                                 o->endpoint                                      ? o->tokenizer
+                                 : k25_model_preset(st->cfg->model, &preset) == K25_OK ? "bytes (the preset's)"
+                                                                                       : "the model's tokenizer");
+    free_inputs(st->inputs, st->n_inputs);
+    free(st->order);
+    st->inputs = in;
+    st->order = ord;
+    st->n_inputs = total;
+    in = NULL;
+    ord = NULL;
+out:
+    if (in)
+        free_inputs(in, made);
+    free(ord);
+    free(corpus);
+    for (size_t i = 0; tk && i < n; i++)
+        free(tk[i]);
+    free(tk);
+    free(tn);
+    k25_tokenizer_destroy(tok);
+    k25_trace_shapes_free(sh, ns);
+    return rc;
+}
+
 /* The gold set loaded and filtered, its requests tokenized and ordered; fails on an empty selection. */
 static int load_gold(struct bench_state *st, struct k25_error *err)
 {
@@ -442,6 +614,7 @@ static int load_gold(struct bench_state *st, struct k25_error *err)
                          : k25_error_set(err, K25_EINVAL, o->dataset, 0, NULL, "the gold set has no request");
     if ((rc = make_inputs(&st->set, o->dataset, o->endpoint ? NULL : st->cfg, &st->inputs, err)) != K25_OK)
         return rc;
+    st->n_inputs = st->set.n;
     if (!(st->order = k25_loadgen_order(st->set.n, st->cfg->seed)))
         return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
     if (o->requests == 0 && o->duration_s == 0 && o->mode == K25_BENCH_OPEN && o->arrivals == K25_ARR_TRACE) {
@@ -454,7 +627,7 @@ static int load_gold(struct bench_state *st, struct k25_error *err)
     }
     if (o->requests == 0 && o->duration_s == 0)
         o->requests = (int64_t)st->set.n; /* default: one pass over the selection */
-    return K25_OK;
+    return apply_trace_shapes(st, err);
 }
 
 /* The trace and the JSON summary created under temporary names: an unwritable path fails before anything is measured. */
@@ -484,7 +657,7 @@ static int open_target(struct bench_state *st, struct k25_error *err)
     const struct k25_bench_opts *o = &st->o;
     int rc;
     if (o->endpoint) {
-        if ((rc = k25_endpoint_open(o, st->inputs, st->set.n, &st->ep, err)) != K25_OK)
+        if ((rc = k25_endpoint_open(o, st->inputs, st->n_inputs, &st->ep, err)) != K25_OK)
             return rc;
     } else {
         if ((rc = k25_model_load(st->cfg, &st->model, err)) != K25_OK ||
@@ -493,7 +666,7 @@ static int open_target(struct bench_state *st, struct k25_error *err)
         k25_testknob_install(st->eng);
     }
     int vocab = st->model ? k25_model_get_shape(st->model)->vocab_size : INT32_MAX; /* a server checks its own */
-    for (size_t i = 0; i < st->set.n; i++) {
+    for (size_t i = 0; i < st->n_inputs; i++) {
         const struct k25_bench_input *in = &st->inputs[i];
         if (in->n_ids == 0)
             return k25_error_set(err, K25_EINVAL, o->dataset, (int)in->line, "input",
@@ -541,7 +714,7 @@ static int measure_reps(struct bench_state *st, struct k25_error *err)
     int rc;
     struct k25_calib calib = {0};
     k25_calib_measure(&calib, 5); /* machine speed now, for k25 gate (docs/gates.md) */
-    if (o->warmup > 0 && (rc = run_rep(st->eng, st->ep, o, st->cfg, st->inputs, st->set.n, st->order, 0, o->warmup, 0,
+    if (o->warmup > 0 && (rc = run_rep(st->eng, st->ep, o, st->cfg, st->inputs, st->n_inputs, st->order, 0, o->warmup, 0,
                                        false, run, err)) != K25_OK) {
         if (run->interrupted)
             k25_error_set(err, K25_EIO, NULL, 0, NULL, "interrupted by %s during the warm-up: nothing measured, "
@@ -566,7 +739,7 @@ static int measure_reps(struct bench_state *st, struct k25_error *err)
         k25_engine_get_stats(st->eng, &st0);
     for (int k = 0; k < o->repeat && !run->interrupted; k++) {
         int64_t rep_start = k > 0 ? (int64_t)(k25_now_ns() - run->t0_ns) : 0; /* rep 0 sets t0 */
-        if ((rc = run_rep(st->eng, st->ep, o, st->cfg, st->inputs, st->set.n, st->order, (size_t)o->warmup,
+        if ((rc = run_rep(st->eng, st->ep, o, st->cfg, st->inputs, st->n_inputs, st->order, (size_t)o->warmup,
                           o->requests, k, true, run, err)) != K25_OK) {
             if (!run->interrupted)
                 return rc;
@@ -651,16 +824,16 @@ static int measure_fidelity(struct bench_state *st, struct k25_error *err)
         return K25_OK;
     if (o->fidelity) {
         if (o->progress != K25_PROGRESS_OFF)
-            fprintf(stderr, "k25 bench: measuring fidelity on %zu requests x %d tokens\n", st->set.n,
+            fprintf(stderr, "k25 bench: measuring fidelity on %zu requests x %d tokens\n", st->n_inputs,
                     o->fidelity_tokens);
-        if ((rc = k25_fidelity_measure(cfg, st->model, st->inputs, st->set.n, o->fidelity_tokens, &st->fid, err)) !=
+        if ((rc = k25_fidelity_measure(cfg, st->model, st->inputs, st->n_inputs, o->fidelity_tokens, &st->fid, err)) !=
             K25_OK)
             return rc;
     }
     if (o->fidelity_degraded || st->sum->n_degraded > 0 || cfg->breaker_enabled) {
         if (o->progress != K25_PROGRESS_OFF)
             fprintf(stderr, "k25 bench: measuring the degraded model's fidelity\n");
-        if ((rc = k25_fidelity_measure_degraded(cfg, st->model, st->inputs, st->set.n, o->fidelity_tokens,
+        if ((rc = k25_fidelity_measure_degraded(cfg, st->model, st->inputs, st->n_inputs, o->fidelity_tokens,
                                                 &st->fid.degraded, err)) != K25_OK)
             return rc;
         int L = k25_model_get_shape(st->model)->n_layers, d = (int)ceil(cfg->degraded_layer_fraction * L - 1e-9);
@@ -670,6 +843,45 @@ static int measure_fidelity(struct bench_state *st, struct k25_error *err)
 }
 
 /* The endpoint's part of the summary; warns once per kind of failure (the run itself succeeded). */
+/*
+ * summary.queue_waiting (the report's queue-depth health check): requests waiting in the server's queue,
+ * {max, mean, n, source}: the in-process engine's sampled /timeline windows, or an endpoint's own gauge
+ * (--server-metrics; vLLM's num_requests_waiting, ...).  Null with the reason where nothing says it.
+ */
+static json_t *queue_waiting_json(const struct bench_state *st)
+{
+    if (st->ep) {
+        const json_t *w = NULL;
+        json_t *sm = st->srvmet ? k25_srvmet_summary_json(st->srvmet) : NULL;
+        if (sm)
+            w = json_object_get(sm, "n_waiting");
+        json_t *o = json_is_object(w) ? json_pack("{s:O, s:O, s:O, s:s}", "max", json_object_get(w, "max"), "mean",
+                                                  json_object_get(w, "mean"), "n", json_object_get(w, "n"),
+                                                  "source", "server_metrics")
+                                      : json_pack("{s:n, s:n, s:s}", "max", "mean", "reason",
+                                                  sm ? "the server's metrics expose no queue depth k25 knows"
+                                                     : "the server's queue is " K25_NOT_VISIBLE
+                                                       " (--server-metrics scrapes it)");
+        json_decref(sm);
+        return o;
+    }
+    const struct k25_bench_run *run = &st->run;
+    double sum = 0;
+    int32_t mx = 0;
+    size_t n = 0;
+    for (size_t k = 0; k < run->n_win; k++) {
+        if (run->win[k].n_waiting < 0) /* not sampled */
+            continue;
+        mx = n == 0 || run->win[k].n_waiting > mx ? run->win[k].n_waiting : mx;
+        sum += run->win[k].n_waiting;
+        n++;
+    }
+    if (!n)
+        return json_pack("{s:n, s:n, s:s}", "max", "mean", "reason", "no timeline window was sampled");
+    return json_pack("{s:i, s:f, s:I, s:s}", "max", mx, "mean", sum / (double)n, "n", (json_int_t)n, "source",
+                     "timeline");
+}
+
 static json_t *endpoint_summary(const struct k25_bench_run *run)
 {
     json_t *es = k25_endpoint_summary_json(run);
@@ -721,6 +933,8 @@ static int build_doc(struct bench_state *st, struct k25_error *err)
         json_object_set_new(prov, "client", client_settings(o, st->cfg));
     }
     json_t *wl = k25_bench_workload_json(o, st->cfg->seed, st->set.n), *sj = k25_bench_summary_json(st->sum);
+    if (wl && st->trace_shapes) /* the requests the trace shaped (apply_trace_shapes) */
+        json_object_set(wl, "trace_shapes", st->trace_shapes);
     json_t *doc = st->doc = json_object();
     if (!wl || !sj || !doc) {
         json_decref(wl);
@@ -766,8 +980,21 @@ static int build_doc(struct bench_state *st, struct k25_error *err)
             fprintf(stderr, "k25 bench: note: %s\n", note);
         if (json_is_object(json_object_get(sm, "kv_usage_ratio")))
             json_object_set(sj, "kv_usage_ratio", json_object_get(sm, "kv_usage_ratio"));
+        /* no GPU seen here, but the server's own (k25 serve's NVML gauges, another host): its P95 */
+        size_t ng = 0;
+        double gp = k25_srvmet_gauge_p95(st->srvmet, "k25_gpu_utilization_ratio", &ng);
+        json_t *g = json_object_get(sj, "gpu");
+        if (ng > 0 && !json_is_number(json_object_get(sj, "gpu_utilization_p95")) && g) {
+            json_object_set_new(sj, "gpu_utilization_p95", json_real(gp));
+            json_object_set_new(g, "gpu_utilization_p95", json_real(gp));
+            json_object_set_new(g, "source", json_string("server_metrics: k25_gpu_utilization_ratio"));
+            json_object_set_new(g, "samples", json_integer((json_int_t)ng));
+            json_object_set_new(g, "client_reason", json_incref(json_object_get(g, "reason")));
+            json_object_del(g, "reason");
+        }
         json_object_set_new(sj, "server_metrics", sm);
     }
+    json_object_set_new(sj, "queue_waiting", queue_waiting_json(st));
     json_object_set_new(doc, "summary", sj);
     json_object_set_new(doc, "provenance", json_incref(prov));
     if (o->vllm_result) { /* --save-result: vLLM's names beside ours, for scripts written for vllm bench serve */

@@ -223,6 +223,22 @@ int k25_arrivals_ramp(double start_rps, double end_rps, double burstiness, uint6
 /* Offsets from a JSONL trace's "timestamp" (ms; Mooncake layout), from its first line, in order; at most
  * max_n (0: all).  K25_EFORMAT naming the file, line and field. */
 int k25_arrivals_trace(const char *path, int64_t max_n, int64_t **out, size_t *n_out, struct k25_error *err);
+/*
+ * The request shapes of the same trace (Mooncake layout): each line's input_length and output_length
+ * (tokens) and hash_ids (ids of K25_TRACE_BLOCK_TOKENS-token prompt blocks; equal ids, equal blocks: the
+ * shared prefixes a prefix cache reuses).  Either every line has both lengths or none has (then *out is
+ * NULL: arrivals only); a length without the other, a length <= 0 (input) or < 1 (output), or hash_ids
+ * that are not an array of integers >= 0 is K25_EFORMAT naming the file, line and field.
+ */
+#define K25_TRACE_BLOCK_TOKENS 512
+struct k25_trace_shape {
+    int32_t input_length, output_length;
+    int64_t *hash_ids; /* [n_hash], owned (NULL: none) */
+    int n_hash;
+};
+int k25_arrivals_trace_shapes(const char *path, int64_t max_n, struct k25_trace_shape **out, size_t *n_out,
+                              struct k25_error *err);
+void k25_trace_shapes_free(struct k25_trace_shape *s, size_t n);
 
 /* Service-level objectives for goodput; 0 = no objective on that metric. */
 struct k25_bench_slo {
@@ -697,11 +713,42 @@ int k25_trace_write(struct k25_h5 *h, const struct k25_bench_run *run, const str
                     const char *provenance_json, const char *config_json, const char *workload_json,
                     const char *summary_json, struct k25_error *err);
 
+/* /server_metrics read back (schema 6, `--server-metrics` runs; servermetrics.c writes and reads it). */
+#define K25_SRVMET_NFIG 5 /* kv_usage_ratio, n_running, n_waiting, preemptions_total, prefix_cache_hit_rate */
+struct k25_srvmet_scrape {
+    int64_t t_ns;        /* from the run's origin */
+    int32_t http_status; /* 0: no answer */
+    double fig[K25_SRVMET_NFIG]; /* NaN where the server exposes none */
+};
+struct k25_srvmet_value {
+    int32_t scrape, series; /* row of scrapes, index into series */
+    double value;
+};
+struct k25_trace_srvmet {
+    char *url, *family, *note; /* owned; family "" (no names k25 knows), note "" (metrics came) */
+    double period_s;
+    struct k25_srvmet_scrape *scrapes;
+    size_t n_scrapes;
+    char **series; /* [n_series] raw series names (name{labels} as exposed), owned */
+    size_t n_series;
+    struct k25_srvmet_value *values;
+    size_t n_values;
+};
+/* The k25_srvmet_scrape.fig names, in order ("kv_usage_ratio", ...). */
+extern const char *const k25_srvmet_fig_names[K25_SRVMET_NFIG];
+
 /* A stored run read back. */
 struct k25_trace {
     char *provenance_json, *config_json, *workload_json, *summary_json; /* owned */
     int64_t schema_version;
     struct k25_bench_run run;  /* reqs (with token and chunk arrays), win, n_reps */
+    /* schema 6: the server's metrics (NULL: none were scraped, or an older trace) */
+    struct k25_trace_srvmet *srvmet;
+    /* schema 6: /gpu_timeline's rows (t_ns from the run's origin; throttle_known false where the
+     * trace says unknown) and /meta gpu_telemetry ("NVML", or why there was none; NULL: older trace) */
+    struct k25_gpu_sample *gpu;
+    size_t n_gpu;
+    char *gpu_telemetry;
 };
 int k25_trace_read(const char *path, struct k25_trace *t, struct k25_error *err);
 /* The same from a file image in memory (buf[len]; the HDF5 core driver; name for messages). */
@@ -731,6 +778,13 @@ json_t *k25_trace_queue_json(const struct k25_trace *t);
 typedef struct k25_gputel k25_gputel_t;
 /* Opens NVML and starts sampling (nothing to sample is not an error); K25_ENOMEM / K25_EINTERNAL. */
 int k25_gputel_start(k25_gputel_t **out, struct k25_error *err);
+/* The same for `k25 serve`: no history, each device's last sample only (for /metrics). */
+int k25_gputel_start_latest(k25_gputel_t **out, struct k25_error *err);
+/* k25 serve's /metrics: k25_gpu_telemetry_available and (NVML) each device's last sample as k25_gpu_*
+ * gauges labelled gpu="INDEX" (docs/serve.md).  NULL: nothing. */
+void k25_gputel_metrics(k25_gputel_t *g, FILE *f);
+/* One line for a start message: "NVML, 1 device(s): NAME, driver X, ..." or "none (why)"; returns buf. */
+const char *k25_gputel_describe(const k25_gputel_t *g, char *buf, size_t n);
 /* Stops sampling (a last sample and the end provenance).  NULL: no-op. */
 void k25_gputel_stop(k25_gputel_t *g);
 void k25_gputel_destroy(k25_gputel_t *g);
@@ -742,6 +796,19 @@ json_t *k25_gputel_summary_json(const k25_gputel_t *g, char *warn, size_t warn_n
 /* /gpu_timeline (one row per device and sample) and /meta gpu_telemetry. */
 struct k25_h5;
 int k25_gputel_write(const k25_gputel_t *g, struct k25_h5 *h, uint64_t t0_ns, struct k25_error *err);
+/* Reads /gpu_timeline and /meta gpu_telemetry of a schema-6 trace into t (trace.c calls it). */
+int k25_gputel_read(struct k25_h5 *h, struct k25_trace *t, struct k25_error *err);
+/* The same summary as k25_gputel_summary_json from rows read back (inspect; null figures without rows). */
+json_t *k25_gputel_rows_summary_json(const struct k25_gpu_sample *s, size_t n, const char *why);
+/* Reads /server_metrics of a schema-6 trace into t->srvmet (absent: NULL; trace.c calls it). */
+int k25_srvmet_read(struct k25_h5 *h, struct k25_trace *t, struct k25_error *err);
+void k25_trace_srvmet_free(struct k25_trace_srvmet *m);
+/* {url, family, note, scrapes, scrapes_ok, series, and each figure's {max, mean, n} (preemptions: the
+ * counter's increase)} of what was read back; null for NULL (new reference). */
+json_t *k25_trace_srvmet_json(const struct k25_trace_srvmet *m);
+/* Why a server-metrics summary (k25_trace_srvmet_json or summary.server_metrics) has no kv_usage_ratio:
+ * no answer, no names k25 knows, or (k25 serve) a KV pool without a bound.  Static text. */
+const char *k25_srvmet_kv_why(const json_t *sm);
 
 /* ---------------------------------------------------------------- bench */
 

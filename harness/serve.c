@@ -1156,6 +1156,11 @@ int k25_serve_start(const struct k25_config *cfg, const struct k25_serve_opts *o
     if ((rc = k25_engine_create(cfg, S->model, &S->eng, err)) != K25_OK)
         goto out_model;
     S->vocab = k25_model_get_shape(S->model)->vocab_size;
+    /* GPU telemetry for the server's life: each GPU's last NVML sample on /metrics (k25_gpu_*) */
+    if ((rc = k25_gputel_start_latest(&S->gpu, err)) != K25_OK)
+        goto out_engine0;
+    char gdesc[1400];
+    fprintf(stderr, "k25 serve: GPU telemetry: %s\n", k25_gputel_describe(S->gpu, gdesc, sizeof(gdesc)));
     struct k25_replay_info ri;
     k25_engine_replay_info(S->eng, &ri);
     if (ri.warning[0])
@@ -1213,6 +1218,8 @@ out_engine:
     pthread_cond_destroy(&S->cv_out);
     pthread_cond_destroy(&S->cv_work);
     pthread_mutex_destroy(&S->mu);
+out_engine0:
+    k25_gputel_destroy(S->gpu);
     k25_engine_destroy(S->eng);
 out_model:
     k25_model_destroy(S->model);
@@ -1250,6 +1257,7 @@ void k25_serve_stop(k25_serve_t *S)
     for (int i = 0; i < n; i++)
         MHD_resume_connection(S->wake[i]);
     MHD_stop_daemon(S->d); /* streams drain their last chunks; the polling threads end */
+    k25_gputel_destroy(S->gpu);
     pthread_cond_destroy(&S->cv_out);
     pthread_cond_destroy(&S->cv_work);
     pthread_mutex_destroy(&S->mu);

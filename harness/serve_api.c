@@ -381,6 +381,7 @@ int k25_serve_parse(struct k25_serve *S, const char *body, size_t n, bool chat, 
     }
     if (k25_serve_parse_extras(j, chat, r, b) != 0)
         goto out;
+    r->lp_tok = S->tok;
     rc = 0;
 out:
     json_decref(j);
@@ -601,6 +602,7 @@ char *k25_serve_metrics_text(struct k25_serve *S)
                 (unsigned long long)hs[k]->total, hn[k], hs[k]->sum, hn[k], (unsigned long long)hs[k]->total);
     }
     pthread_mutex_unlock(&S->mu);
+    k25_gputel_metrics(S->gpu, f); /* NVML's last sample of each GPU (its own lock) */
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

@@ -88,9 +88,11 @@ struct sreq {
     char err_msg[1100];
     /* logprobs (serve_logprobs.c): -1 none, else the top-k count; filled by the engine thread, under mu */
     int logprobs;
+    const k25_tokenizer_t *lp_tok; /* the server's tokenizer for the tokens' strings (NULL: bytes) */
     float *lp;                     /* [n_lp] log probability of each generated token, owned */
     int32_t *top_id;               /* [n_lp][logprobs] the most likely tokens, owned */
     float *top_lp;                 /* [n_lp][logprobs] their log probabilities, owned */
+    int *lp_off;                   /* [n_lp + 1] each token's offset into the completion's text, owned */
     int n_lp, cap_lp;
     /* the HTTP side's stream writer (the thread of the connection's MHD worker) */
     struct MHD_Connection *conn;   /* a stream's connection, for suspending it */
@@ -144,6 +146,7 @@ struct k25_serve {
     int vocab;
     /* the model folder's tokenizer.json (NULL: a preset's bytes, or text_err says why text is refused) */
     k25_tokenizer_t *tok;
+    k25_gputel_t *gpu;             /* GPU telemetry for /metrics (NVML; "not available" with the reason) */
     char text_err[1400];           /* non-empty: a real folder without tokenizer.json (text prompts refused) */
     enum k25_chat_template chat_tpl; /* K25_CHAT_NONE with tok: chat refused with chat_err */
     char chat_err[1400];

@@ -107,9 +107,58 @@ void k25_serve_logprobs_free(struct sreq *r)
     free(r->lp);
     free(r->top_id);
     free(r->top_lp);
+    free(r->lp_off);
+    r->lp_off = NULL;
     r->lp = NULL;
     r->top_id = NULL;
     r->top_lp = NULL;
+}
+
+/*
+ * The token's string as OpenAI writes it, and (bytes non-NULL) its bytes.  With the server's tokenizer
+ * (a model folder's tokenizer.json): the token decoded alone, special tokens shown ("<|eot_id|>"), its
+ * UTF-8 bytes; a token that is part of a multi-byte character decodes to U+FFFD, as vLLM shows it.
+ * Without one (the presets' byte vocabulary): the byte when it is ASCII, else "bytes:\xHH" (one byte
+ * of a multi-byte character) with the byte itself.  *adv: the characters it adds to the completion's
+ * text (0 for a special token, which the text leaves out).
+ */
+static json_t *tok_json(const k25_tokenizer_t *tok, int32_t id, json_t **bytes, int *adv)
+{
+    char buf[32];
+    if (!tok) {
+        if (id >= 0 && id < 0x80)
+            snprintf(buf, sizeof(buf), "%c", (char)id);
+        else if (id >= 0x80 && id < 256)
+            snprintf(buf, sizeof(buf), "bytes:\\x%02x", (unsigned)id);
+        else
+            snprintf(buf, sizeof(buf), "<%d>", (int)id); /* beyond the byte vocabulary */
+        if (bytes)
+            *bytes = id >= 0 && id < 256 ? json_pack("[i]", (int)id) : json_null();
+        if (adv)
+            *adv = id >= 0 && id < 256 ? 1 : 0;
+        return json_string(buf);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    struct k25_error e;
+    json_t *s;
+    if (k25_tokenizer_decode(tok, &id, 1, 0, &text, &len, &e) == K25_OK && len > 0) {
+        s = json_stringn(text, len);
+    } else { /* an id no token has (a padded vocabulary): its vocabulary string, else its number */
+        const char *v = k25_tokenizer_id_to_token(tok, id);
+        snprintf(buf, sizeof(buf), "token_id:%d", (int)id);
+        s = json_string(v ? v : buf);
+        len = 0;
+    }
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < len; i++)
+            json_array_append_new(*bytes, json_integer((unsigned char)text[i]));
+    }
+    if (adv)
+        *adv = k25_tokenizer_is_special(tok, id) ? 0 : (int)len;
+    free(text);
+    return s ? s : json_string("");
 }
 
 int k25_serve_logprobs_add(struct k25_serve *S, struct sreq *r, int handle, int idx)
@@ -133,7 +182,13 @@ int k25_serve_logprobs_add(struct k25_serve *S, struct sreq *r, int handle, int 
         float *nt = realloc(r->top_lp, sizeof(float) * (size_t)nc * (size_t)(k ? k : 1));
         if (nt)
             r->top_lp = nt;
-        if (!nl || !ni || !nt)
+        int *no = realloc(r->lp_off, sizeof(int) * ((size_t)nc + 1));
+        if (no) {
+            if (!r->lp_off)
+                no[0] = 0;
+            r->lp_off = no;
+        }
+        if (!nl || !ni || !nt || !no)
             return -1;
         r->cap_lp = nc;
     }
@@ -161,22 +216,11 @@ int k25_serve_logprobs_add(struct k25_serve *S, struct sreq *r, int handle, int 
         ti[s] = best;
         tl[s] = (float)((double)lg[best] - lse);
     }
+    int adv = 0;
+    json_decref(tok_json(r->lp_tok, res->output_ids[idx], NULL, &adv));
+    r->lp_off[idx + 1] = r->lp_off[idx] + adv;
     r->n_lp = idx + 1;
     return 0;
-}
-
-/* The token's text as OpenAI writes it: the byte when it is ASCII, else "bytes:\xHH" (one byte of a
- * multi-byte character), and its bytes. */
-static void tok_text(int32_t id, char *buf, size_t n, json_t **bytes)
-{
-    if (id >= 0 && id < 0x80)
-        snprintf(buf, n, "%c", (char)id);
-    else if (id >= 0x80 && id < 256)
-        snprintf(buf, n, "bytes:\\x%02x", (unsigned)id);
-    else
-        snprintf(buf, n, "<%d>", (int)id); /* beyond the byte vocabulary */
-    if (bytes)
-        *bytes = id >= 0 && id < 256 ? json_pack("[i]", (int)id) : json_null();
 }
 
 json_t *k25_serve_logprobs_json(const struct sreq *r, int from, int n)
@@ -186,7 +230,7 @@ json_t *k25_serve_logprobs_json(const struct sreq *r, int from, int n)
     if (from + n > r->n_lp)
         n = r->n_lp - from > 0 ? r->n_lp - from : 0;
     const int k = r->logprobs;
-    char t[32];
+    const k25_tokenizer_t *tok = r->lp_tok;
     if (r->chat) {
         json_t *content = json_array();
         for (int i = from; i < from + n; i++) {
@@ -194,33 +238,30 @@ json_t *k25_serve_logprobs_json(const struct sreq *r, int from, int n)
             for (int s = 0; s < k; s++) {
                 json_t *tb;
                 int32_t id = r->top_id[(size_t)i * (size_t)k + (size_t)s];
-                tok_text(id, t, sizeof(t), &tb);
-                json_array_append_new(top, json_pack("{s:s, s:f, s:o}", "token", t, "logprob",
+                json_t *t = tok_json(tok, id, &tb, NULL);
+                json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", t, "logprob",
                                                      (double)r->top_lp[(size_t)i * (size_t)k + (size_t)s], "bytes",
                                                      tb));
             }
-            tok_text(r->out[i], t, sizeof(t), &bytes);
-            json_array_append_new(content, json_pack("{s:s, s:f, s:o, s:o}", "token", t, "logprob", (double)r->lp[i],
+            json_t *t = tok_json(tok, r->out[i], &bytes, NULL);
+            json_array_append_new(content, json_pack("{s:o, s:f, s:o, s:o}", "token", t, "logprob", (double)r->lp[i],
                                                      "bytes", bytes, "top_logprobs", top));
         }
         return json_pack("{s:o}", "content", content);
     }
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    int off = 0;
-    for (int i = 0; i < from; i++) /* offsets into the whole completion's text (one byte per token) */
-        off += r->out[i] >= 0 && r->out[i] < 256 ? 1 : 0;
     for (int i = from; i < from + n; i++) {
-        tok_text(r->out[i], t, sizeof(t), NULL);
-        json_array_append_new(toks, json_string(t));
+        json_array_append_new(toks, tok_json(tok, r->out[i], NULL, NULL));
         json_array_append_new(lps, json_real((double)r->lp[i]));
         json_t *top = json_object();
         for (int s = 0; s < k; s++) {
-            tok_text(r->top_id[(size_t)i * (size_t)k + (size_t)s], t, sizeof(t), NULL);
-            json_object_set_new(top, t, json_real((double)r->top_lp[(size_t)i * (size_t)k + (size_t)s]));
+            json_t *t = tok_json(tok, r->top_id[(size_t)i * (size_t)k + (size_t)s], NULL, NULL);
+            double x = (double)r->top_lp[(size_t)i * (size_t)k + (size_t)s];
+            json_object_set_new(top, json_string_value(t), json_real(x));
+            json_decref(t);
         }
         json_array_append_new(tops, top);
-        json_array_append_new(offs, json_integer(off));
-        off += r->out[i] >= 0 && r->out[i] < 256 ? 1 : 0;
+        json_array_append_new(offs, json_integer(r->lp_off[i])); /* into the whole completion's text */
     }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
                      "text_offset", offs);

@@ -33,6 +33,9 @@
 
 const char *const k25_sm_names[K25_SM_N] = {"kv_usage_ratio", "n_running", "n_waiting", "preemptions_total",
                                             "prefix_cache_hit_rate"};
+const char *const k25_srvmet_fig_names[K25_SRVMET_NFIG] = {"kv_usage_ratio", "n_running", "n_waiting",
+                                                           "preemptions_total", "prefix_cache_hit_rate"};
+_Static_assert(K25_SM_N == K25_SRVMET_NFIG, "harness.h's K25_SRVMET_NFIG counts servermetrics.h's figures");
 
 /* The known names of each figure, in order of preference; a ratio of two names for k25's KV usage. */
 static const struct {
@@ -402,6 +405,32 @@ static json_t *num(double x)
     return isfinite(x) ? json_real(x) : json_null();
 }
 
+/* Each figure's {max, mean, n} over n scrapes (fig: the first scrape's figures, stride bytes apart; the
+ * preemptions counter as its increase), null where no scrape had it, into o. */
+static void figs_json(json_t *o, const double *fig, size_t stride, size_t n)
+{
+    for (int f = 0; f < K25_SM_N; f++) {
+        double mx = -INFINITY, sum = 0, first = NAN, last = NAN;
+        int k = 0;
+        for (size_t i = 0; i < n; i++) {
+            double v = ((const double *)(const void *)((const char *)fig + i * stride))[f];
+            if (isnan(v))
+                continue;
+            mx = v > mx ? v : mx;
+            sum += v;
+            if (k++ == 0)
+                first = v;
+            last = v;
+        }
+        if (f == K25_SM_PREEMPTIONS) /* a counter: its increase over the run */
+            json_object_set_new(o, "preemptions", k ? num(last - first) : json_null());
+        else
+            json_object_set_new(o, k25_sm_names[f],
+                                k ? json_pack("{s:o, s:o, s:i}", "max", num(mx), "mean", num(sum / k), "n", k)
+                                  : json_null());
+    }
+}
+
 json_t *k25_srvmet_summary_json(const k25_srvmet_t *m)
 {
     json_t *o = json_object();
@@ -420,26 +449,7 @@ json_t *k25_srvmet_summary_json(const k25_srvmet_t *m)
     json_object_set_new(o, "note", m->note[0] ? json_string(m->note)
                                    : !m->family[0] ? json_string("no series k25 knows (raw series kept in the trace)")
                                                    : json_null());
-    for (int f = 0; f < K25_SM_N; f++) {
-        double mx = -INFINITY, sum = 0, first = NAN, last = NAN;
-        int n = 0;
-        for (size_t i = 0; i < m->n_sc; i++) {
-            double v = m->sc[i].fig[f];
-            if (isnan(v))
-                continue;
-            mx = v > mx ? v : mx;
-            sum += v;
-            if (n++ == 0)
-                first = v;
-            last = v;
-        }
-        if (f == K25_SM_PREEMPTIONS) /* a counter: its increase over the run */
-            json_object_set_new(o, "preemptions", n ? num(last - first) : json_null());
-        else
-            json_object_set_new(o, k25_sm_names[f],
-                                n ? json_pack("{s:o, s:o, s:i}", "max", num(mx), "mean", num(sum / n), "n", n)
-                                  : json_null());
-    }
+    figs_json(o, m->n_sc ? m->sc[0].fig : NULL, sizeof(m->sc[0]), m->n_sc);
     return o;
 }
 
@@ -517,4 +527,179 @@ out:
     free(off);
     free(text);
     return rc;
+}
+
+/* ------------------------------------------------------------ read back */
+
+void k25_trace_srvmet_free(struct k25_trace_srvmet *m)
+{
+    if (!m)
+        return;
+    free(m->url);
+    free(m->family);
+    free(m->note);
+    free(m->scrapes);
+    for (size_t i = 0; i < m->n_series; i++)
+        free(m->series[i]);
+    free(m->series);
+    free(m->values);
+    free(m);
+}
+
+int k25_srvmet_read(struct k25_h5 *h, struct k25_trace *t, struct k25_error *err)
+{
+    if (H5Lexists(h->file, "/server_metrics", H5P_DEFAULT) <= 0)
+        return K25_OK; /* no --server-metrics */
+    struct k25_trace_srvmet *m = calloc(1, sizeof(*m));
+    struct sm_row *rows = NULL;
+    struct val_row *vals = NULL;
+    int64_t *off = NULL;
+    uint8_t *text = NULL;
+    size_t n = 0, nv = 0, no = 0, nt = 0;
+    int rc = K25_OK;
+    hid_t g = H5I_INVALID_HID;
+    if (!m)
+        return k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+    if ((g = k25_h5_group(h, "/server_metrics", err)) < 0) {
+        rc = K25_EFORMAT;
+        goto out;
+    }
+    if ((rc = k25_h5_get_attr_str(g, "url", &m->url, err)) != K25_OK ||
+        (rc = k25_h5_get_attr_str(g, "family", &m->family, err)) != K25_OK ||
+        (rc = k25_h5_get_attr_str(g, "note", &m->note, err)) != K25_OK ||
+        (rc = k25_h5_get_attr_f64(g, "period_s", &m->period_s, err)) != K25_OK ||
+        (rc = k25_h5_read_table(g, "samples", sm_cols, (int)(sizeof(sm_cols) / sizeof(sm_cols[0])),
+                                sizeof(struct sm_row), K25_H5_ANY_COUNT, (void **)&rows, &n, err)) != K25_OK ||
+        (rc = k25_h5_read_array(g, "series_offsets", K25_H5_I64, K25_H5_ANY_COUNT, (void **)&off, &no, err)) !=
+            K25_OK)
+        goto out;
+    if (no < 1 || off[0] != 0) {
+        rc = k25_error_set(err, K25_EFORMAT, h->path, 0, "/server_metrics/series_offsets",
+                           "holds %zu offsets; the first must be 0", no);
+        goto out;
+    }
+    for (size_t i = 0; i + 1 < no; i++)
+        if (off[i + 1] < off[i]) {
+            rc = k25_error_set(err, K25_EFORMAT, h->path, 0, "/server_metrics/series_offsets",
+                               "offset %zu is out of order", i + 1);
+            goto out;
+        }
+    if ((rc = k25_h5_read_array(g, "series_names", K25_H5_U8, (size_t)off[no - 1], (void **)&text, &nt, err)) !=
+            K25_OK ||
+        (rc = k25_h5_read_table(g, "values", val_cols, 3, sizeof(struct val_row), K25_H5_ANY_COUNT, (void **)&vals,
+                                &nv, err)) != K25_OK)
+        goto out;
+    m->n_series = 0;
+    if (!(m->series = calloc(no, sizeof(char *))) || !(m->scrapes = calloc(n + 1, sizeof(*m->scrapes))) ||
+        !(m->values = calloc(nv + 1, sizeof(*m->values)))) {
+        rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i + 1 < no; i++) {
+        size_t l = (size_t)(off[i + 1] - off[i]);
+        if (!(m->series[i] = malloc(l + 1))) {
+            rc = k25_error_set(err, K25_ENOMEM, NULL, 0, NULL, "out of memory");
+            goto out;
+        }
+        memcpy(m->series[i], text + off[i], l);
+        m->series[i][l] = '\0';
+        m->n_series = i + 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        m->scrapes[i].t_ns = rows[i].t_ns;
+        m->scrapes[i].http_status = rows[i].http_status;
+        memcpy(m->scrapes[i].fig, rows[i].fig, sizeof(rows[i].fig));
+    }
+    m->n_scrapes = n;
+    for (size_t i = 0; i < nv; i++) {
+        if (vals[i].scrape < 0 || (size_t)vals[i].scrape >= n || vals[i].series < 0 ||
+            (size_t)vals[i].series >= m->n_series) {
+            rc = k25_error_set(err, K25_EFORMAT, h->path, 0, "/server_metrics/values",
+                               "row %zu names scrape %d and series %d: out of range (%zu scrapes, %zu series)", i,
+                               (int)vals[i].scrape, (int)vals[i].series, n, m->n_series);
+            goto out;
+        }
+        m->values[i] = (struct k25_srvmet_value){vals[i].scrape, vals[i].series, vals[i].value};
+    }
+    m->n_values = nv;
+out:
+    if (g >= 0)
+        H5Gclose(g);
+    free(rows);
+    free(vals);
+    free(off);
+    free(text);
+    if (rc == K25_OK)
+        t->srvmet = m;
+    else
+        k25_trace_srvmet_free(m);
+    return rc;
+}
+
+json_t *k25_trace_srvmet_json(const struct k25_trace_srvmet *m)
+{
+    if (!m)
+        return json_null();
+    size_t ok = 0;
+    for (size_t i = 0; i < m->n_scrapes; i++)
+        ok += m->scrapes[i].http_status == 200;
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "url", json_string(m->url));
+    json_object_set_new(o, "family", *m->family ? json_string(m->family) : json_null());
+    json_object_set_new(o, "note", *m->note ? json_string(m->note) : json_null());
+    json_object_set_new(o, "period_s", json_real(m->period_s));
+    json_object_set_new(o, "scrapes", json_integer((json_int_t)m->n_scrapes));
+    json_object_set_new(o, "scrapes_ok", json_integer((json_int_t)ok));
+    json_object_set_new(o, "series", json_integer((json_int_t)m->n_series));
+    json_object_set_new(o, "values", json_integer((json_int_t)m->n_values));
+    figs_json(o, m->n_scrapes ? m->scrapes[0].fig : NULL, sizeof(m->scrapes[0]), m->n_scrapes);
+    return o;
+}
+
+const char *k25_srvmet_kv_why(const json_t *sm)
+{
+    const char *fam = json_string_value(json_object_get(sm, "family"));
+    if (!json_is_object(sm))
+        return "the run did not scrape the server's metrics (--server-metrics)";
+    if (json_integer_value(json_object_get(sm, "scrapes_ok")) == 0)
+        return "no scrape of the server's metrics was answered (summary.server_metrics.note)";
+    if (!fam)
+        return "the server's metrics hold no names k25 knows (docs/serve.md lists them)";
+    if (!strcmp(fam, "k25"))
+        return "k25 serve's KV pool has no bound (k25_kv_blocks_total +Inf: no memory budget), so no usage ratio";
+    if (!strcmp(fam, "llama.cpp"))
+        return "llama.cpp's server exposes no KV-usage gauge (llamacpp:kv_cache_usage_ratio was removed in "
+               "ggml-org/llama.cpp#13660)";
+    return "the server exposes no KV-usage gauge k25 knows";
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double k25_srvmet_gauge_p95(const k25_srvmet_t *m, const char *name, size_t *n_out)
+{
+    size_t nl = strlen(name), k = 0;
+    *n_out = 0;
+    double *v = malloc(sizeof(double) * (m->n_val + 1));
+    if (!v)
+        return NAN;
+    for (size_t i = 0; i < m->n_val; i++) {
+        const char *s = m->series[m->val[i].series];
+        if (!strncmp(s, name, nl) && (s[nl] == '{' || s[nl] == '\0') && isfinite(m->val[i].v))
+            v[k++] = m->val[i].v;
+    }
+    double p = NAN;
+    if (k) { /* nearest rank, as the summary's other percentiles */
+        qsort(v, k, sizeof(double), cmp_d);
+        size_t r = k25_stats_rank(k, 0.95);
+        p = v[r > 0 ? r - 1 : 0];
+    }
+    free(v);
+    *n_out = k;
+    return p;
 }

@@ -38,6 +38,9 @@ void k25_srvmet_destroy(k25_srvmet_t *m);
 /* {url, scrapes, family, note, series, kv_usage_ratio: {max, mean, n}, n_running, n_waiting: {max, mean},
  *  preemptions (the counter's increase), prefix_cache_hit_rate} (new reference). */
 json_t *k25_srvmet_summary_json(const k25_srvmet_t *m);
+/* Nearest-rank P95 of every scraped value of the gauge `name` (all its label sets pooled: k25 serve's
+ * k25_gpu_utilization_ratio{gpu=...}); *n the values (0: NaN, the server has no such gauge). */
+double k25_srvmet_gauge_p95(const k25_srvmet_t *m, const char *name, size_t *n);
 /* /server_metrics in the trace (docs/trace-schema.md): times relative to t0_ns. */
 int k25_srvmet_write(const k25_srvmet_t *m, struct k25_h5 *h, uint64_t t0_ns, struct k25_error *err);
 

@@ -805,7 +805,9 @@ static int trace_read_h5(struct k25_h5 h, const char *path, struct k25_trace *t,
             goto out;
         run->output_tokens += c.rows[i].n_output;
     }
-    if (h.schema_version >= 6 && (rc = read_reasons(&h, run, err)) != K25_OK)
+    if (h.schema_version >= 6 && ((rc = read_reasons(&h, run, err)) != K25_OK ||
+                                  (rc = k25_srvmet_read(&h, t, err)) != K25_OK ||
+                                  (rc = k25_gputel_read(&h, t, err)) != K25_OK))
         goto out;
     bool v3 = h.schema_version >= 3, v5 = h.schema_version >= 5;
     for (size_t w = 0; w < c.nw; w++) {
@@ -831,6 +833,9 @@ void k25_trace_free(struct k25_trace *t)
     free(t->config_json);
     free(t->workload_json);
     free(t->summary_json);
+    k25_trace_srvmet_free(t->srvmet);
+    free(t->gpu);
+    free(t->gpu_telemetry);
     k25_bench_run_free(&t->run);
     memset(t, 0, sizeof(*t));
 }

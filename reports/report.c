@@ -254,6 +254,8 @@ static void eval_health(struct k25_report_doc *d, int h, int c)
     char why[64];
     if (k25_health_applies(chk, d->col_runs[c], d->col_nruns[c], why, sizeof(why))) {
         k25_health_eval(chk, k25_health_value(chk, d->col_runs[c], d->col_nruns[c]), hr);
+        if (hr->level == K25_HEALTH_NOT_MEASURED) /* no data says why, never OK */
+            k25_health_missing_why(chk, d->col_runs[c], d->col_nruns[c], hr->note, sizeof(hr->note));
         return;
     }
     memset(hr, 0, sizeof(*hr));
@@ -261,13 +263,23 @@ static void eval_health(struct k25_report_doc *d, int h, int c)
     hr->value = k25_health_value(chk, d->col_runs[c], d->col_nruns[c]);
     char v[64];
     k25_report_fmt(hr->value, v, sizeof(v));
-    if (strcmp(why, "closed loop") != 0) /* e.g. "tiers off": nothing more to say */
+    if (strcmp(why, "closed loop") != 0) { /* e.g. "tiers off": nothing more to say */
         k25_report_sfmt(hr->note, sizeof(hr->note), "(%s)", why);
-    else
+    } else if (isnan(hr->value)) { /* n/a, and nothing measured either: why */
+        char miss[200];
+        k25_health_missing_why(chk, d->col_runs[c], d->col_nruns[c], miss, sizeof(miss));
+        k25_report_sfmt(hr->note, sizeof(hr->note), "(%s; not measured: %s)", why, miss);
+    } else if (!strcmp(chk->metric, "queue_waiting_mean")) {
+        k25_report_sfmt(hr->note, sizeof(hr->note),
+                        "(%s): measured %s, but a closed loop keeps every user's request queued that the batch "
+                        "cannot hold, by construction; the check applies to open-loop runs at a target rate",
+                        why, v);
+    } else {
         k25_report_sfmt(hr->note, sizeof(hr->note),
                  "(%s): measured %s, but a closed loop keeps the engine saturated (busy near 1 by "
                  "construction); the check applies to open-loop runs at a target rate",
                  why, v);
+    }
 }
 
 /* Every SLA line and health check on every column, and the counts of the verdict into oc. */

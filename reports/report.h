@@ -239,6 +239,10 @@ struct k25_health_result {
 
 /* The default checks (docs/reports.md; fills h[], returns how many). */
 int k25_health_defaults(struct k25_health_check *h, int max);
+/* Why check c has no value in runs[0..n_runs) (the first run's summary says: no NVML, no --server-metrics,
+ * not visible from the client, ...), in a few words into buf. */
+void k25_health_missing_why(const struct k25_health_check *c, const struct k25_report_run *runs, int n_runs,
+                            char *buf, size_t n);
 /* Evaluates one check on a measured value (NaN: not measured). */
 void k25_health_eval(const struct k25_health_check *c, double value, struct k25_health_result *out);
 /*

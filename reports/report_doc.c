@@ -384,16 +384,17 @@ static void health_section(const struct k25_report_doc *d, struct k25_doc_out *o
     }
     if (table)
         o->table_end(o);
-    char t[1024];
+    char t[2400];
     size_t u = 0;
     int nm = 0;
-    for (int h = 0; h < d->sla->n_health; h++)
+    for (int h = 0; h < d->sla->n_health; h++) /* each with the reason the (last) run gives */
         if (d->sla->health[h].enabled && health_unmeasured(d, h) && u < sizeof(t))
-            u += (size_t)snprintf(t + u, sizeof(t) - u, "%s`%s`", nm++ ? ", " : "", d->sla->health[h].metric);
+            u += (size_t)snprintf(t + u, sizeof(t) - u, "%s`%s` (%s)", nm++ ? "; " : "", d->sla->health[h].metric,
+                                  d->health_res[h][d->n_cols - 1].note);
     if (nm) {
-        char p[1200];
-        snprintf(p, sizeof(p), "Not measured by %s, so not checked: %s (the run reports no such figure; it is never "
-                               "estimated).", d->n_cols > 1 ? "these runs" : "this run", t);
+        char p[2600];
+        snprintf(p, sizeof(p), "Not measured by %s, so not checked (never estimated): %s.",
+                 d->n_cols > 1 ? "these runs" : "this run", t);
         o->para(o, p);
     }
     int off = 0;

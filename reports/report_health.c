@@ -8,14 +8,21 @@
  *                             run had no tiers)
  *   busy_p95                  0.75 .. 0.85 ok, outside warn, above 0.90 fail
  *   degraded_requests_ratio   <= 0.005 ok, above warn, above 0.01 fail
- *   kv_usage_ratio            <= 0.92 ok, above fail
+ *   kv_usage_ratio            <= 0.92 ok, above fail (endpoint runs: the server's own gauge,
+ *                             --server-metrics)
+ *   gpu_utilization_p95       0.75 .. 0.85 ok, outside warn, above 0.90 fail (NVML)
+ *   queue_waiting_mean        <= 1 ok, above warn, above 4 fail: requests waiting in the
+ *                             server's queue on average (in-process: the /timeline
+ *                             windows; endpoint runs: the server's own gauge)
  *
  * A value equal to a bound is within it.  The SLA file's `health:`
  * section overrides bounds or turns a check off.  A metric the run did
- * not measure is reported as "not measured", never guessed; a check that
+ * not measure is reported as "not measured" with the reason the run gives
+ * (k25_health_missing_why), never guessed or OK; a check that
  * does not apply to the run's mode (busy fraction, closed loop) is "n/a".
  */
 #include "report.h"
+#include "harness.h"
 
 #include <math.h>
 #include <string.h>
@@ -48,7 +55,7 @@ static void set(struct k25_health_check *c, const char *metric, double fail_belo
 
 int k25_health_defaults(struct k25_health_check *h, int max)
 {
-    if (max < 5)
+    if (max < 6)
         return 0;
     set(&h[0], "kv_cache_hit_rate", 0.92, 0.92, NAN, NAN,
         "below 0.92 block reads wait for the cold tier: a larger kv_warm_budget_mb or kv_hot_tokens, or "
@@ -61,7 +68,10 @@ int k25_health_defaults(struct k25_health_check *h, int max)
     set(&h[3], "kv_usage_ratio", NAN, NAN, NAN, 0.92, "", "above 0.92 the next request may fail to fit");
     set(&h[4], "gpu_utilization_p95", NAN, 0.75, 0.85, 0.90,
         "the GPU has headroom: more load or a larger batch would fit", "above 0.90: scale out or shrink the batch");
-    return 5;
+    set(&h[5], "queue_waiting_mean", NAN, NAN, 1, 4, "",
+        "requests wait for a batch slot on average (at the batch limit); above 4 the queue sets the latencies: "
+        "lower the rate or scale out");
+    return 6;
 }
 
 void k25_health_describe(const struct k25_health_check *c, char *buf, size_t n)
@@ -80,9 +90,10 @@ void k25_health_describe(const struct k25_health_check *c, char *buf, size_t n)
         u = (size_t)snprintf(buf, n, "<= %s", hi);
     else
         u = (size_t)snprintf(buf, n, "(no bounds)");
-    if (u < n && !isnan(c->fail_below) && c->fail_below != c->warn_below)
+    /* a fail bound beside a warn bound (alone it is the bound already named) */
+    if (u < n && !isnan(c->fail_below) && !isnan(c->warn_below) && c->fail_below != c->warn_below)
         u += (size_t)snprintf(buf + u, n - u, "; fail below %g", c->fail_below);
-    if (u < n && !isnan(c->fail_above) && c->fail_above != c->warn_above)
+    if (u < n && !isnan(c->fail_above) && !isnan(c->warn_above) && c->fail_above != c->warn_above)
         snprintf(buf + u, n - u, "; fail above %g", c->fail_above);
 }
 
@@ -128,8 +139,11 @@ bool k25_health_applies(const struct k25_health_check *c, const struct k25_repor
         snprintf(why, n, "tiers off");
         return false;
     }
-    /* a closed loop saturates the engine (and its GPU) by construction */
-    if ((strncmp(c->metric, "busy_", 5) != 0 && strcmp(c->metric, "gpu_utilization_p95") != 0) || n_runs <= 0)
+    /* a closed loop saturates the engine (and its GPU) by construction, and keeps its queue at the users
+     * beyond the batch */
+    if ((strncmp(c->metric, "busy_", 5) != 0 && strcmp(c->metric, "gpu_utilization_p95") != 0 &&
+         strcmp(c->metric, "queue_waiting_mean") != 0) ||
+        n_runs <= 0)
         return true;
     for (int i = 0; i < n_runs; i++) {
         const char *mode = json_string_value(json_object_get(runs[i].workload, "mode"));
@@ -152,4 +166,56 @@ double k25_health_value(const struct k25_health_check *c, const struct k25_repor
         }
     }
     return k ? s / k : NAN;
+}
+
+/* The run's .summary (a --json summary nests it; a trace's summary is it). */
+static const json_t *summary_of(const struct k25_report_run *r)
+{
+    const json_t *s = json_object_get(r->summary, "summary");
+    return s ? s : r->summary;
+}
+
+void k25_health_missing_why(const struct k25_health_check *c, const struct k25_report_run *runs, int n_runs,
+                            char *buf, size_t n)
+{
+    if (!n)
+        return;
+    snprintf(buf, n, "the run reports no such figure");
+    if (n_runs <= 0)
+        return;
+    const json_t *s = summary_of(&runs[0]);
+    const char *target = json_string_value(json_object_get(s, "target"));
+    bool endpoint = target && !strcmp(target, "endpoint");
+    const json_t *sm = json_object_get(s, "server_metrics");
+    if (!strcmp(c->metric, "gpu_utilization_p95")) {
+        const char *why = json_string_value(json_object_get(json_object_get(s, "gpu"), "reason"));
+        snprintf(buf, n, "%s", why ? why : "the run predates GPU telemetry (trace schema 6)");
+    } else if (!strcmp(c->metric, "kv_usage_ratio")) {
+        if (endpoint)
+            snprintf(buf, n, "%s", k25_srvmet_kv_why(sm));
+        else
+            snprintf(buf, n, "the in-process engine records KV blocks (memory.kv_blocks_peak), not a usage ratio");
+    } else if (!strcmp(c->metric, "queue_waiting_mean")) {
+        const char *why = json_string_value(json_object_get(json_object_get(s, "queue_waiting"), "reason"));
+        if (why)
+            snprintf(buf, n, "%s", why);
+        else if (endpoint && !json_is_object(sm))
+            snprintf(buf, n, "the client cannot see the server's queue: the run did not scrape its metrics "
+                             "(--server-metrics)");
+        else if (endpoint)
+            snprintf(buf, n, "the server's metrics expose no queue depth k25 knows (summary.server_metrics)");
+        else if (!json_object_get(s, "queue_waiting"))
+            snprintf(buf, n, "the run predates the figure (summary.queue_waiting)");
+        else
+            snprintf(buf, n, "no timeline window was sampled");
+    } else if (!strcmp(c->metric, "kv_cache_hit_rate") && endpoint) {
+        snprintf(buf, n, "the server's KV-tier hit rate is %s", K25_NOT_VISIBLE);
+    } else if (!strncmp(c->metric, "busy_", 5) && endpoint) {
+        snprintf(buf, n, "the server's busy fraction is %s", K25_NOT_VISIBLE);
+    } else if (!strncmp(c->metric, "busy_", 5)) {
+        const json_t *bf = json_object_get(s, "busy_fraction");
+        if (json_is_object(bf))
+            snprintf(buf, n, "its percentiles need more 100 ms timeline windows than the run's %lld",
+                     (long long)json_integer_value(json_object_get(bf, "n")));
+    }
 }

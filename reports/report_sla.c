@@ -74,6 +74,7 @@ static const struct {
     {"kv_usage_ratio", "kv_usage_ratio", 1},
     {"busy_p95", "busy_fraction.p95", 1},
     {"gpu_utilization_p95", "gpu_utilization_p95", 1}, /* NVML (harness/gputelemetry.c); null without it */
+    {"queue_waiting_mean", "queue_waiting.mean", 1},     /* in-process /timeline, or the server's gauge */
     {"fidelity_kl_mean", "fidelity.kl_mean", 1},
     {"fidelity_rel_err_mean", "fidelity.rel_err_mean", 1},
     {"fidelity_token_agreement", "fidelity.token_agreement", 1},
@@ -197,7 +198,7 @@ static bool head_resolve(void *ctx, const char *name, enum k25_expr_type *type, 
     snprintf(why, n,
              "unknown metric '%.63s' (use ttft|tpot|itl|e2e|queue _p50|_p90|_p95|_p99|_mean|_max _ms, busy_p95, "
              "output_tok_per_s, requests_per_s, goodput_rps, peak_memory_mb, kv_cache_hit_rate, "
-             "degraded_requests_ratio, kv_usage_ratio, rejected_ratio)",
+             "degraded_requests_ratio, kv_usage_ratio, gpu_utilization_p95, queue_waiting_mean, rejected_ratio)",
              name);
     return false;
 }
@@ -343,7 +344,8 @@ static int parse_health(struct k25_sla *s, yaml_document_t *doc, yaml_node_t *n,
         if (!metric_resolve(name, &probe) || probe.src != K25_SLA_SRC_SCALAR)
             return k25_error_set(err, K25_EINVAL, path, YLINE(k), name,
                                  "unknown health metric (kv_cache_hit_rate, busy_p95, degraded_requests_ratio, "
-                                 "kv_usage_ratio, or another summary figure such as peak_memory_mb)");
+                                 "kv_usage_ratio, gpu_utilization_p95, queue_waiting_mean, or another summary figure such "
+                                 "as peak_memory_mb)");
         struct k25_health_check *c = NULL;
         for (int i = 0; i < s->n_health; i++)
             if (!strcmp(s->health[i].metric, name))

@@ -518,9 +518,69 @@ static void test_arrivals(void **state)
     assert_int_equal(k25_trace_read(path, &tr, &err), K25_OK);
     assert_int_equal(tr.run.n_reqs, 3);
     static const int64_t want[3] = {0, 250000000, 300500000};
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < 3; i++) {
         assert_int_equal(tr.run.reqs[i].arrival_ns, want[tr.run.reqs[i].seq]);
+        /* the trace's lengths shape the request: input_length tokens, output_length asked */
+        assert_int_equal(tr.run.reqs[i].n_input, 10);
+        assert_int_equal(tr.run.reqs[i].max_new, 2);
+        assert_true(!strncmp(tr.run.reqs[i].id, "t", 1));
+    }
     k25_trace_free(&tr);
+    /* the shapes parsed: lengths and hash ids; bad lines named by file, line and field */
+    struct k25_trace_shape *sh = NULL;
+    snprintf(path, sizeof(path), "%s/mooncake.jsonl", tu_dir);
+    assert_int_equal(k25_arrivals_trace_shapes(path, 0, &sh, &n, &err), K25_OK);
+    assert_int_equal(n, 3);
+    assert_true(sh[1].input_length == 10 && sh[1].output_length == 2 && sh[1].n_hash == 2 && sh[1].hash_ids[1] == 1);
+    k25_trace_shapes_free(sh, n);
+    static const struct {
+        const char *text, *field, *msg;
+        int line;
+    } bad[] = {
+        {"{\"timestamp\": 0, \"input_length\": 5}\n", "output_length", "needs output_length too", 1},
+        {"{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 2}\n{\"timestamp\": 1}\n", "input_length",
+         "every line of a trace gives the lengths, or none does", 2},
+        {"{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 2}\n", "input_length", ">= 1", 1},
+        {"{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 2, \"hash_ids\": [1, -2]}\n", "hash_ids",
+         "element 1", 1},
+        {"{\"timestamp\": 0, \"hash_ids\": [1]}\n", "hash_ids", "without input_length", 1},
+    };
+    snprintf(path, sizeof(path), "%s/bad-shape.jsonl", tu_dir);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        tu_write_file(path, bad[i].text);
+        assert_int_equal(k25_arrivals_trace_shapes(path, 0, &sh, &n, &err), K25_EFORMAT);
+        assert_string_equal(err.field, bad[i].field);
+        assert_int_equal(err.line, bad[i].line);
+        if (!strstr(err.msg, bad[i].msg))
+            fail_msg("bad shape %zu: %s", i, err.msg);
+    }
+    /* a trace of arrivals alone shapes nothing */
+    tu_write_file(path, "{\"timestamp\": 0}\n");
+    assert_int_equal(k25_arrivals_trace_shapes(path, 0, &sh, &n, &err), K25_OK);
+    assert_null(sh);
+    /* hash_ids are shared prefixes: one in-flight request at a time, prefix caching on, the second request
+     * (the same two blocks) reuses the first one's whole first block; the third (another block) nothing */
+    snprintf(path, sizeof(path), "%s/shared.jsonl", tu_dir);
+    tu_write_file(path, "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [1, 2]}\n"
+                        "{\"timestamp\": 1, \"input_length\": 700, \"output_length\": 2, \"hash_ids\": [1, 2]}\n"
+                        "{\"timestamp\": 2, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [7]}\n");
+    snprintf(args, sizeof(args), "bench --dataset datasets/gold/ci-small.jsonl --model tiny --threads 1 --quiet "
+             "--arrivals trace --trace-file %s --concurrency 1 --enable-prefix-caching --kv-compression-ratio 1 "
+             "--out %s/shared.h5", path, tu_dir);
+    assert_int_equal(k25(args, &out), 0);
+    free(out);
+    snprintf(path, sizeof(path), "%s/shared.h5", tu_dir);
+    assert_int_equal(k25_trace_read(path, &tr, &err), K25_OK);
+    assert_int_equal(tr.run.n_reqs, 3);
+    int32_t cached[3] = {-1, -1, -1};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(tr.run.reqs[i].n_input, i == 1 ? 700 : 600);
+        cached[tr.run.reqs[i].seq] = tr.run.reqs[i].cached_tokens;
+    }
+    k25_trace_free(&tr);
+    assert_int_equal(cached[0], 0);
+    assert_true(cached[1] >= 512);
+    assert_int_equal(cached[2], 0);
     expect_fail(RUN "--rate 2 --burstiness 0 --out /tmp/x.h5", 2, "--arrivals constant");
     expect_fail(RUN "--ramp-up-strategy linear --ramp-up-start-rps 1 --out /tmp/x.h5", 2, "--ramp-up-end-rps");
     expect_fail(RUN "--arrivals constant --out /tmp/x.h5", 2, "needs --rate");

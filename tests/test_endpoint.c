@@ -442,7 +442,7 @@ static void test_server_metrics(void **state)
     char args[2048], h5[512], js[512], *out;
     snprintf(h5, sizeof(h5), "%s/sm.h5", tu_dir);
     snprintf(js, sizeof(js), "%s/sm.json", tu_dir);
-    snprintf(args, sizeof(args), "--dataset %s --requests 2 --server-metrics --out %s --json %s",
+    snprintf(args, sizeof(args), "--dataset %s --requests 2 --rate 20 --server-metrics --out %s --json %s",
              gold("sm", sc, 1), h5, js);
     bench(args, &out, 0);
     free(out);
@@ -461,7 +461,63 @@ static void test_server_metrics(void **state)
     assert_true(json_number_value(json_object_get(sm, "preemptions")) == n - 1);
     assert_true(fabs(json_number_value(k25_json_path(sm, "prefix_cache_hit_rate.mean")) - 0.75) < 1e-12);
     assert_int_equal(json_integer_value(json_object_get(sm, "series")), 8);
+    /* the queue-depth health check's figure: the server's own gauge */
+    assert_string_equal(json_string_value(k25_json_path(j, "summary.queue_waiting.source")), "server_metrics");
+    assert_true(json_number_value(k25_json_path(j, "summary.queue_waiting.max")) == 4);
+    double qmean = json_number_value(k25_json_path(j, "summary.queue_waiting.mean"));
+    /* /server_metrics read back (k25_trace_read): the same scrapes, figures and raw series */
+    struct k25_trace t;
+    struct k25_error err;
+    assert_int_equal(k25_trace_read(h5, &t, &err), K25_OK);
+    assert_non_null(t.srvmet);
+    assert_int_equal(t.srvmet->n_scrapes, n);
+    assert_int_equal(t.srvmet->n_series, 8);
+    assert_int_equal(t.srvmet->n_values, 8 * n);
+    assert_string_equal(t.srvmet->family, "vllm");
+    assert_non_null(strstr(t.srvmet->url, "/metrics"));
+    for (size_t i = 0; i < t.srvmet->n_values; i++)
+        assert_true(t.srvmet->values[i].scrape >= 0 && t.srvmet->values[i].scrape < n);
+    json_t *back = k25_trace_srvmet_json(t.srvmet);
+    assert_true(json_equal(json_object_get(back, "kv_usage_ratio"), json_object_get(sm, "kv_usage_ratio")));
+    assert_true(json_equal(json_object_get(back, "n_waiting"), json_object_get(sm, "n_waiting")));
+    assert_true(json_number_value(json_object_get(back, "preemptions")) == n - 1);
+    json_decref(back);
+    k25_trace_free(&t);
     json_decref(j);
+    /* k25 inspect shows them, its --json carries them */
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "%s inspect %s", tu_k25(), h5);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    assert_non_null(strstr(out, "server metrics (/server_metrics)"));
+    assert_non_null(strstr(out, "answered 200) every 1 s, 8 raw series, family vllm"));
+    assert_non_null(strstr(out, "KV usage max 0.5"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s inspect --json %s | jq -e '.server_metrics.series == 8 and "
+                               ".server_metrics.kv_usage_ratio.max == 0.5'", tu_k25(), h5);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    free(out);
+    /* the report's health checks apply to the endpoint run: KV usage (0.5, OK) and the queue (its mean) */
+    char rep[600], md[700];
+    snprintf(rep, sizeof(rep), "%s/sm-rep", tu_dir);
+    snprintf(cmd, sizeof(cmd), "%s report %s --out %s --quiet", tu_k25(), h5, rep);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    free(out);
+    snprintf(md, sizeof(md), "%s/report.md", rep);
+    FILE *mf = fopen(md, "r");
+    assert_non_null(mf);
+    static char mdt[1 << 16];
+    size_t ml = fread(mdt, 1, sizeof(mdt) - 1, mf);
+    mdt[ml] = 0;
+    fclose(mf);
+    if (!strstr(mdt, "| kv_usage_ratio | <= 0.92 | **OK** 0.5 |"))
+        fail_msg("no OK kv_usage_ratio row in %s:\n%.1500s", md,
+                 strstr(mdt, "## Health") ? strstr(mdt, "## Health") : mdt);
+    char qrow[128];
+    snprintf(qrow, sizeof(qrow), "| queue_waiting_mean | <= 1; fail above 4 | **%s**",
+             qmean > 4 ? "FAIL" : qmean > 1 ? "WARN" : "OK");
+    assert_non_null(strstr(mdt, qrow));
+    /* what the client cannot see is named with the reason, never OK */
+    assert_non_null(strstr(mdt, "`busy_p95` (the server's busy fraction is not visible from the client)"));
     /* the trace: one samples row per scrape, every raw value */
     hid_t f = H5Fopen(h5, H5F_ACC_RDONLY, H5P_DEFAULT);
     assert_true(f >= 0);
@@ -476,7 +532,7 @@ static void test_server_metrics(void **state)
     H5Dclose(d);
     H5Fclose(f);
     /* no metrics there: a note, the run succeeds */
-    snprintf(args, sizeof(args), "--dataset %s --requests 1 --server-metrics http://127.0.0.1:%d/nometrics "
+    snprintf(args, sizeof(args), "--dataset %s --requests 1 --rate 20 --server-metrics http://127.0.0.1:%d/nometrics "
              "--out %s --json %s", gold("sm", sc, 1), g_port, h5, js);
     bench(args, &out, 0);
     assert_non_null(strstr(out, "note: no server metrics at http://127.0.0.1:"));
@@ -484,7 +540,46 @@ static void test_server_metrics(void **state)
     j = json_load_file(js, 0, NULL);
     assert_non_null(strstr(json_string_value(k25_json_path(j, "summary.server_metrics.note")), "HTTP 404"));
     assert_true(json_is_null(k25_json_path(j, "summary.server_metrics.kv_usage_ratio")));
+    assert_true(json_is_null(k25_json_path(j, "summary.queue_waiting.mean")));
     json_decref(j);
+    /* the report: KV usage and queue depth not measured, each with why (no answered scrape), never OK */
+    snprintf(cmd, sizeof(cmd), "%s report %s --out %s --quiet", tu_k25(), h5, rep);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    free(out);
+    mf = fopen(md, "r");
+    assert_non_null(mf);
+    ml = fread(mdt, 1, sizeof(mdt) - 1, mf);
+    mdt[ml] = 0;
+    fclose(mf);
+    assert_null(strstr(mdt, "| kv_usage_ratio |"));
+    assert_non_null(strstr(mdt, "`kv_usage_ratio` (no scrape of the server's metrics was answered"));
+    assert_non_null(strstr(mdt, "`queue_waiting_mean` (the server's metrics expose no queue depth k25 knows)"));
+}
+
+/* A Mooncake trace's lengths are tokens: without --tokenizer, or on a chat endpoint, the run refuses them
+ * by name (instead of sending prompts of another length); a trace of arrivals alone replays. */
+static void test_trace_shapes_refused(void **state)
+{
+    (void)state;
+    static const char *const sc[] = {"ok"};
+    char args[2048], tr[512], h5[512], *out;
+    snprintf(tr, sizeof(tr), "%s/mooncake.jsonl", tu_dir);
+    snprintf(h5, sizeof(h5), "%s/mc.h5", tu_dir);
+    tu_write_file(tr, "{\"timestamp\": 0, \"input_length\": 20, \"output_length\": 2, \"hash_ids\": [0]}\n");
+    snprintf(args, sizeof(args), "--dataset %s --arrivals trace --trace-file %s --out %s", gold("mc", sc, 1), tr, h5);
+    bench(args, &out, 2);
+    assert_non_null(strstr(out, "mooncake.jsonl:1: 'input_length': the trace's lengths are tokens"));
+    assert_non_null(strstr(out, "--tokenizer DIR"));
+    free(out);
+    snprintf(args, sizeof(args), "--dataset %s --arrivals trace --trace-file %s --endpoint-type chat --tokenizer %s "
+             "--out %s", gold("mc", sc, 1), tr, tu_dir, h5);
+    bench(args, &out, 2);
+    assert_non_null(strstr(out, "a chat endpoint takes text"));
+    free(out);
+    tu_write_file(tr, "{\"timestamp\": 0}\n{\"timestamp\": 20}\n");
+    snprintf(args, sizeof(args), "--dataset %s --arrivals trace --trace-file %s --out %s", gold("mc", sc, 1), tr, h5);
+    bench(args, &out, 0);
+    free(out);
 }
 
 /* Every broken answer is one failed request with its reason; the run finishes. */
@@ -617,7 +712,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_repair), cmocka_unit_test(test_sse_reader), cmocka_unit_test(test_arithmetic),
         cmocka_unit_test(test_failures),    cmocka_unit_test(test_open_loop),  cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_prom_parse),  cmocka_unit_test(test_server_metrics),
+        cmocka_unit_test(test_prom_parse),  cmocka_unit_test(test_server_metrics), cmocka_unit_test(test_trace_shapes_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -114,6 +114,38 @@ static void test_bench_telemetry(void **state)
     H5Sclose(sp);
     H5Dclose(d);
     H5Fclose(f);
+    /* read back (k25_trace_read): every sample, its figures, and the same summary from the rows */
+    struct k25_trace t;
+    struct k25_error err;
+    assert_int_equal(k25_trace_read(h5, &t, &err), K25_OK);
+    assert_string_equal(t.gpu_telemetry, "NVML");
+    assert_int_equal(t.n_gpu, n);
+    bool saw_1500 = false;
+    for (size_t i = 0; i < t.n_gpu; i++) {
+        assert_int_equal(t.gpu[i].dev, 0);
+        assert_true(fabs(t.gpu[i].util_gpu - 0.8) < 1e-12);
+        assert_true(t.gpu[i].throttle_known && t.gpu[i].throttle_reasons == 4);
+        assert_true(fabs(t.gpu[i].power_w - 350.0) < 1e-9);
+        saw_1500 |= t.gpu[i].sm_clock_mhz == 1500;
+        assert_true(i == 0 || t.gpu[i].t_ns >= t.gpu[i - 1].t_ns);
+    }
+    assert_true(saw_1500);
+    json_t *back = k25_gputel_rows_summary_json(t.gpu, t.n_gpu, NULL);
+    assert_true(fabs(json_number_value(json_object_get(back, "gpu_utilization_p95")) - 0.8) < 1e-12);
+    assert_true(json_is_true(json_object_get(back, "clocks_moved")));
+    json_decref(back);
+    k25_trace_free(&t);
+    /* k25 inspect shows them; the report gives the check (n/a: a closed loop, with the value) */
+    snprintf(cmd, sizeof(cmd), "%s inspect %s", tu_k25(), h5);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    assert_non_null(strstr(out, "GPU telemetry (/gpu_timeline)"));
+    assert_non_null(strstr(out, "utilization P95 0.800, SM clock 1500..1980 MHz (MOVED)"));
+    assert_non_null(strstr(out, "throttle reasons 0x4"));
+    free(out);
+    snprintf(cmd, sizeof(cmd), "%s inspect --json %s | jq -e '.gpu_timeline.gpu_utilization_p95 == 0.8 and "
+                               ".gpu_timeline.samples == %lld'", tu_k25(), h5, (long long)n);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    free(out);
     /* without NVML: null with the reason, no warning, the run succeeds */
     snprintf(cmd, sizeof(cmd), "K25_NVML_LIB=/nonexistent/libnvidia-ml.so.1 %s " BENCH " --out %s --json %s",
              tu_k25(), h5, js);
@@ -125,6 +157,22 @@ static void test_bench_telemetry(void **state)
     assert_non_null(strstr(json_string_value(k25_json_path(j, "summary.gpu.reason")), "NVML not available"));
     assert_true(json_is_false(k25_json_path(j, "provenance.machine.gpu_nvml.available")));
     json_decref(j);
+    /* read back: no rows, the reason; inspect says it; the report names it for the check, never OK */
+    struct k25_trace t2;
+    assert_int_equal(k25_trace_read(h5, &t2, &err), K25_OK);
+    assert_int_equal(t2.n_gpu, 0);
+    assert_non_null(strstr(t2.gpu_telemetry, "NVML not available"));
+    k25_trace_free(&t2);
+    snprintf(cmd, sizeof(cmd), "%s inspect %s", tu_k25(), h5);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    assert_non_null(strstr(out, "  none: NVML not available"));
+    free(out);
+    char rep[700];
+    snprintf(rep, sizeof(rep), "%s/gpu-rep", tu_dir);
+    snprintf(cmd, sizeof(cmd), "%s report %s --out %s --quiet && "
+             "grep -c 'gpu_utilization_p95 .*not measured: NVML not available' %s/report.md", tu_k25(), h5, rep, rep);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    free(out);
 }
 
 /* NUMA and affinity in provenance: the run's CPU set as the kernel gives it, each node's share of it,

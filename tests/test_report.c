@@ -119,7 +119,7 @@ static void test_sla_file(void **state)
     assert_string_equal(g_sla.title, "box 7");
     assert_int_equal(g_sla.n_lines, 2);
     assert_int_equal(g_sla.lines[1].line, 4);
-    assert_int_equal(g_sla.n_health, 6); /* 5 defaults + peak memory */
+    assert_int_equal(g_sla.n_health, 7); /* 6 defaults + peak memory */
     for (int i = 0; i < g_sla.n_health; i++) {
         if (!strcmp(g_sla.health[i].metric, "kv_usage_ratio"))
             assert_false(g_sla.health[i].enabled);
@@ -239,7 +239,7 @@ static void test_health(void **state)
     (void)state;
     struct k25_health_check h[K25_HEALTH_MAX];
     int n = k25_health_defaults(h, K25_HEALTH_MAX);
-    assert_int_equal(n, 5);
+    assert_int_equal(n, 6);
     struct k25_health_result r;
     /* kv_cache_hit_rate (the KV tiers' measured figure): >= 0.92 passes, below fails */
     k25_health_eval(&h[0], 0.95, &r);
@@ -278,9 +278,39 @@ static void test_health(void **state)
     assert_int_equal(r.level, K25_HEALTH_WARN);
     k25_health_eval(&h[4], 0.93, &r);
     assert_int_equal(r.level, K25_HEALTH_FAIL);
+    /* queue depth: the mean waiting, warn above 1, fail above 4 */
+    assert_string_equal(h[5].metric, "queue_waiting_mean");
+    k25_health_eval(&h[5], 0.5, &r);
+    assert_int_equal(r.level, K25_HEALTH_OK);
+    k25_health_eval(&h[5], 2, &r);
+    assert_int_equal(r.level, K25_HEALTH_WARN);
+    k25_health_eval(&h[5], 4.5, &r);
+    assert_int_equal(r.level, K25_HEALTH_FAIL);
     /* not measured is said, not guessed */
     k25_health_eval(&h[0], NAN, &r);
     assert_int_equal(r.level, K25_HEALTH_NOT_MEASURED);
+    /* ... with the reason the run gives: an endpoint run without NVML or --server-metrics */
+    {
+        struct k25_report_run er;
+        memset(&er, 0, sizeof(er));
+        er.summary = json_pack("{s:{s:s, s:{s:n, s:s}, s:{s:n, s:n, s:s}}}", "summary", "target", "endpoint", "gpu",
+                               "gpu_utilization_p95", "reason", "NVML not available: scripted", "queue_waiting",
+                               "max", "mean", "reason", "the server's queue is not visible from the client");
+        char why[256];
+        assert_true(isnan(k25_health_value(&h[5], &er, 1)));
+        k25_health_missing_why(&h[4], &er, 1, why, sizeof(why));
+        assert_string_equal(why, "NVML not available: scripted");
+        k25_health_missing_why(&h[3], &er, 1, why, sizeof(why));
+        assert_non_null(strstr(why, "--server-metrics"));
+        k25_health_missing_why(&h[5], &er, 1, why, sizeof(why));
+        assert_non_null(strstr(why, "not visible from the client"));
+        k25_health_missing_why(&h[1], &er, 1, why, sizeof(why));
+        assert_non_null(strstr(why, "busy fraction is not visible from the client"));
+        json_decref(er.summary);
+        er.summary = json_pack("{s:{s:{s:f, s:f, s:i}}}", "summary", "queue_waiting", "max", 3.0, "mean", 0.75, "n", 8);
+        assert_true(k25_health_value(&h[5], &er, 1) == 0.75); /* the mean, not the peak */
+        json_decref(er.summary);
+    }
     struct k25_report_run run;
     memset(&run, 0, sizeof(run));
     run.summary = json_pack("{s:{s:f, s:{s:f}}}", "summary", "kv_cache_hit_rate", 0.97, "busy_fraction", "p95", 0.8);
@@ -965,7 +995,7 @@ static void test_report_run(void **state)
     assert_null(strstr(md, "| not measured"));
     /* a run without KV tiers: the hit rate check is n/a (tiers off), not "not measured" */
     assert_non_null(strstr(md, "n/a (tiers off)"));
-    assert_null(strstr(md, "not checked: `kv_cache_hit_rate`"));
+    assert_null(strstr(md, "`kv_cache_hit_rate` ("));
     free(md);
     snprintf(cmd, sizeof(cmd),
              "jq -e '[.health[] | select(.check == \"kv_cache_hit_rate\") | .results[0].level] == [\"n/a\"]' "

@@ -16,6 +16,7 @@
 #include "testutil.h"
 
 #include "internal.h"
+#include "harness.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -1429,6 +1430,26 @@ static void test_e2e_llama31_tokenizer(void **state)
     const char *full = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
     assert_string_equal(full, run_text); /* the same greedy tokens as k25 run */
     json_decref(j);
+    /* logprobs name the real tokenizer's tokens: each token is its id decoded alone, the tokens
+     * concatenate to the text, and the text offsets are their running lengths */
+    j = post_ok(&S, "/v1/completions", "{\"prompt\": \"The capital of France is\", \"max_tokens\": 6, "
+                                       "\"ignore_eos\": true, \"logprobs\": 2}");
+    {
+        const json_t *lp = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs");
+        const json_t *toks = json_object_get(lp, "tokens"), *offs = json_object_get(lp, "text_offset");
+        assert_int_equal(json_array_size(toks), 6);
+        char lcat[1024] = "";
+        for (size_t i = 0; i < 6; i++) {
+            char *one;
+            assert_int_equal(k25_tokenizer_decode(t, &gen[i], 1, 0, &one, NULL, &err), K25_OK);
+            assert_string_equal(json_string_value(json_array_get(toks, i)), one);
+            free(one);
+            assert_int_equal(json_integer_value(json_array_get(offs, i)), (json_int_t)strlen(lcat));
+            strncat(lcat, json_string_value(json_array_get(toks, i)), sizeof(lcat) - strlen(lcat) - 1);
+        }
+        assert_string_equal(lcat, run_text);
+    }
+    json_decref(j);
     j = post_ok(&S, "/v1/completions", "{\"prompt\": \"The capital of France is\", \"max_tokens\": 6}");
     assert_int_equal(usage_of(j, "completion_tokens"), first + 1);
     assert_string_equal(finish_of(j), "stop");
@@ -1529,6 +1550,33 @@ static void test_e2e_llama31_tokenizer(void **state)
         assert_int_equal(json_integer_value(json_object_get(pc, "requests_counted")), 2);
         assert_int_equal(json_integer_value(json_object_get(pc, "mismatches")), 0);
         json_decref(sum);
+    }
+    /* a Mooncake trace's lengths against a server, with its tokenizer: each prompt goes as token ids of
+     * exactly input_length, and the server counts exactly that many (usage.prompt_tokens) */
+    {
+        char *tp = path_in(dir, "mooncake.jsonl");
+        tu_write_file(tp, "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 2, \"hash_ids\": [3]}\n"
+                          "{\"timestamp\": 10, \"input_length\": 50, \"output_length\": 3, \"hash_ids\": [3]}\n");
+        assert_true(asprintf(&cmd, "%s bench --endpoint http://127.0.0.1:%d --tokenizer '%s' --dataset '%s' "
+                             "--arrivals trace --trace-file '%s' --concurrency 1 --ignore-eos --out '%s/mc.h5' --quiet",
+                             tu_k25(), S.port, dir, gold, tp, dir) > 0);
+        int rc = tu_run(cmd, &out);
+        if (rc != 0)
+            fail_msg("%s: exit %d: %s", cmd, rc, out);
+        free(out);
+        free(cmd);
+        char *hp = path_in(dir, "mc.h5");
+        struct k25_trace tr;
+        assert_int_equal(k25_trace_read(hp, &tr, &err), K25_OK);
+        assert_int_equal(tr.run.n_reqs, 2);
+        for (size_t i = 0; i < 2; i++) {
+            const struct k25_bench_req *q = &tr.run.reqs[i];
+            assert_int_equal(q->n_input, q->seq == 0 ? 40 : 50);
+            assert_int_equal(q->n_output, q->seq == 0 ? 2 : 3);
+        }
+        k25_trace_free(&tr);
+        free(hp);
+        free(tp);
     }
     srv_stop(&S);
     /* a chat template that is none of the named ones: chat refused naming the file and the flag,

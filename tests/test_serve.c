@@ -754,6 +754,83 @@ static void test_breaker_gauge_idle(void **state)
     assert_int_equal(server_stop(&b), 0);
 }
 
+/*
+ * GPU telemetry in k25 serve: NVML (the scripted stand-in, tests/nvml/standin.c, built here and loaded
+ * by the real loader through K25_NVML_LIB) sampled for the server's life onto /metrics as k25_gpu_*
+ * gauges; `k25 bench --endpoint --server-metrics` records them raw in the trace's /server_metrics.
+ * Without NVML, k25_gpu_telemetry_available is 0 and its HELP line gives the reason.
+ */
+static void test_gpu_metrics(void **state)
+{
+    (void)state;
+    char lib[600], cmd[2048], h5[600], *out = NULL;
+    snprintf(lib, sizeof(lib), "%s/libnvidia-ml.so.1", tu_dir);
+    snprintf(cmd, sizeof(cmd), "cc -std=c11 -shared -fPIC -O1 -o %s tests/nvml/standin.c", lib);
+    if (tu_run(cmd, &out) != 0)
+        fail_msg("building the NVML stand-in failed:\n%s", out);
+    free(out);
+    struct server g = {0};
+    setenv("K25_NVML_LIB", lib, 1);
+    setenv("K25_STANDIN_UTIL", "80", 1);
+    int rc = server_start(&g, "");
+    unsetenv("K25_NVML_LIB");
+    unsetenv("K25_STANDIN_UTIL");
+    if (rc != 0)
+        fail_msg("cannot start the server");
+    assert_true(metric(&g, "k25_gpu_telemetry_available") == 1);
+    assert_true(fabs(metric(&g, "k25_gpu_utilization_ratio{gpu=\"0\"}") - 0.8) < 1e-9);
+    assert_true(metric(&g, "k25_gpu_power_watts{gpu=\"0\"}") == 350);
+    assert_true(metric(&g, "k25_gpu_memory_total_bytes{gpu=\"0\"}") == (double)(80LL << 30));
+    assert_true(metric(&g, "k25_gpu_throttle_reasons{gpu=\"0\"}") == 0);
+    /* recorded by a client that scrapes the server's metrics */
+    snprintf(h5, sizeof(h5), "%s/gpu-sm.h5", tu_dir);
+    char js[600];
+    snprintf(js, sizeof(js), "%s/gpu-sm.json", tu_dir);
+    /* the client sees no GPU of its own (as on another host): the server's gauge gives the P95 */
+    snprintf(cmd, sizeof(cmd), "K25_NVML_LIB=/nonexistent/libnvidia-ml.so.1 %s bench --endpoint http://127.0.0.1:%d "
+             "--dataset " GOLD " " SHORT " --requests 1 --server-metrics --out %s --json %s --quiet", tu_k25(), g.port,
+             h5, js);
+    assert_int_equal(tu_run(cmd, &out), 0);
+    free(out);
+    json_t *j = json_load_file(js, 0, NULL);
+    assert_non_null(j);
+    assert_true(fabs(json_number_value(k25_json_path(j, "summary.gpu_utilization_p95")) - 0.8) < 1e-9);
+    assert_string_equal(json_string_value(k25_json_path(j, "summary.gpu.source")),
+                        "server_metrics: k25_gpu_utilization_ratio");
+    assert_non_null(strstr(json_string_value(k25_json_path(j, "summary.gpu.client_reason")), "NVML not available"));
+    json_decref(j);
+    struct k25_trace t;
+    struct k25_error err;
+    assert_int_equal(k25_trace_read(h5, &t, &err), K25_OK);
+    assert_non_null(t.srvmet);
+    int si = -1;
+    for (size_t i = 0; i < t.srvmet->n_series; i++)
+        if (!strcmp(t.srvmet->series[i], "k25_gpu_utilization_ratio{gpu=\"0\"}"))
+            si = (int)i;
+    assert_true(si >= 0);
+    int seen = 0;
+    for (size_t i = 0; i < t.srvmet->n_values; i++)
+        if (t.srvmet->values[i].series == si) {
+            assert_true(fabs(t.srvmet->values[i].value - 0.8) < 1e-9);
+            seen++;
+        }
+    assert_int_equal(seen, (int)t.srvmet->n_scrapes);
+    k25_trace_free(&t);
+    assert_int_equal(server_stop(&g), 0);
+    /* without NVML: 0, with the reason, and no k25_gpu_* figure */
+    setenv("K25_NVML_LIB", "/nonexistent/libnvidia-ml.so.1", 1);
+    rc = server_start(&g, "");
+    unsetenv("K25_NVML_LIB");
+    if (rc != 0)
+        fail_msg("cannot start the server");
+    assert_true(metric(&g, "k25_gpu_telemetry_available") == 0);
+    assert_true(isnan(metric(&g, "k25_gpu_utilization_ratio{gpu=\"0\"}")));
+    assert_int_equal(http(&g, "GET", "/metrics", NULL, 0, NULL, &out), 200);
+    assert_non_null(strstr(out, "# HELP k25_gpu_telemetry_available 0: no GPU telemetry: NVML not available"));
+    free(out);
+    assert_int_equal(server_stop(&g), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -762,6 +839,7 @@ int main(void)
         cmocka_unit_test(test_disconnect_cancels), cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_openai_client),     cmocka_unit_test(test_degraded_marking),
         cmocka_unit_test(test_breaker_gauge_idle), cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_gpu_metrics),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
