@@ -343,19 +343,21 @@ static void test_arithmetic(void **state)
     assert_int_equal(q->n_input, 3);      /* usage's prompt_tokens */
     for (int i = 0; i < N_TOK; i++)
         assert_int_equal(q->token_ids[i], 100 + i); /* the token_ids extension */
-    /* Margins: the server sleeps exactly these delays; the client can only be later (a
-     * loaded 2-core CI machine: 150 ms for the first chunk, 40 ms per gap). */
+    /* The server sleeps FIRST_MS before the first chunk and GAP_MS before each next one, so chunk i
+     * cannot reach the client before FIRST_MS + i * GAP_MS after the request left: only lower bounds
+     * hold on every machine (a loaded one is later by any amount; no upper bound is asserted). The
+     * figures themselves are checked as arithmetic on the recorded arrival times. */
     double ttft = k25_bench_req_ttft_ms(q), e2e = k25_bench_req_e2e_ms(q);
-    if (!(ttft >= FIRST_MS && ttft < FIRST_MS + 150))
-        fail_msg("TTFT %.1f ms, the server waited %d ms before the first chunk", ttft, FIRST_MS);
-    for (int i = 1; i < N_TOK; i++) {
-        double itl = (double)(q->token_ns[i] - q->token_ns[i - 1]) / 1e6;
-        if (!(itl > GAP_MS - 15 && itl < GAP_MS + 40))
-            fail_msg("ITL %d: %.1f ms, the server waited %d ms", i, itl, GAP_MS);
+    assert_true(q->first_ns == q->token_ns[0]);
+    assert_true(fabs(ttft - (double)(q->token_ns[0] - q->arrival_ns) / 1e6) < 1e-6);
+    assert_true(fabs(e2e - (double)(q->token_ns[N_TOK - 1] - q->arrival_ns) / 1e6) < 1e-6);
+    for (int i = 0; i < N_TOK; i++) {
+        double at = (double)(q->token_ns[i] - q->arrival_ns) / 1e6, min_ms = FIRST_MS + (double)i * GAP_MS;
+        if (at < min_ms - 1) /* 1 ms: the two clocks' reading order */
+            fail_msg("chunk %d seen %.1f ms after the request, but the server sent it after %.0f ms", i, at, min_ms);
+        if (i > 0 && q->token_ns[i] < q->token_ns[i - 1])
+            fail_msg("chunk %d seen before chunk %d", i, i - 1);
     }
-    double want_e2e = FIRST_MS + (N_TOK - 1) * GAP_MS;
-    if (!(e2e >= want_e2e - 5 && e2e < want_e2e + 200))
-        fail_msg("E2E %.1f ms, the server's last chunk came after %.0f ms", e2e, want_e2e);
     assert_true(q->finish_ns >= q->token_ns[N_TOK - 1]);
     /* no usage: tokens counted from the chunks, flagged, ids unknown */
     const struct k25_bench_req *c = by_id(&t, "nousage");
