@@ -116,7 +116,7 @@ int k25_atomic_finish(FILE *f, const char *tmp, const char *path, bool ok, struc
     if (!ok)
         rc = K25_EIO; /* the caller's write failed and err says why */
     else if (ferror(f) || fflush(f) != 0)
-        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "writing %s failed: %s", tmp,
+        rc = k25_error_set(err, K25_EIO, path, 0, NULL, "writing failed (temporary %s): %s", tmp,
                            errno ? strerror(errno) : "write error (disk full?)");
     else if (fsync(fileno(f)) != 0)
         rc = k25_error_set(err, K25_EIO, path, 0, NULL, "fsync of %s failed: %s", tmp, strerror(errno));
