@@ -172,7 +172,7 @@ run() {
     # at once.  32K x 32 is not run: its fp16 KV alone (llama3-8b: 128 KiB a token) is 128 GiB
     step bench32 150 "$K25" bench --backend cuda --model "$model" --weight-dtype bf16 --kv-cache-dtype fp16 \
         --cuda-gemm fast --kv-compression-ratio 1 --dataset random:input=8192,output=32 --ignore-eos \
-        --concurrency 32 --requests 32 --save-result --json "$out/bench32.json" --quiet
+        --concurrency 32 --max-batch-size 32 --requests 32 --out "$out/bench32.h5" --save-result --json "$out/bench32.json" --quiet
 
     if [ "$st_probe" = ok ]; then
         row "device ($devname)" ok "bf16 GEMM ${tflops} TFLOP/s" "memory ${bw} GB/s (the references)"
@@ -181,10 +181,10 @@ run() {
     fi
     row "test_cuda_host" "$st_host" "$(grep -c '^\[       OK \]' "$out/host.log") tests passed" ""
     local parity
-    parity=$(grep -E 'cuda (tiny|small) vs cpu' "$out/ops.log" | sed 's/^ *//' | tr '\n' ';')
+    parity=$(grep -E 'cuda .* vs cpu' "$out/ops.log" | sed 's/^ *//' | tr '\n' ';')
     row "test_backend_ops (cuda)" "$st_ops" "$(grep -c '^\[       OK \] cuda' "$out/ops.log") cuda checks ok, $(grep '^\[  FAILED  \] cuda' "$out/ops.log" | sort -u | wc -l) failed, $(grep '^\[  SKIPPED \] cuda' "$out/ops.log" | sort -u | wc -l) skipped" \
         "$(grep -m1 'backend cuda: skipped on this machine' "$out/ops.log" | sed 's/.*machine: //' | cut -c1-60)"
-    row "token parity tiny/small vs cpu" "$st_ops" "${parity:-none (see ops.log)}" ""
+    row "token parity tiny/small/HF vs cpu" "$st_ops" "${parity:-none (see ops.log)}" ""
     for r in run8k run32k; do
         local st_r secs_r
         eval "st_r=\$st_$r"
