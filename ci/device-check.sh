@@ -18,7 +18,8 @@
 #       2. test_cuda_host: the kernels' host-side arithmetic (also runs in every CPU build);
 #       3. test_backend_ops: every op of every built backend against the double reference
 #          (CUDA: every op and dtype it runs), argmax, and CPU/CUDA greedy-token parity on
-#          tiny, small and a generated HF-style folder under the token-identity rule (fp32 KV, fp32 weights, no TF32);
+#          tiny, small and a generated HF-style folder under the token-identity rule (fp32 KV,
+#          fp32 weights, no TF32);
 #       4. k25 run --backend cuda on llama3-8b dummy weights in bf16 (cuda_gemm fast), fp16 KV,
 #          8K and 32K prompts, batch 1; k25 bench in process at batch 32 with 8K prompts (32K x 32
 #          is not run: its fp16 KV alone is 128 GiB);
