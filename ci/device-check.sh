@@ -241,6 +241,6 @@ run() {
 case "$mode" in
     pack) pack ;;
     run) run; exit $? ;;
-    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "usage: ci/device-check.sh pack|run [DIR] (--help)" ;;
 esac
