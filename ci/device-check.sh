@@ -18,9 +18,11 @@
 #       2. test_cuda_host: the kernels' host-side arithmetic (also runs in every CPU build);
 #       3. test_backend_ops: every op of every built backend against the double reference
 #          (CUDA: every op and dtype it runs), argmax, and CPU/CUDA greedy-token parity on
-#          tiny and small under the token-identity rule (fp32 KV, fp32 weights, no TF32);
+#          tiny, small and a generated HF-style folder under the token-identity rule (fp32 KV,
+#          fp32 weights, no TF32);
 #       4. k25 run --backend cuda on llama3-8b dummy weights in bf16 (cuda_gemm fast), fp16 KV,
-#          8K and 32K prompts, batch 1 (batch 32 is not in the 5 minutes: its 32 prefills);
+#          8K and 32K prompts, batch 1; k25 bench in process at batch 32 with 8K prompts (32K x 32
+#          is not run: its fp16 KV alone is 128 GiB);
 #     then prints one table: each figure beside the probe's peak and bandwidth, also written to
 #     $OUT/device-check.txt with every log under $OUT (DIR/results when OUT is unset).
 #
@@ -167,6 +169,11 @@ run() {
                   --max-tokens 32 --json --quiet)
     step run8k 100 "$K25" run "${common[@]}" --prompt-len 8192
     step run32k 160 "$K25" run "${common[@]}" --prompt-len 32768
+    # batch 32 (decode with 32 sequences in the step): k25 bench in process, 32 requests of 8K prompts
+    # at once.  32K x 32 is not run: its fp16 KV alone (llama3-8b: 128 KiB a token) is 128 GiB
+    step bench32 150 "$K25" bench --backend cuda --model "$model" --weight-dtype bf16 --kv-cache-dtype fp16 \
+        --cuda-gemm fast --kv-compression-ratio 1 --dataset random:input=8192,output=32 --ignore-eos \
+        --concurrency 32 --max-batch-size 32 --requests 32 --out "$out/bench32.h5" --save-result --json "$out/bench32.json" --quiet
 
     if [ "$st_probe" = ok ]; then
         row "device ($devname)" ok "bf16 GEMM ${tflops} TFLOP/s" "memory ${bw} GB/s (the references)"
@@ -175,10 +182,10 @@ run() {
     fi
     row "test_cuda_host" "$st_host" "$(grep -c '^\[       OK \]' "$out/host.log") tests passed" ""
     local parity
-    parity=$(grep -E 'cuda (tiny|small) vs cpu' "$out/ops.log" | sed 's/^ *//' | tr '\n' ';')
+    parity=$(grep -E 'cuda .* vs cpu' "$out/ops.log" | sed 's/^ *//' | tr '\n' ';')
     row "test_backend_ops (cuda)" "$st_ops" "$(grep -c '^\[       OK \] cuda' "$out/ops.log") cuda checks ok, $(grep '^\[  FAILED  \] cuda' "$out/ops.log" | sort -u | wc -l) failed, $(grep '^\[  SKIPPED \] cuda' "$out/ops.log" | sort -u | wc -l) skipped" \
         "$(grep -m1 'backend cuda: skipped on this machine' "$out/ops.log" | sed 's/.*machine: //' | cut -c1-60)"
-    row "token parity tiny/small vs cpu" "$st_ops" "${parity:-none (see ops.log)}" ""
+    row "token parity tiny/small/HF vs cpu" "$st_ops" "${parity:-none (see ops.log)}" ""
     for r in run8k run32k; do
         local st_r secs_r
         eval "st_r=\$st_$r"
@@ -204,6 +211,23 @@ run() {
             row "run $model $r" "$st_r" "$(tail -1 "$out/$r.log" | cut -c1-60)" ""
         fi
     done
+    if [ "$st_bench32" = ok ] && [ -s "$out/bench32.json" ] && [ "${st_run8k:-}" = ok ]; then
+        # decode bytes per step at batch 32: every weight byte once, and each sequence's KV (8K + the
+        # output so far, ~8K) once; the model's shape from run8k's JSON
+        local j8 tp wb8 L8 nkv8 hd8
+        j8=$(grep '^{' "$out/run8k.log" | tail -1)
+        n8() { echo "$j8" | sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" | head -1; }
+        tp=$(sed -n 's/.*"mean_tpot_ms": *\([0-9.e+-]*\).*/\1/p' "$out/bench32.json" | head -1)
+        wb8=$(n8 peak_weights_bytes); L8=$(n8 n_layers); nkv8=$(n8 n_kv_heads); hd8=$(n8 head_dim)
+        local agg bw32
+        agg=$(awk -v t="$tp" 'BEGIN { if (t > 0) printf "%.0f", 32 * 1000 / t }')
+        bw32=$(awk -v t="$tp" -v wb="$wb8" -v L="$L8" -v k="$nkv8" -v h="$hd8" \
+            'BEGIN { if (t > 0) printf "%.0f", (wb + 32 * 8192 * L * 2 * k * h * 2) / (t / 1000) / 1e9 }')
+        row "bench $model 8K batch 32 decode" ok "${agg} tok/s (tpot ${tp} ms) = ${bw32} GB/s" \
+            "$(awk -v a="$bw32" -v b="$bw" 'BEGIN { if (b > 0) printf "%.0f%% of bandwidth", 100 * a / b }')"
+    else
+        row "bench $model 8K batch 32" "$st_bench32" "$(tail -1 "$out/bench32.log" | cut -c1-60)" ""
+    fi
     row "attn-bench --backend cuda" "not built" "attn-bench times the CPU kernels only" ""
     {
         printf '%-34s %-14s %-34s %s\n' check result figure "against the device"
@@ -217,6 +241,6 @@ run() {
 case "$mode" in
     pack) pack ;;
     run) run; exit $? ;;
-    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "usage: ci/device-check.sh pack|run [DIR] (--help)" ;;
 esac

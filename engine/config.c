@@ -640,6 +640,10 @@ static int set_value(struct k25_config *cfg, const struct key_def *d, const char
         for (int i = 0; i < d->n_names && used < sizeof(choices); i++)
             used += (size_t)snprintf(choices + used, sizeof(choices) - used, "%s%s",
                                      i ? ", " : "", d->names[i]);
+        if (d->names == attn_names && strcasecmp(value, "cudnn") == 0) /* issue 37: named, not built */
+            return k25_error_set(err, K25_EINVAL, file, line, field,
+                                 "cudnn (cuDNN's fused SDPA on the CUDA backend) is not built yet; expected one "
+                                 "of %s", choices);
         return k25_error_set(err, K25_EINVAL, file, line, field, "expected one of %s, got " VAL_FMT,
                              choices, VAL_ARG(value));
     }

@@ -7,7 +7,7 @@
  * device backend built in but without a usable device here (init says
  * K25_EUNSUPPORTED: no driver, no device, too old) has every check skipped
  * with that one-line reason.  Besides the ops: the optional argmax slot,
- * and greedy-token parity with the CPU on tiny and small under the
+ * and greedy-token parity with the CPU on tiny, small and a generated HF-style folder under the
  * token-identity rule (k25_tok_verify).
  *
  * Each backend gets its own instance charged to a local accounting
@@ -1658,15 +1658,139 @@ static void parity_case(struct be_state *s, const char *model_name)
     k25_model_destroy(model);
 }
 
+/*
+ * A generated HF-style model folder (config.json + one model.safetensors, LlamaForCausalLM, F32,
+ * tied embeddings, head_dim 32 - a size the CUDA attention kernel is built for) with weights from a
+ * fixed-seed generator; the caller removes it (rm -rf).
+ */
+static char *write_hf_model(void)
+{
+    enum { D = 128, L = 2, H = 4, KVH = 2, HD = 32, F = 256, V = 256 };
+    char *dir = tu_tmpdir();
+    assert_non_null(dir);
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    char cfgtext[1024];
+    snprintf(cfgtext, sizeof(cfgtext),
+             "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": %d,\n"
+             " \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d,\n"
+             " \"intermediate_size\": %d, \"vocab_size\": %d, \"rope_theta\": 10000.0, \"rms_norm_eps\": 1e-5,\n"
+             " \"hidden_act\": \"silu\", \"tie_word_embeddings\": true}\n",
+             D, L, H, KVH, F, V);
+    tu_write_file(path, cfgtext);
+    /* the tensors: name, rows, cols (0: a vector, a norm of ones) */
+    struct { char name[80]; int r, c; } t[2 + 9 * L];
+    int n = 0;
+#define T(nm, rr, cc) (snprintf(t[n].name, sizeof(t[n].name), "%s", nm), t[n].r = (rr), t[n].c = (cc), n++)
+    T("model.embed_tokens.weight", V, D);
+    for (int l = 0; l < L; l++) {
+        char nm[80];
+#define TL(suf, rr, cc) (snprintf(nm, sizeof(nm), "model.layers.%d.%s", l, suf), T(nm, rr, cc))
+        TL("input_layernorm.weight", D, 0);
+        TL("self_attn.q_proj.weight", H * HD, D);
+        TL("self_attn.k_proj.weight", KVH * HD, D);
+        TL("self_attn.v_proj.weight", KVH * HD, D);
+        TL("self_attn.o_proj.weight", D, H * HD);
+        TL("post_attention_layernorm.weight", D, 0);
+        TL("mlp.gate_proj.weight", F, D);
+        TL("mlp.up_proj.weight", F, D);
+        TL("mlp.down_proj.weight", D, F);
+#undef TL
+    }
+    T("model.norm.weight", D, 0);
+#undef T
+    char *hdr = malloc(16384);
+    assert_non_null(hdr);
+    size_t used = (size_t)snprintf(hdr, 16384, "{\"__metadata__\":{\"format\":\"pt\"}");
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t bytes = 4ull * (uint64_t)t[i].r * (uint64_t)(t[i].c ? t[i].c : 1);
+        if (t[i].c)
+            used += (size_t)snprintf(hdr + used, 16384 - used, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%d,%d],"
+                                     "\"data_offsets\":[%llu,%llu]}", t[i].name, t[i].r, t[i].c,
+                                     (unsigned long long)off, (unsigned long long)(off + bytes));
+        else
+            used += (size_t)snprintf(hdr + used, 16384 - used, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%d],"
+                                     "\"data_offsets\":[%llu,%llu]}", t[i].name, t[i].r,
+                                     (unsigned long long)off, (unsigned long long)(off + bytes));
+        off += bytes;
+    }
+    used += (size_t)snprintf(hdr + used, 16384 - used, "}");
+    assert_true(used < 16384);
+    while (used % 8)
+        hdr[used++] = ' ';
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    unsigned char lenb[8];
+    for (int k = 0; k < 8; k++)
+        lenb[k] = (unsigned char)((uint64_t)used >> (8 * k));
+    assert_int_equal(fwrite(lenb, 1, 8, f), 8);
+    assert_int_equal(fwrite(hdr, 1, used, f), used);
+    free(hdr);
+    uint64_t z = 0x5eed1234ull;
+    for (int i = 0; i < n; i++) {
+        size_t cnt = (size_t)t[i].r * (size_t)(t[i].c ? t[i].c : 1);
+        float scale = t[i].c ? 1.0f / sqrtf((float)t[i].c) : 0.0f;
+        for (size_t j = 0; j < cnt; j++) {
+            z = z * 6364136223846793005ull + 1442695040888963407ull; /* fixed-seed LCG, uniform [-1, 1) */
+            float u = (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+            float x = t[i].c ? u * scale * 1.7f : 1.0f;
+            unsigned char b[4];
+            uint32_t bits;
+            memcpy(&bits, &x, 4);
+            for (int k = 0; k < 4; k++)
+                b[k] = (unsigned char)(bits >> (8 * k));
+            assert_int_equal(fwrite(b, 1, 4, f), 4);
+        }
+    }
+    assert_int_equal(fclose(f), 0);
+    return dir;
+}
+
+static void rm_hf_model(char *dir)
+{
+    char cmd[1100];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(tu_run(cmd, NULL), 0);
+    free(dir);
+}
+
 static void test_token_parity(void **state)
 {
     struct be_state *s = *state;
+    char *hf = write_hf_model();
     if (s->be == &k25_backend_cpu) {
+        /* the generated folder is a model the engine loads (the check of the generator itself) */
+        struct k25_config cfg;
+        struct k25_error err;
+        k25_config_init(&cfg);
+        snprintf(cfg.model, sizeof(cfg.model), "%s", hf);
+        k25_model_t *model = NULL;
+        cfg.kv_compression_ratio = 1.0;
+        if (k25_model_load(&cfg, &model, &err) != K25_OK)
+            fail_msg("generated HF model %s: %s", hf, err.msg);
+        k25_engine_t *e = NULL;
+        if (k25_engine_create(&cfg, model, &e, &err) != K25_OK)
+            fail_msg("generated HF model: %s", err.msg);
+        int32_t prompt[16];
+        for (int i = 0; i < 16; i++)
+            prompt[i] = (int32_t)((i * 37 + 11) % 256);
+        struct k25_request req = {.id = "hf", .input_ids = prompt, .n_input = 16, .max_new_tokens = 4};
+        int h;
+        assert_int_equal(k25_engine_submit(e, &req, &h, &err), K25_OK);
+        assert_int_equal(k25_engine_run(e, &err), K25_OK);
+        assert_int_equal(k25_engine_result(e, h)->n_output, 4);
+        k25_engine_destroy(e);
+        k25_model_destroy(model);
+        rm_hf_model(hf);
         print_message("backend cpu: the token reference (not compared with itself)\n");
         return;
     }
     parity_case(s, "tiny");
     parity_case(s, "small");
+    parity_case(s, hf);
+    rm_hf_model(hf);
 }
 
 /* --------------------------------------------------------------- summary */
