@@ -325,6 +325,6 @@ install: $(K25)
 	for a in $(K25_ALIASES); do ln -sf k25 $(DESTDIR)$(PREFIX)/bin/$$a; done
 
 clean:
-	rm -rf build build-asan build-cuda
+	rm -rf build build-asan build-cuda build-instr
 
 -include $(shell find $(BUILD)/obj $(BUILD)/tests -name '*.d' 2>/dev/null)

@@ -38,6 +38,8 @@
 #                        ($K25_BASE_CACHE/instr/KEY: same binary, valgrind, OpenBLAS, workload;
 #                        a fresh measurement is stored there either way)
 #   K25_VALGRIND         the valgrind to run (default: valgrind on PATH)
+#   K25_INSTR_ARCH       native: run the binaries as built; ARCH: build both sides with
+#                        -march=ARCH (default x86-64-v3 on a CPU with AVX-512, else native)
 #   K25_INSTR_GATE       `strict`: no valgrind or a binary valgrind cannot run fails (exit 2)
 #                        instead of the loud fallback
 #   K25_GATE_BIN_ENV     extra environment for the candidate's runs only (the proof tests:
@@ -88,6 +90,36 @@ done
 [ -x "$K25" ] || { say "candidate binary $K25 not found (make first)"; exit 2; }
 command -v "$VALGRIND" >/dev/null 2>&1 || fallback "$VALGRIND is not installed (ci/install-deps.sh installs valgrind)"
 
+# valgrind (3.19 in Debian 12) decodes no AVX-512: on a CPU that has it, a -march=native build
+# and OpenBLAS's SkylakeX kernels stop with SIGILL under valgrind. There the gate measures both
+# sides built for x86-64-v3 (AVX2 + FMA + F16C, which valgrind decodes) in build-instr/, the
+# baseline cached apart ($K25_BASE_CACHE-x86-64-v3), with OpenBLAS's Haswell kernels. A candidate
+# outside build/ cannot be rebuilt and is run as it is. K25_INSTR_ARCH=native|ARCH overrides.
+ARCH=${K25_INSTR_ARCH:-}
+if [ -z "$ARCH" ]; then
+  if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then ARCH=x86-64-v3; else ARCH=native; fi
+fi
+BLAS_ENV=""
+if [ "$ARCH" != native ]; then
+  export OPT="-O3 -march=$ARCH"
+  CACHE=$CACHE-$ARCH
+  BLAS_ENV="OPENBLAS_CORETYPE=Haswell"
+  case $K25 in
+    build/*)
+      target=build-instr/${K25#build/}
+      say "this CPU has AVX-512, which valgrind cannot run: building $target with -march=$ARCH (the baseline is built the same way)"
+      if ! make --no-print-directory -j"$(nproc)" BUILD=build-instr "$target" > "build-instr.log" 2>&1; then
+        tail -n 20 build-instr.log >&2
+        say "building $target failed (log above, build-instr.log)"
+        exit 2
+      fi
+      rm -f build-instr.log
+      K25=$target ;;
+    *) say "candidate $K25 is not under build/, so it is run as built (-march=$ARCH not applied)" ;;
+  esac
+fi
+export BLAS_ENV
+
 . ci/base-lib.sh
 k25_resolve_baseline
 
@@ -104,7 +136,7 @@ measure_one() {
   [ "$kv" = int4 ] && extra=(--kv-quant-residual 0)
   mkdir -p "$dir"
   # env -i: nothing of the caller's environment (a test knob, OMP settings) reaches the runs
-  if ! env -i PATH="$PATH" HOME="${HOME:-/tmp}" OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $envs \
+  if ! env -i PATH="$PATH" HOME="${HOME:-/tmp}" OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $BLAS_ENV $envs \
       "$VALGRIND" --tool=callgrind --dump-instr=no --collect-atstart=no --toggle-collect=k25_engine_step \
       --dump-after=k25_engine_step --callgrind-out-file="$dir/cg" \
       "$bin" bench --dataset "$GOLD" --model tiny --concurrency "$b" --requests "$b" --max-batch-size "$b" \
